@@ -1,0 +1,156 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apiextensions-apiserver/pkg/cmd/server/options"
+	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/openapi"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
+)
+
+// AdminUser is the identity of the core's admin token.
+const AdminUser = "socialweb-admin"
+
+// encryptedResources are encrypted at rest in etcd. Our Secret kind stands in for core/v1
+// Secrets, which the embedded server does not serve.
+var encryptedResources = []string{"secrets.socialweb.computer"}
+
+type apiServerParams struct {
+	etcdURL    string
+	listener   net.Listener
+	pki        *pki
+	adminToken string
+	encryption string // path of the EncryptionConfiguration
+	watchCache bool
+}
+
+// newAPIServer builds an apiextensions-apiserver the way options.Config does, minus the
+// parts that need a core/v1 API (service resolution for webhooks, admission, flow control),
+// plus token authentication, a group authorizer and discovery at /apis.
+func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefinitions, error) {
+	o := options.NewCustomResourceDefinitionsServerOptions(os.Stdout, os.Stderr)
+	o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList = []string{p.etcdURL}
+	o.RecommendedOptions.Etcd.EncryptionProviderConfigFilepath = p.encryption
+	o.RecommendedOptions.Etcd.EnableWatchCache = p.watchCache
+	o.RecommendedOptions.SecureServing.Listener = p.listener
+	o.RecommendedOptions.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	o.RecommendedOptions.SecureServing.ServerCert.CertKey.CertFile = p.pki.ServingCrt
+	o.RecommendedOptions.SecureServing.ServerCert.CertKey.KeyFile = p.pki.ServingKey
+	o.RecommendedOptions.Authentication = nil
+	o.RecommendedOptions.Authorization = nil
+	o.RecommendedOptions.CoreAPI = nil
+	o.RecommendedOptions.Admission = nil
+	o.RecommendedOptions.Features.EnablePriorityAndFairness = false
+	if err := o.Complete(); err != nil {
+		return nil, err
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+
+	serverConfig := genericapiserver.NewRecommendedConfig(apiextensionsapiserver.Codecs)
+	if err := o.ServerRunOptions.ApplyTo(&serverConfig.Config); err != nil {
+		return nil, err
+	}
+	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
+		return nil, err
+	}
+	if err := o.APIEnablement.ApplyTo(&serverConfig.Config, apiextensionsapiserver.DefaultAPIResourceConfigSource(), apiextensionsapiserver.Scheme); err != nil {
+		return nil, err
+	}
+	namer := openapinamer.NewDefinitionNamer(apiextensionsapiserver.Scheme, scheme.Scheme)
+	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(generatedopenapi.GetOpenAPIDefinitions)
+	// Both OpenAPI versions: the CRD OpenAPI controllers run only when v2 is configured, and
+	// kubectl explain reads v3.
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(defs, namer)
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(defs, namer)
+
+	admin := &user.DefaultInfo{Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}
+	serverConfig.Authentication.Authenticator = authenticatorfactory.NewFromTokens(map[string]*user.DefaultInfo{p.adminToken: admin}, nil)
+	serverConfig.Authorization.Authorizer = authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)
+
+	cfg := &apiextensionsapiserver.Config{
+		GenericConfig: serverConfig,
+		ExtraConfig: apiextensionsapiserver.ExtraConfig{
+			CRDRESTOptionsGetter: options.NewCRDRESTOptionsGetter(*o.RecommendedOptions.Etcd, serverConfig.ResourceTransformers, serverConfig.StorageObjectCountTracker),
+			ServiceResolver:      noServices{},
+			AuthResolverWrapper:  webhook.NewDefaultAuthenticationInfoResolverWrapper(nil, nil, serverConfig.LoopbackClientConfig, noopoteltrace.NewTracerProvider()),
+		},
+	}
+	server, err := cfg.Complete().New(genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	serveRootDiscovery(server)
+	return server, nil
+}
+
+// noServices answers every conversion-webhook service lookup: the embedded server has no
+// Services, so a CRD must name its webhook by URL.
+type noServices struct{}
+
+func (noServices) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
+	return nil, fmt.Errorf("service %s/%s: the embedded API server has no Services; give the webhook a URL", namespace, name)
+}
+
+// writeEncryptionConfig writes the EncryptionConfiguration once, with a fresh 32-byte
+// secretbox key, 0600 in the data dir; later starts reuse it so stored data stays readable.
+func writeEncryptionConfig(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	key, err := randomKey32()
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [%s]
+    providers:
+      - secretbox:
+          keys:
+            - name: key1
+              secret: %s
+      - identity: {}
+`, strings.Join(encryptedResources, ", "), key)
+	return writeFileAtomic(path, []byte(cfg), 0o600)
+}
+
+// waitReady polls /readyz through the loopback client until it answers ok.
+func waitReady(ctx context.Context, get func(ctx context.Context, path string) (int, error), timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		code, err := get(ctx, "/readyz")
+		if err == nil && code == 200 {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("/readyz answered %d", code)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("API server not ready after %s: %v", timeout, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

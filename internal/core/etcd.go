@@ -1,0 +1,55 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// startEtcd starts a single etcd member whose client endpoint is a unix socket in the data
+// dir: no TCP port to race for or expose, and only this process can reach it.
+func startEtcd(ctx context.Context, d *DataDir) (*embed.Etcd, string, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "socialweb"
+	cfg.Dir = d.Etcd()
+	cfg.WalDir = ""
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{filepath.Join(d.Logs(), "etcd.log")}
+	sock := d.EtcdSocket()
+	_ = os.Remove(sock)
+	client := url.URL{Scheme: "unix", Path: sock}
+	cfg.ListenClientUrls = []url.URL{client}
+	cfg.AdvertiseClientUrls = []url.URL{client}
+	// One member never dials a peer, but etcd still wants a peer listener; a socket next to
+	// the client one keeps it off the network as well.
+	peer := url.URL{Scheme: "unix", Path: sock + ".peer"}
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	cfg.QuotaBackendBytes = 8 << 30
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, "", fmt.Errorf("etcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, "", fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
+	case <-ctx.Done():
+		e.Close()
+		return nil, "", ctx.Err()
+	}
+	return e, client.String(), nil
+}
