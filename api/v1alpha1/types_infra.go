@@ -22,12 +22,18 @@ const (
 type InfraContractPhase string
 
 const (
-	InfraContractStaged     InfraContractPhase = "Staged"
+	// InfraContractStaged: declared only; no ComputeContract exists.
+	InfraContractStaged InfraContractPhase = "Staged"
+	// InfraContractRequesting: the ComputeContract is Pending or Requesting.
 	InfraContractRequesting InfraContractPhase = "Requesting"
-	InfraContractDeployed   InfraContractPhase = "Deployed"
-	InfraContractReleasing  InfraContractPhase = "Releasing"
-	InfraContractReleased   InfraContractPhase = "Released"
-	InfraContractFailed     InfraContractPhase = "Failed"
+	// InfraContractDeployed: the ComputeContract is Held; a winner runs the guest.
+	InfraContractDeployed InfraContractPhase = "Deployed"
+	// InfraContractReleasing: the guest is being released.
+	InfraContractReleasing InfraContractPhase = "Releasing"
+	// InfraContractReleased: the guest is gone (or its finished ComputeContract was removed).
+	InfraContractReleased InfraContractPhase = "Released"
+	// InfraContractFailed: the ComputeContract failed.
+	InfraContractFailed InfraContractPhase = "Failed"
 )
 
 // InfraPhase is the observed phase of a whole deployment.
@@ -35,16 +41,26 @@ const (
 type InfraPhase string
 
 const (
-	InfraPending   InfraPhase = "Pending"
-	InfraStaged    InfraPhase = "Staged"
+	// InfraPending: not yet reconciled.
+	InfraPending InfraPhase = "Pending"
+	// InfraStaged: every contract is staged.
+	InfraStaged InfraPhase = "Staged"
+	// InfraDeploying: some contract is requesting.
 	InfraDeploying InfraPhase = "Deploying"
-	InfraDeployed  InfraPhase = "Deployed"
+	// InfraDeployed: every requested contract is deployed.
+	InfraDeployed InfraPhase = "Deployed"
+	// InfraReleasing: contracts are being released.
 	InfraReleasing InfraPhase = "Releasing"
-	InfraReleased  InfraPhase = "Released"
-	InfraDegraded  InfraPhase = "Degraded"
-	InfraEnding    InfraPhase = "Ending"
-	InfraDeleting  InfraPhase = "Deleting"
-	InfraEnded     InfraPhase = "Ended"
+	// InfraReleased: every contract is released.
+	InfraReleased InfraPhase = "Released"
+	// InfraDegraded: some contract failed.
+	InfraDegraded InfraPhase = "Degraded"
+	// InfraEnding: an EphemeralInfra reached its end and is releasing before it deletes itself.
+	InfraEnding InfraPhase = "Ending"
+	// InfraDeleting: the object is being deleted and releases its contracts first.
+	InfraDeleting InfraPhase = "Deleting"
+	// InfraEnded: an EphemeralInfra ended and every contract is finished.
+	InfraEnded InfraPhase = "Ended"
 )
 
 // RecordSyncMode says which way a deployment syncs with its record.
@@ -63,10 +79,15 @@ const (
 type RecordSyncDirection string
 
 const (
-	RecordCreated  RecordSyncDirection = "Created"
-	RecordPushed   RecordSyncDirection = "Pushed"
-	RecordPulled   RecordSyncDirection = "Pulled"
-	RecordInSync   RecordSyncDirection = "InSync"
+	// RecordCreated: the record was absent and kcp created it.
+	RecordCreated RecordSyncDirection = "Created"
+	// RecordPushed: a kcp change was written to the record.
+	RecordPushed RecordSyncDirection = "Pushed"
+	// RecordPulled: a record change was applied to the spec.
+	RecordPulled RecordSyncDirection = "Pulled"
+	// RecordInSync: both sides already agreed.
+	RecordInSync RecordSyncDirection = "InSync"
+	// RecordRetained: the binding was removed and the record left in the repo.
 	RecordRetained RecordSyncDirection = "Retained"
 )
 
