@@ -1,0 +1,267 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterPhase is the phase of a tenant cluster's control plane.
+// +kubebuilder:validation:Enum=Unavailable;Initializing;Ready;Draining
+type ClusterPhase string
+
+const (
+	// ClusterUnavailable: the control plane is not running.
+	ClusterUnavailable ClusterPhase = "Unavailable"
+	// ClusterInitializing: the control plane is starting.
+	ClusterInitializing ClusterPhase = "Initializing"
+	// ClusterReady: the control plane serves.
+	ClusterReady ClusterPhase = "Ready"
+	// ClusterDraining: the cluster is stopping and its nodes are being released.
+	ClusterDraining ClusterPhase = "Draining"
+)
+
+// ClusterSpec is a tenant cluster's owner, name and desired size.
+type ClusterSpec struct {
+	// account is the DID of the cluster's owner; immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="account is immutable"
+	Account string `json:"account"`
+
+	// name is the cluster's name within the owner's account (a DNS-1123 label); immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="name is immutable"
+	Name string `json:"name"`
+
+	// running says whether the control plane should run; false stops it and releases the nodes.
+	// +optional
+	Running bool `json:"running,omitempty"`
+
+	// maxNodes is the most nodes the cluster may scale out to.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	MaxNodes int32 `json:"maxNodes,omitempty"`
+
+	// podsPerNode is how many pods one node is sized for, used to decide how many nodes are needed.
+	// +optional
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Minimum=1
+	PodsPerNode int32 `json:"podsPerNode,omitempty"`
+
+	// scaleHold is how long demand must persist before nodes are added or removed, e.g. "2m".
+	// +optional
+	// +kubebuilder:default="2m"
+	ScaleHold metav1.Duration `json:"scaleHold,omitempty"`
+
+	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
+	// +optional
+	PublishInfra bool `json:"publishInfra,omitempty"`
+}
+
+// ClusterStatus is the observed state of a tenant cluster.
+type ClusterStatus struct {
+	// observedGeneration is the metadata.generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is Unavailable, Initializing, Ready or Draining.
+	// +optional
+	Phase ClusterPhase `json:"phase,omitempty"`
+
+	// server is the URL of the tenant API server.
+	// +optional
+	Server string `json:"server,omitempty"`
+
+	// instance identifies the running control-plane instance.
+	// +optional
+	Instance string `json:"instance,omitempty"`
+
+	// nodes is the number of nodes joined to the cluster.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+
+	// teardownBlocked says what keeps a deleted cluster from going, if anything.
+	// +optional
+	TeardownBlocked string `json:"teardownBlocked,omitempty"`
+
+	// conditions report details of the cluster's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Cluster is a tenant Kubernetes cluster whose nodes are guests bought on the compute market.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories=socialweb
+// +kubebuilder:printcolumn:name="Account",type=string,JSONPath=`.spec.account`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Running",type=boolean,JSONPath=`.spec.running`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Server",type=string,JSONPath=`.status.server`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the cluster's owner, name and desired size.
+	// +required
+	Spec ClusterSpec `json:"spec"`
+
+	// status is the observed state of the cluster.
+	// +optional
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterList is a list of Cluster.
+//
+// +kubebuilder:object:root=true
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cluster `json:"items"`
+}
+
+// NodeClaimPhase is the phase of one tenant node.
+// +kubebuilder:validation:Enum=Pending;Bidding;Provisioning;Joining;Running;Adopting;Failed;Lost;Released
+type NodeClaimPhase string
+
+const (
+	// NodeClaimPending: not yet acted on.
+	NodeClaimPending NodeClaimPhase = "Pending"
+	// NodeClaimBidding: the node's contract is on the market.
+	NodeClaimBidding NodeClaimPhase = "Bidding"
+	// NodeClaimProvisioning: a winner is booting the guest.
+	NodeClaimProvisioning NodeClaimPhase = "Provisioning"
+	// NodeClaimJoining: the guest is up and joining the cluster.
+	NodeClaimJoining NodeClaimPhase = "Joining"
+	// NodeClaimRunning: the node is registered and ready.
+	NodeClaimRunning NodeClaimPhase = "Running"
+	// NodeClaimAdopting: an existing guest is being taken over.
+	NodeClaimAdopting NodeClaimPhase = "Adopting"
+	// NodeClaimFailed: the node could not be provisioned.
+	NodeClaimFailed NodeClaimPhase = "Failed"
+	// NodeClaimLost: the node stopped reporting.
+	NodeClaimLost NodeClaimPhase = "Lost"
+	// NodeClaimReleased: the node's guest was released.
+	NodeClaimReleased NodeClaimPhase = "Released"
+)
+
+// NodeClaimSpec names the cluster and node a claim provides.
+type NodeClaimSpec struct {
+	// clusterRef names the Cluster the node joins.
+	// +required
+	ClusterRef ObjectRef `json:"clusterRef"`
+
+	// nodeName is the name the node registers under in the tenant cluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+
+	// ownerDid is the DID of the cluster owner the node is provisioned for.
+	// +optional
+	OwnerDid string `json:"ownerDid,omitempty"`
+
+	// adopt takes over a guest the owner already holds instead of bidding for a new one.
+	// +optional
+	Adopt bool `json:"adopt,omitempty"`
+}
+
+// NodeClaimStatus is the observed state of one tenant node.
+type NodeClaimStatus struct {
+	// observedGeneration is the metadata.generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is Pending, Bidding, Provisioning, Joining, Running, Adopting, Failed, Lost or Released.
+	// +optional
+	Phase NodeClaimPhase `json:"phase,omitempty"`
+
+	// infra locates the deployment and contract that provide the node's guest.
+	// +optional
+	Infra *NodeClaimInfra `json:"infra,omitempty"`
+
+	// nodeName is the name the node registered under.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
+	// message is a human-readable detail of the phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// joinedAt is when the node joined the cluster.
+	// +optional
+	JoinedAt *metav1.Time `json:"joinedAt,omitempty"`
+
+	// lastSeenAt is when the node was last seen ready.
+	// +optional
+	LastSeenAt *metav1.Time `json:"lastSeenAt,omitempty"`
+
+	// conditions report details of the node's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeClaimInfra locates the deployment and contract that provide a node's guest.
+type NodeClaimInfra struct {
+	// workspace is the namespace (workspace) of the deployment.
+	// +optional
+	Workspace string `json:"workspace,omitempty"`
+
+	// name is the name of the Infra that provides the node.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// contract is the declared contract within that Infra.
+	// +optional
+	Contract string `json:"contract,omitempty"`
+
+	// computeContract is the name of the ComputeContract that holds the guest.
+	// +optional
+	ComputeContract string `json:"computeContract,omitempty"`
+}
+
+// NodeClaim is one node of a tenant cluster, provided by a guest bought on the compute market.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories=socialweb
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec names the cluster and node.
+	// +required
+	Spec NodeClaimSpec `json:"spec"`
+
+	// status is the observed state of the node.
+	// +optional
+	Status NodeClaimStatus `json:"status,omitempty"`
+}
+
+// NodeClaimList is a list of NodeClaim.
+//
+// +kubebuilder:object:root=true
+type NodeClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeClaim `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Cluster{}, &ClusterList{}, &NodeClaim{}, &NodeClaimList{})
+}

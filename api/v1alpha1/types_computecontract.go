@@ -1,0 +1,269 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ComputeContractPhase is the phase of a contract on the market.
+// +kubebuilder:validation:Enum=Pending;Requesting;Held;Releasing;Released;Failed
+type ComputeContractPhase string
+
+const (
+	// ComputeContractPending: not yet picked up by the requester.
+	ComputeContractPending ComputeContractPhase = "Pending"
+	// ComputeContractRequesting: the RFP is out and bids are being weighed.
+	ComputeContractRequesting ComputeContractPhase = "Requesting"
+	// ComputeContractHeld: a winner holds the guest.
+	ComputeContractHeld ComputeContractPhase = "Held"
+	// ComputeContractReleasing: spec.release is set and the winner is releasing the guest.
+	ComputeContractReleasing ComputeContractPhase = "Releasing"
+	// ComputeContractReleased: the guest is gone.
+	ComputeContractReleased ComputeContractPhase = "Released"
+	// ComputeContractFailed: the contract could not be fulfilled.
+	ComputeContractFailed ComputeContractPhase = "Failed"
+)
+
+// ComputeContractSpec is what the requester asks the market for. Written only by the composer that owns it.
+type ComputeContractSpec struct {
+	// vmName is the name given to the guest.
+	// +optional
+	VMName string `json:"vmName,omitempty"`
+
+	// computeKind is the kind of guest: vm (a firecracker VM), deno (a deno sandbox) or node (a tenant-cluster node).
+	// +optional
+	// +kubebuilder:default=vm
+	// +kubebuilder:validation:Enum=vm;deno;node
+	ComputeKind ComputeKind `json:"computeKind,omitempty"`
+
+	// userData is cloud-init user_data for a vm, or the program for deno.
+	// +optional
+	UserData string `json:"userData,omitempty"`
+
+	// bidderDids, when set, are the only bidders (DIDs) whose bids are considered.
+	// +optional
+	// +listType=atomic
+	BidderDids []string `json:"bidderDids,omitempty"`
+
+	// denyBidderDids are bidders (DIDs) whose bids are refused.
+	// +optional
+	// +listType=atomic
+	DenyBidderDids []string `json:"denyBidderDids,omitempty"`
+
+	// sshAuthorizedKeys are public keys installed for the guest's login user.
+	// +optional
+	// +listType=atomic
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+
+	// policy is the name of the policy workflow that picks a bid.
+	// +optional
+	Policy string `json:"policy,omitempty"`
+
+	// policyArgs are the arguments passed to the policy workflow.
+	// +optional
+	PolicyArgs map[string]string `json:"policyArgs,omitempty"`
+
+	// vmReadyTimeoutSec bounds how long the guest may take to become ready, in seconds.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	VMReadyTimeoutSec *int32 `json:"vmReadyTimeoutSec,omitempty"`
+
+	// secretsRef names a Secret whose data is handed to the guest privately, never through a record.
+	// +optional
+	SecretsRef *SecretKeyRef `json:"secretsRef,omitempty"`
+
+	// repoRef names the requester's AtprotoRepo, which publishes the RFP and accept records.
+	// +optional
+	RepoRef *ObjectRef `json:"repoRef,omitempty"`
+
+	// release, once set, asks the winner to release the guest.
+	// +optional
+	Release *ContractRelease `json:"release,omitempty"`
+
+	// ownerDid is the DID the guest is provisioned for, when not the requester's own.
+	// +optional
+	OwnerDid string `json:"ownerDid,omitempty"`
+
+	// adopt takes over a guest the owner already holds instead of bidding for a new one.
+	// +optional
+	Adopt bool `json:"adopt,omitempty"`
+
+	// nodeJoin, for computeKind node, tells the guest how to join a tenant cluster.
+	// +optional
+	NodeJoin *NodeJoin `json:"nodeJoin,omitempty"`
+}
+
+// ContractRelease asks for a contract's guest to be released.
+type ContractRelease struct {
+	// requestedAt is when the release was asked for; a newer time retries a failed release.
+	// +required
+	RequestedAt metav1.Time `json:"requestedAt"`
+
+	// reason says why the guest is released.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// ComputeContractStatus is the contract's progress through the market.
+type ComputeContractStatus struct {
+	// observedGeneration is the metadata.generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is Pending, Requesting, Held, Releasing, Released or Failed.
+	// +optional
+	Phase ComputeContractPhase `json:"phase,omitempty"`
+
+	// rfp is the at-uri of the request-for-proposal record.
+	// +optional
+	RFP string `json:"rfp,omitempty"`
+
+	// bids are the bids seen for the RFP.
+	// +optional
+	// +listType=atomic
+	Bids []ContractBid `json:"bids,omitempty"`
+
+	// winner is the DID of the bidder whose bid was accepted.
+	// +optional
+	Winner string `json:"winner,omitempty"`
+
+	// accept is the at-uri of the requester's accept record.
+	// +optional
+	Accept string `json:"accept,omitempty"`
+
+	// receipt is the at-uri of the winner's receipt record.
+	// +optional
+	Receipt string `json:"receipt,omitempty"`
+
+	// events are the lifecycle records the winner published for the guest.
+	// +optional
+	// +listType=atomic
+	Events []ContractEvent `json:"events,omitempty"`
+
+	// guest is how to reach the running guest.
+	// +optional
+	Guest *GuestStatus `json:"guest,omitempty"`
+
+	// message is a human-readable detail of the phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// releasedAt is when the guest was released.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+
+	// conditions report details of the contract's progress.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ContractBid is one bid on a contract's RFP.
+type ContractBid struct {
+	// uri is the at-uri of the bid record.
+	// +optional
+	URI string `json:"uri,omitempty"`
+
+	// bidder is the DID of the bidder.
+	// +optional
+	Bidder string `json:"bidder,omitempty"`
+
+	// cost is the price asked, as a decimal string.
+	// +optional
+	Cost string `json:"cost,omitempty"`
+
+	// currency is the unit of cost.
+	// +optional
+	Currency string `json:"currency,omitempty"`
+
+	// refused, when set, says why the bid was refused.
+	// +optional
+	Refused string `json:"refused,omitempty"`
+}
+
+// ContractEvent is one lifecycle record the winner published for the guest.
+type ContractEvent struct {
+	// uri is the at-uri of the event record.
+	// +optional
+	URI string `json:"uri,omitempty"`
+
+	// type is the kind of event (for example ready, poweroff, released).
+	// +optional
+	Type string `json:"type,omitempty"`
+
+	// at is when the event happened.
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
+
+	// message is a human-readable detail of the event.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// GuestStatus is how to reach a running guest.
+type GuestStatus struct {
+	// address is the guest's reachable address.
+	// +optional
+	Address string `json:"address,omitempty"`
+
+	// accelerator names the accelerator attached to the guest, if any.
+	// +optional
+	Accelerator string `json:"accelerator,omitempty"`
+
+	// ports map guest ports to host ports.
+	// +optional
+	// +listType=atomic
+	Ports []GuestPort `json:"ports,omitempty"`
+}
+
+// GuestPort maps one guest port to a host port.
+type GuestPort struct {
+	// name of the port.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// guestPort is the port inside the guest.
+	// +optional
+	GuestPort int32 `json:"guestPort,omitempty"`
+
+	// hostPort is the port on the bidder's host that forwards to guestPort.
+	// +optional
+	HostPort int32 `json:"hostPort,omitempty"`
+}
+
+// ComputeContract is one contract on the compute market: an RFP, its bids, the winner and the guest it holds.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=cc,categories=socialweb
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.computeKind`
+// +kubebuilder:printcolumn:name="Winner",type=string,JSONPath=`.status.winner`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ComputeContract struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the requester asks for.
+	// +optional
+	Spec ComputeContractSpec `json:"spec,omitempty"`
+
+	// status is the contract's progress through the market.
+	// +optional
+	Status ComputeContractStatus `json:"status,omitempty"`
+}
+
+// ComputeContractList is a list of ComputeContract.
+//
+// +kubebuilder:object:root=true
+type ComputeContractList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ComputeContract `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ComputeContract{}, &ComputeContractList{})
+}
