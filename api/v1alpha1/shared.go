@@ -40,7 +40,7 @@ func (r SecretKeyRef) KeyOr(def string) string {
 type ComputeKind string
 
 const (
-	// ComputeKindVM is a firecracker virtual machine booted with cloud-init userData.
+	// ComputeKindVM is a qemu microVM whose init script is userData.
 	ComputeKindVM ComputeKind = "vm"
 	// ComputeKindDeno is a deno sandbox that runs userData as its program.
 	ComputeKindDeno ComputeKind = "deno"

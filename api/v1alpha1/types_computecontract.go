@@ -29,7 +29,7 @@ type ComputeContractSpec struct {
 	// +optional
 	VMName string `json:"vmName,omitempty"`
 
-	// computeKind is the kind of guest: vm (a firecracker VM), deno (a deno sandbox) or node (a tenant-cluster node).
+	// computeKind is the kind of guest: vm (a qemu microVM), deno (a deno sandbox) or node (a tenant-cluster node).
 	// +optional
 	// +kubebuilder:default=vm
 	// +kubebuilder:validation:Enum=vm;deno;node

@@ -150,7 +150,7 @@ type InfraContract struct {
 	// +optional
 	VMName string `json:"vmName,omitempty"`
 
-	// computeKind is the kind of guest: vm (a firecracker VM) or deno (a deno sandbox running userData).
+	// computeKind is the kind of guest: vm (a qemu microVM) or deno (a deno sandbox running userData).
 	// +optional
 	// +kubebuilder:default=vm
 	// +kubebuilder:validation:Enum=vm;deno

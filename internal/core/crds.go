@@ -1,0 +1,100 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// InstallCRDs creates or updates each CRD and returns once every one of them is Established
+// and its resource endpoint answers a list. Established alone is not enough: the first
+// request to a new CRD's endpoint can block for seconds while its storage starts, and a
+// controller that starts then sees timeouts instead of objects.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
+	cs, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, want := range crds {
+		if err := applyCRD(ctx, cs, want); err != nil {
+			return fmt.Errorf("installing CRD %s: %w", want.Name, err)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	errs := make(chan error, len(crds))
+	for _, crd := range crds {
+		go func() { errs <- waitServing(ctx, cs, dyn, crd) }()
+	}
+	for range crds {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {
+	have, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	upd := want.DeepCopy()
+	upd.ResourceVersion = have.ResourceVersion
+	_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, upd, metav1.UpdateOptions{})
+	return err
+}
+
+func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dynamic.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	var storage string
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			storage = v.Name
+		}
+	}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: storage, Resource: crd.Spec.Names.Plural}
+	var last error
+	for {
+		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err == nil && established(got) {
+			_, err = dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+			if err == nil {
+				return nil
+			}
+		}
+		if err == nil {
+			err = fmt.Errorf("not established yet")
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CRD %s does not serve: %v", crd.Name, last)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
