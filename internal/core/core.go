@@ -18,8 +18,9 @@ import (
 
 // Config says where and how the core runs.
 type Config struct {
-	// DataDir holds etcd, the PKI, the admin token and the kubeconfig.
-	DataDir string
+	// Dir holds etcd, the PKI, the admin token and the kubeconfig; see OpenDataDir. The core
+	// owns it from Start on and releases it in Stop.
+	Dir *DataDir
 	// Listen is the HTTPS address of the API server; "127.0.0.1:0" picks a free port.
 	Listen string
 	// CRDs are installed (created or updated) before Start returns.
@@ -55,7 +56,7 @@ func (e *PortInUseError) Error() string {
 
 // Start opens the data dir, starts etcd and the API server, installs the CRDs, waits until
 // they serve, and writes the kubeconfig. On any error everything started is stopped again.
-func Start(ctx context.Context, cfg Config) (c *Core, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Core, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -63,11 +64,8 @@ func Start(ctx context.Context, cfg Config) (c *Core, err error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	dir, err := OpenDataDir(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	c = &Core{dir: dir, serverDone: make(chan error, 1)}
+	dir := cfg.Dir
+	c := &Core{dir: dir, serverDone: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			c.Stop()

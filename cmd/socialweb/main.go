@@ -1,0 +1,55 @@
+// Command socialweb is the one binary of socialweb-computer: the embedded stack (`up`),
+// the controllers alone against any Kubernetes API server (`controllers`), and the tools
+// around them. Every subcommand has --help; errors are one line and a non-zero exit.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCommand()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "socialweb: %s\n", oneLine(err))
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "socialweb",
+		Short:         "Rent compute on a decentralized market and declare it in your atproto repo",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand())
+	return root
+}
+
+// oneLine keeps an error to one line: the first line of a multi-line message is the one a
+// user can act on; the rest belongs in the log.
+func oneLine(err error) string {
+	s := strings.TrimSpace(err.Error())
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/app"
+)
+
+func newUpCommand() *cobra.Command {
+	var o app.UpOptions
+	var level string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the embedded stack: API server, etcd and controllers, on 127.0.0.1",
+		Long: `Run the embedded stack in this process: an etcd member and a Kubernetes API server
+serving the socialweb.computer kinds on 127.0.0.1 over TLS, and every controller.
+The admin kubeconfig is written to DATA_DIR/kubeconfig. Stop with Ctrl-C (SIGINT) or SIGTERM;
+objects are kept for the next up on the same data dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := parseLevel(level)
+			if err != nil {
+				return err
+			}
+			o.LogLevel = l
+			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return app.Up(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.DataDir, "data-dir", app.DefaultDataDir(), "state directory (etcd, certificates, kubeconfig, logs)")
+	cmd.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:0", "HTTPS address of the API server (port 0 picks a free one)")
+	cmd.Flags().StringVar(&o.MetricsAddr, "metrics-addr", "0", "address for Prometheus metrics of the controllers, e.g. 127.0.0.1:9090 (0 turns it off)")
+	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
+	return cmd
+}

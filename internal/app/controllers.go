@@ -1,0 +1,49 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"socialweb.computer/internal/controllers/infra"
+	ctrlmanager "socialweb.computer/internal/controllers/manager"
+)
+
+// ControllerOptions configure the controllers of a process.
+type ControllerOptions struct {
+	MetricsAddr        string
+	LeaderElection     bool
+	LeaderElectionNS   string
+	Observer           ctrlmanager.ReconcileObserver
+	SkipNameValidation bool
+	Logger             *slog.Logger
+}
+
+// NewControllers returns a manager with every socialweb controller registered against cfg.
+func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, error) {
+	m, err := ctrlmanager.New(cfg, ctrlmanager.Options{
+		MetricsAddr:             o.MetricsAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionNamespace: o.LeaderElectionNS,
+		SkipNameValidation:      o.SkipNameValidation,
+		Logger:                  o.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := infra.Setup(m, o.Observer); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// RunControllers runs the controllers against cfg until ctx ends.
+func RunControllers(ctx context.Context, cfg *rest.Config, o ControllerOptions) error {
+	m, err := NewControllers(cfg, o)
+	if err != nil {
+		return err
+	}
+	return ctrlmanager.Run(ctx, m)
+}

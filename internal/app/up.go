@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"socialweb.computer/config/crd"
+	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/logsink"
+)
+
+// UpOptions configure `socialweb up`.
+type UpOptions struct {
+	DataDir     string
+	Listen      string
+	MetricsAddr string
+	LogLevel    slog.Level
+	// Out receives the ready line; Progress receives phase lines.
+	Out, Progress io.Writer
+}
+
+// DefaultDataDir is $XDG_STATE_HOME/socialweb, else ~/.local/state/socialweb: state, not
+// configuration and not the working directory.
+func DefaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "socialweb")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "socialweb")
+	}
+	return filepath.Join(os.TempDir(), "socialweb")
+}
+
+// Up runs the embedded stack until ctx ends, then stops it in order: controllers, API
+// server, etcd.
+func Up(ctx context.Context, o UpOptions) error {
+	t0 := time.Now()
+	phase := func(format string, a ...any) {
+		fmt.Fprintf(o.Progress, "%6.2fs  %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, a...))
+	}
+	crds, err := crd.CRDs()
+	if err != nil {
+		return err
+	}
+	dir, err := core.OpenDataDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	logFile, log, err := openLog(filepath.Join(dir.Logs(), "socialweb.log"), o.LogLevel)
+	if err != nil {
+		dir.Close()
+		return err
+	}
+	defer logFile.Close()
+
+	phase("starting core in %s (etcd, API server, %d CRDs)", dir.Root, len(crds))
+	c, err := core.Start(ctx, core.Config{Dir: dir, Listen: o.Listen, CRDs: crds, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		phase("stopping API server and etcd")
+		c.Stop()
+		phase("stopped")
+	}()
+	phase("core serving at %s", c.URL)
+
+	ctrlCtx, stopControllers := context.WithCancel(ctx)
+	defer stopControllers()
+	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log})
+	if err != nil {
+		return err
+	}
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- m.Start(ctrlCtx) }()
+	if !m.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("controllers: caches did not sync")
+	}
+	phase("controllers started")
+	fmt.Fprintf(o.Out, "socialweb is ready in %.2fs: kubeconfig %s (export KUBECONFIG=%s)\n", time.Since(t0).Seconds(), c.KubeconfigPath, c.KubeconfigPath)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-ctrlDone:
+		runErr = fmt.Errorf("controllers stopped: %w", runErr)
+	case runErr = <-c.Done():
+		runErr = fmt.Errorf("API server stopped: %w", runErr)
+	}
+	phase("stopping controllers")
+	stopControllers()
+	select {
+	case <-ctrlDone:
+	case <-time.After(30 * time.Second):
+		phase("controllers did not stop within 30s; stopping the core anyway")
+	}
+	return runErr
+}
+
+// openLog sends slog and klog (the API server's logger) to path, so the terminal shows
+// phases and errors rather than the API server's chatter.
+func openLog(path string, level slog.Level) (*os.File, *slog.Logger, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	logsink.KlogTo(f)
+	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level}))
+	return f, log, nil
+}

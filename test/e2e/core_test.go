@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/testenv"
+)
+
+func TestCore_ServesEveryKindOverAuthenticatedTLS(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	got := map[string]bool{}
+	for _, r := range rl.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			got[r.Kind] = r.Namespaced
+		}
+	}
+	for _, kind := range []string{"Infra", "EphemeralInfra", "InfraCollection", "EphemeralInfraCollection", "ComputeContract",
+		"AtprotoRepo", "AtprotoRecord", "AtprotoRecordWatch", "Cluster", "NodeClaim", "Secret"} {
+		namespaced, ok := got[kind]
+		if !ok {
+			t.Errorf("kind %s is not served", kind)
+		} else if !namespaced {
+			t.Errorf("kind %s is cluster-scoped; every kind is namespaced", kind)
+		}
+	}
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		t.Fatalf("/apis: %v", err)
+	}
+	found := false
+	for _, g := range groups.Groups {
+		found = found || g.Name == v1alpha1.GroupVersion.Group
+	}
+	if !found {
+		t.Errorf("/apis does not list %s", v1alpha1.GroupVersion.Group)
+	}
+
+	// Anonymous and wrong-token requests are refused with 401.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for name, token := range map[string]string{"anonymous": "", "wrong token": "not-the-token"} {
+		req, _ := http.NewRequest(http.MethodGet, env.Core.URL+"/apis/socialweb.computer/v1alpha1/infras", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := insecure.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s request: status %d, want 401", name, resp.StatusCode)
+		}
+	}
+}
+
+func TestCore_RestartKeepsEveryObject(t *testing.T) {
+	dir := t.TempDir()
+	env := testenv.Start(t, testenv.Options{DataDir: dir})
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c"} {
+		inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: v1alpha1.InfraSpec{Description: "kept " + name}}
+		if err := env.Client.Create(ctx, inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.Stop()
+
+	env = testenv.Start(t, testenv.Options{DataDir: dir})
+	var list v1alpha1.InfraList
+	if err := env.Client.List(ctx, &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 3 {
+		t.Fatalf("after restart: %d Infras, want 3", len(list.Items))
+	}
+	for _, it := range list.Items {
+		if it.Spec.Description != "kept "+it.Name {
+			t.Errorf("%s: description %q", it.Name, it.Spec.Description)
+		}
+	}
+}
+
+func TestCore_DataDirIsLockedWhileInUse(t *testing.T) {
+	dir := t.TempDir()
+	d, err := core.OpenDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, err = core.OpenDataDir(dir)
+	if !errors.Is(err, core.ErrDataDirLocked) {
+		t.Fatalf("second open: %v, want ErrDataDirLocked", err)
+	}
+	if !strings.Contains(err.Error(), "pid ") {
+		t.Errorf("lock error does not name the holder: %v", err)
+	}
+}
+
+func TestCore_RefusesForeignAndCorruptDataDirs(t *testing.T) {
+	foreign := t.TempDir()
+	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var dde *core.DataDirError
+	if _, err := core.OpenDataDir(foreign); !errors.As(err, &dde) {
+		t.Fatalf("foreign dir: %v, want a DataDirError", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(foreign, "notes.txt")); string(b) != "mine" {
+		t.Error("foreign dir was changed")
+	}
+	if entries, _ := os.ReadDir(foreign); len(entries) != 1 {
+		t.Errorf("foreign dir gained files: %v", entries)
+	}
+
+	corrupt := t.TempDir()
+	if err := os.WriteFile(filepath.Join(corrupt, "socialweb.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.OpenDataDir(corrupt); !errors.As(err, &dde) || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("corrupt marker: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(corrupt, "socialweb.json")); string(b) != "{not json" {
+		t.Error("corrupt marker was overwritten")
+	}
+}
+
+func TestCore_PortInUseIsOneClearError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir, err := core.OpenDataDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = core.Start(context.Background(), core.Config{Dir: dir, Listen: ln.Addr().String()})
+	var pe *core.PortInUseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("start on a used port: %v, want PortInUseError", err)
+	}
+	// The failed start released the data dir.
+	d2, err := core.OpenDataDir(dir.Root)
+	if err != nil {
+		t.Fatalf("data dir still locked after a failed start: %v", err)
+	}
+	d2.Close()
+}
+
+func TestSecret_DataIsEncryptedAtRest(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	const plaintext = "correct-horse-battery-staple"
+	s := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-password", Namespace: "default"},
+		Data: map[string][]byte{"password": []byte(plaintext)}}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	var back v1alpha1.Secret
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(s), &back); err != nil {
+		t.Fatal(err)
+	}
+	if string(back.Data["password"]) != plaintext {
+		t.Fatalf("read back %q", back.Data["password"])
+	}
+
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + env.Core.DataDir().EtcdSocket()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	resp, err := etcd.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []byte
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), "secrets") && strings.HasSuffix(string(kv.Key), "/default/app-password") {
+			stored = kv.Value
+		}
+	}
+	if stored == nil {
+		t.Fatal("the Secret is not in etcd under /registry/")
+	}
+	if !strings.HasPrefix(string(stored), "k8s:enc:secretbox:v1:") {
+		t.Errorf("stored Secret is not secretbox-encrypted: %.40q", stored)
+	}
+	if strings.Contains(string(stored), plaintext) {
+		t.Error("the plaintext is in etcd")
+	}
+	// And an Infra (not a Secret) is stored in the clear: the guard can tell the two apart.
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}, Spec: v1alpha1.InfraSpec{Description: plaintext}}
+	if err := env.Client.Create(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = etcd.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear := false
+	for _, kv := range resp.Kvs {
+		clear = clear || (strings.HasSuffix(string(kv.Key), "/default/plain") && strings.Contains(string(kv.Value), plaintext))
+	}
+	if !clear {
+		t.Error("an Infra is not readable in etcd; the encryption check above proves nothing")
+	}
+}
+
+func TestInfra_InvalidObjectsAreRefusedWithFieldMessages(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	contract := func(name string, state v1alpha1.ContractState) v1alpha1.InfraContract {
+		return v1alpha1.InfraContract{Name: name, State: state}
+	}
+	rows := []struct {
+		name string
+		obj  client.Object
+		want []string
+	}{
+		{"uppercase contract name",
+			&v1alpha1.Infra{Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{contract("Web", "")}}},
+			[]string{"spec.contracts[0].name"}},
+		{"duplicate contract name",
+			&v1alpha1.Infra{Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{contract("web", ""), contract("web", "")}}},
+			[]string{"spec.contracts", "unique"}},
+		{"unknown state",
+			&v1alpha1.Infra{Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{contract("web", "Running")}}},
+			[]string{"spec.contracts[0].state", "Unsupported value"}},
+		{"ttlSeconds 10",
+			&v1alpha1.EphemeralInfra{Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 10}},
+			[]string{"spec.ttlSeconds", "greater than or equal to 60"}},
+		{"unknown endWhen",
+			&v1alpha1.EphemeralInfra{Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 600, EndWhen: "Never"}},
+			[]string{"spec.endWhen", "Unsupported value"}},
+	}
+	for i, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			row.obj.SetNamespace("default")
+			row.obj.SetName("bad-" + string(rune('a'+i)))
+			err := env.Client.Create(ctx, row.obj)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("create: %v, want Invalid", err)
+			}
+			for _, w := range row.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	// The same objects with the mistakes fixed are accepted: the refusals were for the field.
+	ok := &v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: "default"},
+		Spec: v1alpha1.EphemeralInfraSpec{InfraSpec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{contract("web", ""), contract("db", v1alpha1.ContractRequested)}}}}
+	if err := env.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("valid EphemeralInfra refused: %v", err)
+	}
+	if ok.Spec.TTLSeconds != 3600 || ok.Spec.EndWhen != v1alpha1.EndWhenComplete || ok.Spec.Contracts[0].State != v1alpha1.ContractStaged {
+		t.Errorf("defaults not applied: ttl %d endWhen %q state %q", ok.Spec.TTLSeconds, ok.Spec.EndWhen, ok.Spec.Contracts[0].State)
+	}
+}
+
+func TestInfra_ControllerReportsStatusOfANewObject(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Controllers: true})
+	ctx := context.Background()
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "api"}}}}
+	if err := env.Client.Create(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "Infra status reported", func() (bool, error) {
+		var got v1alpha1.Infra
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(inf), &got); err != nil {
+			return false, err
+		}
+		return got.Status.ObservedGeneration == got.Generation && got.Status.Phase == v1alpha1.InfraStaged && got.Status.ContractsReady == "0/1", nil
+	})
+}

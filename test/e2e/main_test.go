@@ -1,0 +1,44 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// socialwebBin is the binary under test, built once per run.
+var socialwebBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "socialweb-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	socialwebBin = filepath.Join(dir, "socialweb")
+	build := exec.Command("go", "build", "-o", socialwebBin, "socialweb.computer/cmd/socialweb")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building socialweb:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireTool returns the path of a tool the row needs. Under CI a missing tool fails the
+// row: CI installs what the tests need, and a skip there would read as a pass.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not installed; .ci/run must install it", name)
+		}
+		t.Skipf("%s is not installed", name)
+	}
+	return p
+}
