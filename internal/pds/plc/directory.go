@@ -222,7 +222,7 @@ func (d *Directory) Document(ctx context.Context, did string) (*Document, error)
 
 // Document is a DID document in the W3C JSON form plc.directory serves.
 type Document struct {
-	Context            []string                         `json:"@context"`
+	Context []string `json:"@context"`
 	identity.DIDDocument
 }
 
