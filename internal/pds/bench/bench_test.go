@@ -6,7 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
-		"log/slog"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
