@@ -58,7 +58,17 @@ func encodeRecordJSON(collection syntax.NSID, raw json.RawMessage) (*encodedReco
 	return encodeRecord(collection, val)
 }
 
-// encodeRecord checks and encodes a record given in the atproto data model.
+// encodeRecordValue encodes a record given as Go values (plain JSON-like values or atdata
+// types): it goes through JSON so that the same data-model checks apply as for XRPC input.
+func encodeRecordValue(collection syntax.NSID, val map[string]any) (*encodedRecord, error) {
+	raw, err := json.Marshal(val)
+	if err != nil {
+		return nil, errInvalidRequest("Invalid record: %s", cleanErr(err))
+	}
+	return encodeRecordJSON(collection, raw)
+}
+
+// encodeRecord checks the $type of a parsed record (atdata.UnmarshalJSON output) and encodes it.
 func encodeRecord(collection syntax.NSID, val map[string]any) (*encodedRecord, error) {
 	if val == nil {
 		return nil, errInvalidRequest("Expected object value type at $.record")
@@ -68,9 +78,6 @@ func encodeRecord(collection syntax.NSID, val map[string]any) (*encodedRecord, e
 		val["$type"] = collection.String()
 	} else if ts, _ := t.(string); ts != collection.String() {
 		return nil, errInvalidRequest("Invalid $type: expected %s, got %v", collection, t)
-	}
-	if err := atdata.Validate(val); err != nil {
-		return nil, errInvalidRequest("Invalid record: %s", cleanErr(err))
 	}
 	b, err := atdata.MarshalCBOR(val)
 	if err != nil {

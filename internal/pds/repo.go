@@ -185,7 +185,7 @@ func (s *Server) prepareWrite(w Write) (*preparedWrite, error) {
 		return p, nil
 	}
 	if w.Record != nil {
-		p.rec, err = encodeRecord(coll, w.Record)
+		p.rec, err = encodeRecordValue(coll, w.Record)
 	} else {
 		p.rec, err = encodeRecordJSON(coll, w.Raw)
 	}
