@@ -1,0 +1,346 @@
+package pds
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/ipfs/go-cid"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/crypto/bcrypt"
+
+	"socialweb.computer/internal/firehose"
+	"socialweb.computer/internal/pds/plc"
+)
+
+// account is what the PDS keeps about one hosted account.
+type account struct {
+	DID          string    `json:"did"`
+	Handle       string    `json:"handle"`
+	Email        string    `json:"email,omitempty"`
+	PasswordHash []byte    `json:"passwordHash"`
+	SigningKey   []byte    `json:"signingKey"` // K256 private key bytes
+	CreatedAt    time.Time `json:"createdAt"`
+	Active       bool      `json:"active"`
+}
+
+func getAccount(tx *bolt.Tx, did string) (*account, error) {
+	raw := tx.Bucket(bAccounts).Get([]byte(did))
+	if raw == nil {
+		return nil, errRepoNotFound(did)
+	}
+	var a account
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// checkHandle applies the reference PDS's handle rules for a new account.
+func (s *Server) checkHandle(h string) (string, error) {
+	hd, err := syntax.ParseHandle(h)
+	if err != nil {
+		return "", errInvalidRequest("Invalid handle (got %q) at $.handle", h)
+	}
+	h = hd.Normalize().String()
+	domain := ""
+	for _, d := range s.cfg.UserDomains {
+		if strings.HasSuffix(h, d) {
+			domain = d
+		}
+	}
+	if domain == "" {
+		return "", errNamed(400, "UnsupportedDomain", "Not a supported handle domain")
+	}
+	front := strings.TrimSuffix(h, domain)
+	if strings.Contains(front, ".") {
+		return "", errNamed(400, "InvalidHandle", "Invalid characters in handle")
+	}
+	if len(front) < 3 {
+		return "", errNamed(400, "InvalidHandle", "Handle too short")
+	}
+	if len(front) > 18 {
+		return "", errNamed(400, "InvalidHandle", "Handle too long")
+	}
+	return h, nil
+}
+
+// CreateAccount creates an account with a new did:plc, an empty signed repo, and the firehose
+// events #identity, #account, #commit and #sync, as the reference PDS emits them.
+func (s *Server) CreateAccount(ctx context.Context, handle, password string) (string, error) {
+	did, _, err := s.createAccount(ctx, handle, password, "")
+	return did, err
+}
+
+func (s *Server) createAccount(ctx context.Context, handle, password, email string) (string, *account, error) {
+	handle, err := s.checkHandle(handle)
+	if err != nil {
+		return "", nil, err
+	}
+	if password == "" {
+		return "", nil, errInvalidRequest("Password is required")
+	}
+	s.acctMu.Lock()
+	defer s.acctMu.Unlock()
+	if did, _ := s.resolveHandleLocal(handle); did != "" {
+		return "", nil, errInvalidRequest("Handle already taken: %s", handle)
+	}
+	key, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		return "", nil, err
+	}
+	pub, err := key.PublicKey()
+	if err != nil {
+		return "", nil, err
+	}
+	rotPub, err := s.rotationKey.PublicKey()
+	if err != nil {
+		return "", nil, err
+	}
+	did, op, err := plc.Genesis(s.rotationKey, []string{rotPub.DIDKey()}, pub.DIDKey(), handle, s.URL())
+	if err != nil {
+		return "", nil, err
+	}
+	if err := s.plc.Submit(ctx, did, op); err != nil {
+		return "", nil, errNamed(500, "InternalServerError", "registering %s with the PLC directory: %v", did, err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", nil, err
+	}
+	acct := &account{DID: did, Handle: handle, Email: email, PasswordHash: hash, SigningKey: key.Bytes(),
+		CreatedAt: time.Now().UTC(), Active: true}
+
+	rs := &repoState{did: did, key: key}
+	rs.clock = syntax.NewTIDClock(0)
+	empty := mst.NewEmptyTree()
+	rs.tree = &empty
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	blocks := newMemBlocks()
+	root, err := empty.WriteDiffBlocks(ctx, blocks)
+	if err != nil {
+		return "", nil, err
+	}
+	acctJSON, _ := json.Marshal(acct)
+	// The account rows go into the same transaction as the genesis commit, through the
+	// event callback, which runs inside it.
+	_, err = s.commitRepoWith(ctx, rs, empty, *root, blocks, nil, func(tx *bolt.Tx, nextSeq func() (int64, error), commitCID cid.Cid, rev string, carBytes []byte, commitBlock []byte) ([]storedFrame, error) {
+		if err := tx.Bucket(bAccounts).Put([]byte(did), acctJSON); err != nil {
+			return nil, err
+		}
+		if err := tx.Bucket(bHandles).Put([]byte(handle), []byte(did)); err != nil {
+			return nil, err
+		}
+		var frames []storedFrame
+		add := func(t string, mk func(seq int64) cborBody) error {
+			seq, err := nextSeq()
+			if err != nil {
+				return err
+			}
+			b, err := firehose.Encode(t, mk(seq))
+			if err != nil {
+				return err
+			}
+			frames = append(frames, storedFrame{seq: seq, typ: t, data: b})
+			return nil
+		}
+		now := nowString()
+		h := handle
+		if err := add(firehose.TypeIdentity, func(seq int64) cborBody {
+			return &comatproto.SyncSubscribeRepos_Identity{Did: did, Handle: &h, Seq: seq, Time: now}
+		}); err != nil {
+			return nil, err
+		}
+		if err := add(firehose.TypeAccount, func(seq int64) cborBody {
+			return &comatproto.SyncSubscribeRepos_Account{Did: did, Active: true, Seq: seq, Time: now}
+		}); err != nil {
+			return nil, err
+		}
+		if err := add(firehose.TypeCommit, func(seq int64) cborBody {
+			return commitEvent(seq, did, commitCID, rev, nil, carBytes, nil, nil)
+		}); err != nil {
+			return nil, err
+		}
+		syncCAR, err := writeCAR(commitCID, []cid.Cid{commitCID}, func(cid.Cid) []byte { return commitBlock })
+		if err != nil {
+			return nil, err
+		}
+		if err := add(firehose.TypeSync, func(seq int64) cborBody {
+			return &comatproto.SyncSubscribeRepos_Sync{Did: did, Blocks: syncCAR, Rev: rev, Seq: seq, Time: now}
+		}); err != nil {
+			return nil, err
+		}
+		return frames, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	s.reposMu.Lock()
+	s.repos[did] = rs
+	s.reposMu.Unlock()
+	s.log.Info("account created", "did", did, "handle", handle)
+	return did, acct, nil
+}
+
+// resolveHandleLocal looks a handle up among the hosted accounts.
+func (s *Server) resolveHandleLocal(handle string) (string, error) {
+	var did string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		did = string(tx.Bucket(bHandles).Get([]byte(strings.ToLower(handle))))
+		return nil
+	})
+	return did, err
+}
+
+// resolveRepo turns an at-identifier (DID or handle) into a hosted DID.
+func (s *Server) resolveRepo(ident string) (string, *account, error) {
+	did := ident
+	if !strings.HasPrefix(ident, "did:") {
+		if _, err := syntax.ParseHandle(ident); err != nil {
+			return "", nil, errInvalidRequest("Invalid at-identifier (got %q)", ident)
+		}
+		d, err := s.resolveHandleLocal(ident)
+		if err != nil {
+			return "", nil, err
+		}
+		if d == "" {
+			return "", nil, errInvalidRequest("Could not find repo: %s", ident)
+		}
+		did = d
+	} else if _, err := syntax.ParseDID(ident); err != nil {
+		return "", nil, errInvalidRequest("Invalid at-identifier (got %q)", ident)
+	}
+	var acct *account
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		acct, err = getAccount(tx, did)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return did, acct, nil
+}
+
+// Sessions.
+
+const (
+	scopeAccess  = "com.atproto.access"
+	scopeRefresh = "com.atproto.refresh"
+	accessTTL    = 2 * time.Hour
+	refreshTTL   = 90 * 24 * time.Hour
+)
+
+type sessionClaims struct {
+	Scope string `json:"scope"`
+	jwt.RegisteredClaims
+}
+
+type session struct {
+	DID       string    `json:"did"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+func randomID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawStdEncoding.EncodeToString(b)
+}
+
+// issueSession mints an access/refresh pair and stores the refresh token's id.
+func (s *Server) issueSession(did string) (access, refresh string, err error) {
+	now := time.Now()
+	at := jwt.NewWithClaims(jwt.SigningMethodHS256, sessionClaims{Scope: scopeAccess, RegisteredClaims: jwt.RegisteredClaims{
+		Audience: jwt.ClaimStrings{s.cfg.ServiceDID}, Subject: did,
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(accessTTL)),
+	}})
+	at.Header["typ"] = "at+jwt"
+	access, err = at.SignedString(s.jwtSecret)
+	if err != nil {
+		return "", "", err
+	}
+	jti := randomID()
+	exp := now.Add(refreshTTL)
+	rt := jwt.NewWithClaims(jwt.SigningMethodHS256, sessionClaims{Scope: scopeRefresh, RegisteredClaims: jwt.RegisteredClaims{
+		Audience: jwt.ClaimStrings{s.cfg.ServiceDID}, Subject: did, ID: jti,
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
+	}})
+	rt.Header["typ"] = "refresh+jwt"
+	refresh, err = rt.SignedString(s.jwtSecret)
+	if err != nil {
+		return "", "", err
+	}
+	raw, _ := json.Marshal(session{DID: did, ExpiresAt: exp})
+	err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bSessions).Put([]byte(jti), raw) })
+	return access, refresh, err
+}
+
+// parseToken checks a session token of the given scope and returns its claims, with the
+// reference PDS's error names.
+func (s *Server) parseToken(authz, scope string) (*sessionClaims, error) {
+	if authz == "" {
+		return nil, errNamed(401, "AuthMissing", "Authentication Required")
+	}
+	tok, ok := strings.CutPrefix(authz, "Bearer ")
+	if !ok {
+		return nil, errNamed(400, "InvalidToken", "Unexpected authorization type")
+	}
+	var claims sessionClaims
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(tok), &claims, func(t *jwt.Token) (any, error) { return s.jwtSecret, nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithAudience(s.cfg.ServiceDID))
+	if errors.Is(err, jwt.ErrTokenExpired) {
+		return nil, errNamed(400, "ExpiredToken", "Token has expired")
+	}
+	if err != nil {
+		return nil, errNamed(400, "InvalidToken", "Token could not be verified")
+	}
+	if claims.Scope != scope {
+		return nil, errNamed(400, "InvalidToken", "Bad token scope")
+	}
+	return &claims, nil
+}
+
+func (s *Server) revokeRefresh(jti string) (bool, error) {
+	found := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bSessions)
+		if b.Get([]byte(jti)) != nil {
+			found = true
+		}
+		return b.Delete([]byte(jti))
+	})
+	return found, err
+}
+
+func (s *Server) checkPassword(identifier, password string) (*account, error) {
+	ident := strings.ToLower(strings.TrimSpace(identifier))
+	did := ident
+	if !strings.HasPrefix(ident, "did:") {
+		d, err := s.resolveHandleLocal(ident)
+		if err != nil {
+			return nil, err
+		}
+		did = d
+	}
+	var acct *account
+	if did != "" {
+		_ = s.db.View(func(tx *bolt.Tx) error {
+			acct, _ = getAccount(tx, did)
+			return nil
+		})
+	}
+	if acct == nil || bcrypt.CompareHashAndPassword(acct.PasswordHash, []byte(password)) != nil {
+		return nil, errNamed(401, "AuthenticationRequired", "Invalid identifier or password")
+	}
+	return acct, nil
+}

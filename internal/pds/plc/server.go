@@ -1,0 +1,97 @@
+package plc
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Handler serves the directory over plc.directory's HTTP API.
+func (d *Directory) Handler() http.Handler {
+	return http.HandlerFunc(d.serveHTTP)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeMsg(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"message": msg})
+}
+
+func (d *Directory) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.Trim(r.URL.Path, "/")
+	if path == "_health" {
+		writeJSON(w, 200, map[string]string{"version": "socialweb-plc"})
+		return
+	}
+	did, sub, _ := strings.Cut(path, "/")
+	if did == "" || !strings.HasPrefix(did, "did:plc:") {
+		writeMsg(w, 404, "not found")
+		return
+	}
+	ctx := r.Context()
+	if r.Method == http.MethodPost {
+		if sub != "" {
+			writeMsg(w, 404, "not found")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+		if err != nil {
+			writeMsg(w, 400, "could not read body")
+			return
+		}
+		op, err := ParseOp(body)
+		if err == nil {
+			err = d.Submit(ctx, did, op)
+		}
+		if err != nil {
+			var pe *Error
+			if errors.As(err, &pe) {
+				writeMsg(w, pe.Status, pe.Message)
+				return
+			}
+			writeMsg(w, 500, "internal error")
+			return
+		}
+		w.WriteHeader(200)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeMsg(w, 405, "method not allowed")
+		return
+	}
+	var (
+		v   any
+		err error
+	)
+	switch sub {
+	case "":
+		v, err = d.Document(ctx, did)
+	case "data":
+		v, err = d.Data(ctx, did)
+	case "log":
+		v, err = d.Log(ctx, did)
+	case "log/last":
+		v, err = d.Last(ctx, did)
+	case "log/audit":
+		v, err = d.AuditLog(ctx, did)
+	default:
+		writeMsg(w, 404, "not found")
+		return
+	}
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeMsg(w, 404, "DID not registered: "+did)
+	case errors.Is(err, ErrTombstoned):
+		writeMsg(w, 410, "DID not available: "+did)
+	case err != nil:
+		writeMsg(w, 500, "internal error")
+	default:
+		writeJSON(w, 200, v)
+	}
+}

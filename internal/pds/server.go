@@ -1,0 +1,313 @@
+package pds
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/identity"
+	"github.com/bluesky-social/indigo/atproto/lexicon"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	bolt "go.etcd.io/bbolt"
+
+	"socialweb.computer/internal/pds/plc"
+	"socialweb.computer/internal/serviceauth"
+)
+
+// Config configures a Server. Only DataDir is required.
+type Config struct {
+	// DataDir holds pds.db (accounts, repos, firehose, and the in-process PLC directory).
+	DataDir string
+	// Addr is the listen address; default 127.0.0.1:0.
+	Addr string
+	// Hostname is the public host name of the service; default "localhost".
+	Hostname string
+	// PublicURL is the URL written into DID documents; default http://<listen address>.
+	PublicURL string
+	// PLCURL is an external did:plc directory. When empty, the server runs its own directory
+	// in-process (stored in pds.db) and serves it on PLCAddr.
+	PLCURL string
+	// PLCAddr is where the in-process directory listens; default 127.0.0.1:0.
+	PLCAddr string
+	// ServiceDID is the server's own DID (the aud of session tokens); default did:web:<Hostname>.
+	ServiceDID string
+	// UserDomains are the handle suffixes accounts may take; default [".test"].
+	UserDomains []string
+	// Lexicons, when set, validates records of the collections it knows (validationStatus
+	// "valid"); records of other collections are stored as "unknown".
+	Lexicons lexicon.Catalog
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// plcDirectory is what the server needs from a did:plc directory, in-process or remote.
+type plcDirectory interface {
+	Submit(ctx context.Context, did string, op *plc.Op) error
+	Last(ctx context.Context, did string) (*plc.Op, error)
+}
+
+// Server is a running PDS.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	db  *bolt.DB
+
+	jwtSecret   []byte
+	rotationKey *atcrypto.PrivateKeyK256
+	tidClock    *syntax.TIDClock
+
+	plc      plcDirectory
+	plcLocal *plc.Directory
+	plcURL   string
+	dir      identity.Directory
+	svcAuth  *serviceauth.Verifier
+
+	acctMu  sync.Mutex
+	reposMu sync.Mutex
+	repos   map[string]*repoState
+	seqMu   sync.Mutex
+	hub     hub
+
+	url       string
+	listeners []net.Listener
+	servers   []*http.Server
+	closeOnce sync.Once
+}
+
+// New opens (or creates) the server's data under cfg.DataDir. Call Start to serve.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("pds: DataDir is required")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.PLCAddr == "" {
+		cfg.PLCAddr = "127.0.0.1:0"
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = "localhost"
+	}
+	if cfg.ServiceDID == "" {
+		cfg.ServiceDID = "did:web:" + cfg.Hostname
+	}
+	if len(cfg.UserDomains) == 0 {
+		cfg.UserDomains = []string{".test"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(filepath.Join(cfg.DataDir, "pds.db"), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("pds: open database: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{},
+		tidClock: syntax.NewTIDClock(0), hub: hub{subs: map[*subscriber]struct{}{}}}
+	if err := s.initMeta(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if cfg.PLCURL == "" {
+		d, err := plc.NewWithDB(db)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		s.plcLocal, s.plc = d, d
+	} else {
+		s.plc = &plc.Client{URL: cfg.PLCURL}
+		s.plcURL = cfg.PLCURL
+	}
+	return s, nil
+}
+
+func (s *Server) initMeta() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket(bMeta)
+		if v := m.Get([]byte("jwtSecret")); v != nil {
+			s.jwtSecret = append([]byte(nil), v...)
+		} else {
+			s.jwtSecret = make([]byte, 32)
+			if _, err := rand.Read(s.jwtSecret); err != nil {
+				return err
+			}
+			if err := m.Put([]byte("jwtSecret"), s.jwtSecret); err != nil {
+				return err
+			}
+		}
+		if v := m.Get([]byte("rotationKey")); v != nil {
+			k, err := atcrypto.ParsePrivateBytesK256(v)
+			if err != nil {
+				return err
+			}
+			s.rotationKey = k
+		} else {
+			k, err := atcrypto.GeneratePrivateKeyK256()
+			if err != nil {
+				return err
+			}
+			s.rotationKey = k
+			if err := m.Put([]byte("rotationKey"), k.Bytes()); err != nil {
+				return err
+			}
+		}
+		s.hub.last = lastSeq(tx)
+		return nil
+	})
+}
+
+// Start listens on cfg.Addr (and the in-process PLC directory on cfg.PLCAddr) and serves until
+// Close. When the public URL differs from the one the accounts' DID documents name (a new
+// port after a restart), it updates their documents through the PLC directory.
+func (s *Server) Start(ctx context.Context) error {
+	if s.plcLocal != nil {
+		ln, err := net.Listen("tcp", s.cfg.PLCAddr)
+		if err != nil {
+			return fmt.Errorf("pds: plc listen: %w", err)
+		}
+		s.plcURL = "http://" + ln.Addr().String()
+		s.serve(ln, s.plcLocal.Handler())
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("pds: listen: %w", err)
+	}
+	s.url = s.cfg.PublicURL
+	if s.url == "" {
+		s.url = "http://" + ln.Addr().String()
+	}
+	s.dir = &identity.BaseDirectory{PLCURL: s.plcURL, SkipHandleVerification: true,
+		HTTPClient: http.Client{Timeout: 10 * time.Second}}
+	s.svcAuth = serviceauth.New(serviceauth.Config{Directory: s.dir, Audiences: []string{s.cfg.ServiceDID}})
+	if err := s.reconcileEndpoints(ctx); err != nil {
+		s.Close()
+		return err
+	}
+	s.serve(ln, s.routes())
+	s.log.Info("pds listening", "url", s.url, "plc", s.plcURL)
+	return nil
+}
+
+func (s *Server) serve(ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.listeners = append(s.listeners, ln)
+	s.servers = append(s.servers, srv)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve", "err", err)
+		}
+	}()
+}
+
+// URL is the PDS's base URL, e.g. http://127.0.0.1:41234.
+func (s *Server) URL() string { return s.url }
+
+// PLCURL is the did:plc directory the server registers DIDs with.
+func (s *Server) PLCURL() string { return s.plcURL }
+
+// ServiceDID is the server's own DID.
+func (s *Server) ServiceDID() string { return s.cfg.ServiceDID }
+
+// Directory resolves DIDs through the server's PLC directory.
+func (s *Server) Directory() identity.Directory { return s.dir }
+
+// Close stops serving and closes the database.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, srv := range s.servers {
+			_ = srv.Shutdown(ctx)
+		}
+		for _, srv := range s.servers {
+			_ = srv.Close()
+		}
+		err = s.db.Close()
+	})
+	return err
+}
+
+// reconcileEndpoints points each account's #atproto_pds service at the current URL.
+func (s *Server) reconcileEndpoints(ctx context.Context) error {
+	var accts []account
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bAccounts).ForEach(func(_, v []byte) error {
+			a, err := decodeAccount(v)
+			if err == nil {
+				accts = append(accts, *a)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range accts {
+		last, err := s.plc.Last(ctx, a.DID)
+		if err != nil {
+			return fmt.Errorf("pds: reading PLC log of %s: %w", a.DID, err)
+		}
+		if svc, ok := last.Services["atproto_pds"]; ok && svc.Endpoint == s.url {
+			continue
+		}
+		next := plc.Op{RotationKeys: last.RotationKeys, VerificationMethods: last.VerificationMethods,
+			AlsoKnownAs: last.AlsoKnownAs, Services: map[string]plc.Service{}}
+		for k, v := range last.Services {
+			next.Services[k] = v
+		}
+		next.Services["atproto_pds"] = plc.Service{Type: "AtprotoPersonalDataServer", Endpoint: s.url}
+		op, err := plc.Next(s.rotationKey, last, next)
+		if err != nil {
+			return err
+		}
+		if err := s.plc.Submit(ctx, a.DID, op); err != nil {
+			return fmt.Errorf("pds: updating PDS endpoint of %s: %w", a.DID, err)
+		}
+		if err := s.emitIdentity(a.DID, a.Handle); err != nil {
+			return err
+		}
+		s.log.Info("pds endpoint updated", "did", a.DID, "endpoint", s.url)
+	}
+	return nil
+}
+
+// validateRecord checks a record against the configured lexicons.
+func (s *Server) validateRecord(coll syntax.NSID, val map[string]any) (string, error) {
+	if s.cfg.Lexicons == nil {
+		return "unknown", nil
+	}
+	if _, err := s.cfg.Lexicons.Resolve(coll.String()); err != nil {
+		return "unknown", nil
+	}
+	if err := lexicon.ValidateRecord(s.cfg.Lexicons, val, coll.String(), 0); err != nil {
+		return "", errInvalidRequest("Invalid %s record: %v", coll, err)
+	}
+	return "valid", nil
+}
+
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return host
+	}
+	return strings.TrimSuffix(h, ".")
+}

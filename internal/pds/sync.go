@@ -1,0 +1,117 @@
+package pds
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"socialweb.computer/internal/firehose"
+)
+
+func writeCARResponse(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/vnd.ipld.car")
+	w.WriteHeader(200)
+	_, _ = w.Write(b)
+}
+
+func (s *Server) hGetRepoCAR(w http.ResponseWriter, r *http.Request) {
+	did := r.URL.Query().Get("did")
+	if did == "" {
+		writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.getRepo params: Missing required key \"did\""))
+		return
+	}
+	b, err := s.repoCAR(did)
+	if err != nil {
+		writeXRPCError(w, asXRPC(err))
+		return
+	}
+	writeCARResponse(w, b)
+}
+
+func (s *Server) hSyncGetRecord(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	did, coll, rkey := q.Get("did"), q.Get("collection"), q.Get("rkey")
+	if did == "" || coll == "" || rkey == "" {
+		writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.getRecord params: did, collection and rkey are required"))
+		return
+	}
+	if _, err := parseCollection(coll); err != nil {
+		writeXRPCError(w, err)
+		return
+	}
+	if _, err := parseRKey(rkey); err != nil {
+		writeXRPCError(w, err)
+		return
+	}
+	b, err := s.recordProofCAR(did, coll+"/"+rkey)
+	if err != nil {
+		writeXRPCError(w, asXRPC(err))
+		return
+	}
+	writeCARResponse(w, b)
+}
+
+var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 64 << 10,
+	CheckOrigin: func(*http.Request) bool { return true }}
+
+func (s *Server) hSubscribeRepos(w http.ResponseWriter, r *http.Request) {
+	var cursor *int64
+	if v := r.URL.Query().Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.subscribeRepos params: Expected integer value type at $.cursor"))
+			return
+		}
+		cursor = &n
+	}
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ctx := r.Context()
+	// Reading keeps control frames flowing and notices the consumer hanging up.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+	ctx, cancel := contextWithDone(ctx, done)
+	defer cancel()
+	err = s.SubscribeFrames(ctx, cursor, func(f Frame) error {
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		return conn.WriteMessage(websocket.BinaryMessage, f.Data)
+	})
+	var frame []byte
+	switch {
+	case errors.Is(err, ErrFutureCursor):
+		frame = firehose.EncodeError("FutureCursor", "Cursor in the future.")
+	case errors.Is(err, ErrConsumerTooSlow):
+		frame = firehose.EncodeError("ConsumerTooSlow", "Stream consumer too slow")
+	}
+	if frame != nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_ = conn.WriteMessage(websocket.BinaryMessage, frame)
+	}
+	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+}
+
+func contextWithDone(parent context.Context, done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

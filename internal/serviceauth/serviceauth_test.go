@@ -1,0 +1,87 @@
+package serviceauth
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/auth"
+	"github.com/bluesky-social/indigo/atproto/identity"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+func setup(t *testing.T) (*Verifier, atcrypto.PrivateKey, syntax.DID) {
+	t.Helper()
+	key, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey()
+	did := syntax.DID("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa")
+	dir := identity.NewMockDirectory()
+	dir.Insert(identity.Identity{DID: did, Keys: map[string]identity.VerificationMethod{
+		"atproto": {Type: "Multikey", PublicKeyMultibase: pub.Multibase()}}})
+	v := New(Config{Directory: dir, Audiences: []string{"did:web:gw.test", "did:web:other.test"}})
+	return v, key, did
+}
+
+func TestVerify(t *testing.T) {
+	ctx := context.Background()
+	v, key, did := setup(t)
+	lxm := syntax.NSID("computer.socialweb.k8s.apply")
+	tok, _ := auth.SignServiceAuth(did, "did:web:other.test", time.Minute, &lxm, key)
+	c, err := v.Verify(ctx, tok, lxm.String())
+	if err != nil || c.Issuer != did || c.Audience != "did:web:other.test" {
+		t.Fatalf("%v %+v", err, c)
+	}
+	cases := []struct {
+		name, want string
+		tok        func() string
+		lxm        string
+	}{
+		{"replay", "JwtReplayed", func() string { return tok }, lxm.String()},
+		{"wrong aud", "BadJwtAudience", func() string {
+			s, _ := auth.SignServiceAuth(did, "did:web:evil.test", time.Minute, &lxm, key)
+			return s
+		}, lxm.String()},
+		{"wrong lxm", "BadJwtLexiconMethod", func() string {
+			s, _ := auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, key)
+			return s
+		}, "com.atproto.repo.getRecord"},
+		{"expired", "JwtExpired", func() string {
+			s, _ := auth.SignServiceAuth(did, "did:web:gw.test", -time.Minute, &lxm, key)
+			return s
+		}, ""},
+		{"too long", "BadJwt", func() string {
+			s, _ := auth.SignServiceAuth(did, "did:web:gw.test", 3*time.Hour, &lxm, key)
+			return s
+		}, ""},
+		{"other key", "BadJwtSignature", func() string {
+			k2, _ := atcrypto.GeneratePrivateKeyK256()
+			s, _ := auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, k2)
+			return s
+		}, ""},
+		{"garbage", "BadJwt", func() string { return "a.b" }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.Verify(ctx, tc.tok(), tc.lxm)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want+":") {
+				t.Fatalf("want %s, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	f.Add("eyJhbGciOiJFUzI1NksiLCJ0eXAiOiJKV1QifQ.eyJpc3MiOiJkaWQ6cGxjOngifQ.c2ln")
+	f.Add("..")
+	f.Add("a.b.c")
+	dir := identity.NewMockDirectory()
+	v := New(Config{Directory: dir, Audiences: []string{"did:web:gw.test"}})
+	f.Fuzz(func(t *testing.T, tok string) {
+		_, _ = v.Verify(context.Background(), tok, "")
+	})
+}
