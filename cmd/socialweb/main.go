@@ -32,7 +32,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand())
+	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand())
 	return root
 }
 

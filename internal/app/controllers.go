@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"log/slog"
 
 	"k8s.io/client-go/rest"
@@ -46,4 +48,12 @@ func RunControllers(ctx context.Context, cfg *rest.Config, o ControllerOptions) 
 		return err
 	}
 	return ctrlmanager.Run(ctx, m)
+}
+
+func randomPassword() (string, error) {
+	b := make([]byte, 18)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }

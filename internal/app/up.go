@@ -20,6 +20,7 @@ type UpOptions struct {
 	DataDir     string
 	Listen      string
 	MetricsAddr string
+	PDSListen   string
 	LogLevel    slog.Level
 	// Out receives the ready line; Progress receives phase lines.
 	Out, Progress io.Writer
@@ -70,6 +71,20 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("stopped")
 	}()
 	phase("core serving at %s", c.URL)
+
+	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		phase("stopping PDS")
+		srv.Close()
+	}()
+	acct, err := EnsureLocalAccount(ctx, srv, filepath.Join(dir.Root, "pds"), DefaultHandle)
+	if err != nil {
+		return err
+	}
+	phase("PDS serving at %s (PLC %s), local account %s %s", srv.URL(), srv.PLCURL(), acct.Handle, acct.DID)
 
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/app"
+	"socialweb.computer/internal/core"
+)
+
+func newPDSCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "pds", Short: "The embedded atproto PDS and did:plc directory"}
+	var o app.PDSOptions
+	var dataDir, level, handle string
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Run only the PDS (and its did:plc directory unless --plc-url is given)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := parseLevel(level)
+			if err != nil {
+				return err
+			}
+			dir, err := core.OpenDataDir(dataDir)
+			if err != nil {
+				return err
+			}
+			defer dir.Close()
+			o.DataDir = filepath.Join(dir.Root, "pds")
+			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			srv, err := app.StartPDS(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			acct, err := app.EnsureLocalAccount(cmd.Context(), srv, o.DataDir, handle)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "PDS serving at %s (PLC %s); account %s %s, password in %s\n",
+				srv.URL(), srv.PLCURL(), acct.Handle, acct.DID, filepath.Join(o.DataDir, "account.json"))
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	serve.Flags().StringVar(&dataDir, "data-dir", app.DefaultDataDir()+"-pds", "state directory of this PDS")
+	serve.Flags().StringVar(&o.Addr, "listen", "127.0.0.1:0", "listen address (port 0 picks a free one)")
+	serve.Flags().StringVar(&o.Hostname, "hostname", "localhost", "public host name; the service DID is did:web:<hostname>")
+	serve.Flags().StringVar(&o.PLCURL, "plc-url", "", "an external did:plc directory (default: run one in-process)")
+	serve.Flags().StringVar(&handle, "account", app.DefaultHandle, "handle of the account created on first start")
+	serve.Flags().StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	cmd.AddCommand(serve)
+	return cmd
+}
