@@ -1,7 +1,30 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/bench"
+)
 
 func newBenchCommand() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "Measure socialweb (see subcommands)"}
+	cmd := &cobra.Command{Use: "bench", Short: "Measure socialweb and print the figures its issues name"}
+	var o bench.CoreOptions
+	core := &cobra.Command{
+		Use:   "core",
+		Short: "up to ready, idle RSS, sequential creates, create-to-reconcile latency",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "... "+format+"\n", a...) }
+			return bench.Core(cmd.Context(), bench.Printer{W: cmd.OutOrStdout()}, o)
+		},
+	}
+	core.Flags().IntVar(&o.Starts, "starts", 5, "up-to-ready runs")
+	core.Flags().IntVar(&o.Creates, "creates", 1000, "sequential Infra creates")
+	core.Flags().IntVar(&o.Latency, "latency-objects", 200, "objects for create-to-reconcile latency")
+	core.Flags().DurationVar(&o.Idle, "idle", 10*time.Second, "idle time before reading RSS")
+	cmd.AddCommand(core)
+	return cmd
 }

@@ -23,9 +23,19 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 	if err != nil {
 		return err
 	}
+	applied := make(chan error, len(crds))
 	for _, want := range crds {
-		if err := applyCRD(ctx, cs, want); err != nil {
-			return fmt.Errorf("installing CRD %s: %w", want.Name, err)
+		go func() {
+			if err := applyCRD(ctx, cs, want); err != nil {
+				applied <- fmt.Errorf("installing CRD %s: %w", want.Name, err)
+				return
+			}
+			applied <- nil
+		}()
+	}
+	for range crds {
+		if err := <-applied; err != nil {
+			return err
 		}
 	}
 	dyn, err := dynamic.NewForConfig(cfg)

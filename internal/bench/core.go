@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/infra"
+	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/testenv"
+)
+
+// CoreOptions size the core benchmark.
+type CoreOptions struct {
+	// Binary is the socialweb binary to start (`up`); default: this executable.
+	Binary  string
+	Starts  int // up-to-ready runs (median reported)
+	Creates int // sequential Infra creates
+	Latency int // objects for create-to-reconcile latency
+	Idle    time.Duration
+	// Progress receives a line per phase.
+	Progress func(format string, a ...any)
+}
+
+// Core prints the four figures of the core: up to ready, idle RSS, sequential creates,
+// and create-to-reconcile latency.
+func Core(ctx context.Context, p Printer, o CoreOptions) error {
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Binary = exe
+	}
+	say := o.Progress
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	tmp, err := os.MkdirTemp("", "socialweb-bench-up-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	// 1. up to ready, on a fresh data dir and on a restart of the same one.
+	var fresh, again []time.Duration
+	for i := 0; i < o.Starts; i++ {
+		say("up to ready: run %d/%d", i+1, o.Starts)
+		dir := filepath.Join(tmp, fmt.Sprintf("run%d", i))
+		for _, into := range []*[]time.Duration{&fresh, &again} {
+			up, err := startUp(ctx, o.Binary, dir)
+			if err != nil {
+				return err
+			}
+			*into = append(*into, up.ready)
+			if err := up.stop(); err != nil {
+				return err
+			}
+		}
+	}
+	p.Line(fmt.Sprintf("up to ready, restart of a data dir (median of %d)", o.Starts), fmt.Sprintf("%.2f s", Median(again).Seconds()), "< 1 s")
+	p.Line(fmt.Sprintf("up to ready, fresh data dir (median of %d)", o.Starts), fmt.Sprintf("%.2f s", Median(fresh).Seconds()), "")
+
+	// 2. idle RSS, 3. sequential creates: against a running `up`.
+	dir := filepath.Join(tmp, "run0")
+	up, err := startUp(ctx, o.Binary, dir)
+	if err != nil {
+		return err
+	}
+	defer up.stop()
+	say("idle for %s", o.Idle)
+	time.Sleep(o.Idle)
+	rss, err := rssMiB(up.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	p.Line(fmt.Sprintf("idle RSS of up after ready (+%s)", o.Idle), fmt.Sprintf("%.0f MiB", rss), "< 150 MiB")
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = -1, 1000
+	c, err := client.New(cfg, client.Options{Scheme: ctrlmanager.Scheme()})
+	if err != nil {
+		return err
+	}
+	say("creating %d Infras one after another", o.Creates)
+	lat := make([]time.Duration, 0, o.Creates)
+	t0 := time.Now()
+	for i := 0; i < o.Creates; i++ {
+		inf := benchInfra("seq", i)
+		s := time.Now()
+		if err := c.Create(ctx, inf); err != nil {
+			return fmt.Errorf("create %d: %w", i, err)
+		}
+		lat = append(lat, time.Since(s))
+	}
+	wall := time.Since(t0)
+	p.Line(fmt.Sprintf("sequential Infra creates (%d, unthrottled)", o.Creates), fmt.Sprintf("%.0f objects/s, p50 %s, p99 %s", float64(o.Creates)/wall.Seconds(), ms(Median(lat)), ms(Percentile(lat, 99))), ">= 500/s")
+	if err := up.stop(); err != nil {
+		return err
+	}
+
+	// 4. create-to-reconcile, in-process so the reconcile start is observed exactly.
+	say("create-to-reconcile latency over %d objects", o.Latency)
+	return run(func(t *tb) error {
+		env := testenv.Start(t, testenv.Options{Controllers: true})
+		created := sync.Map{}
+		seen := make([]time.Duration, 0, o.Latency)
+		for i := 0; i < o.Latency; i++ {
+			inf := benchInfra("lat", i)
+			at := time.Now()
+			created.Store(inf.Name, at)
+			if err := env.Client.Create(ctx, inf); err != nil {
+				return err
+			}
+			deadline := time.After(10 * time.Second)
+		wait:
+			for {
+				select {
+				case r := <-env.Reconciles:
+					if r.Controller == infra.ControllerName && r.Request.Name == inf.Name {
+						seen = append(seen, r.At.Sub(at))
+						break wait
+					}
+				case <-deadline:
+					return fmt.Errorf("no reconcile of %s within 10s", inf.Name)
+				}
+			}
+		}
+		p.Line(fmt.Sprintf("create-to-reconcile, Infra controller (%d objects)", o.Latency), fmt.Sprintf("p50 %s, p99 %s", ms(Median(seen)), ms(Percentile(seen, 99))), "p99 < 50 ms")
+		return nil
+	})
+}
+
+func benchInfra(prefix string, i int) *v1alpha1.Infra {
+	return &v1alpha1.Infra{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", prefix, i), Namespace: "bench"},
+		Spec: v1alpha1.InfraSpec{Description: "benchmark", Contracts: []v1alpha1.InfraContract{
+			{Name: "a"}, {Name: "b", ComputeKind: v1alpha1.ComputeKindDeno}, {Name: "c"},
+		}},
+	}
+}
+
+type upProcess struct {
+	cmd   *exec.Cmd
+	ready time.Duration
+	done  chan error
+}
+
+// startUp runs `socialweb up` and returns once it prints its ready line.
+func startUp(ctx context.Context, bin, dir string) (*upProcess, error) {
+	cmd := exec.CommandContext(ctx, bin, "up", "--data-dir", dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	u := &upProcess{cmd: cmd, done: make(chan error, 1)}
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		u.done <- cmd.Wait()
+	}()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return nil, fmt.Errorf("socialweb up exited before ready (see %s/logs)", dir)
+			}
+			if strings.Contains(l, "is ready") {
+				u.ready = time.Since(t0)
+				go func() {
+					for range lines {
+					}
+				}()
+				return u, nil
+			}
+		case <-timeout:
+			cmd.Process.Kill()
+			return nil, fmt.Errorf("socialweb up not ready after 60s")
+		}
+	}
+}
+
+func (u *upProcess) stop() error {
+	if u.cmd.ProcessState != nil {
+		return nil
+	}
+	_ = u.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-u.done:
+		if err != nil {
+			return fmt.Errorf("socialweb up exited with %v on SIGINT", err)
+		}
+	case <-time.After(30 * time.Second):
+		u.cmd.Process.Kill()
+		return fmt.Errorf("socialweb up did not stop within 30s of SIGINT")
+	}
+	return nil
+}
+
+func rssMiB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
