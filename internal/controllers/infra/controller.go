@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +43,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	stored := obj.DeepCopy()
 	obj.Status.ObservedGeneration = obj.Generation
 	obj.Status.Phase, obj.Status.ContractsReady = summarize(obj.Spec.Contracts)
+	meta.SetStatusCondition(&obj.Status.Conditions, readyCondition(obj.Status.Phase, obj.Generation))
 	if equality.Semantic.DeepEqual(stored.Status, obj.Status) {
 		return reconcile.Result{}, nil
 	}
@@ -63,4 +66,17 @@ func summarize(contracts []v1alpha1.InfraContract) (v1alpha1.InfraPhase, string)
 		}
 	}
 	return phase, fmt.Sprintf("0/%d", len(contracts))
+}
+
+// readyCondition is True when what is observed is what is declared: every contract staged
+// is as ready as a staged deployment gets; anything else waits for its contracts.
+func readyCondition(phase v1alpha1.InfraPhase, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: string(v1alpha1.ConditionReady), ObservedGeneration: generation, Reason: string(phase)}
+	switch phase {
+	case v1alpha1.InfraStaged:
+		c.Status, c.Message = metav1.ConditionTrue, "every contract is staged; nothing is requested"
+	default:
+		c.Status, c.Message = metav1.ConditionFalse, "waiting for requested contracts"
+	}
+	return c
 }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the tests need, checks that generated code is
+# current, and runs every test, the end-to-end rows and the interop rows against the
+# reference PDS included. Safe to run again; installs are skipped when present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash hack/install-test-deps.sh
+
+echo "== generated code is current"
+bash hack/verify-generated.sh
+bash hack/verify-lexgen.sh
+
+echo "== go vet"
+go vet ./...
+
+echo "== tests"
+# The interop rows start the reference PDS (Node 22 and @atproto/pds from npm, installed
+# into .cache/ on first use); SOCIALWEB_INTEROP=1 runs them rather than skipping.
+export SOCIALWEB_INTEROP=1
+go test -count=1 -timeout 40m ./...
+
+echo "== fuzz targets, briefly"
+for target in FuzzXRPCInput FuzzRecordCBOR FuzzCARRead FuzzSessionToken; do
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/pds
+done
