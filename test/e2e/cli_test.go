@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/testenv"
+)
+
+// upProc is a running `socialweb up`.
+type upProc struct {
+	cmd  *exec.Cmd
+	done chan error
+	dir  string
+}
+
+func startUp(t *testing.T, dir string, args ...string) *upProc {
+	t.Helper()
+	cmd := exec.Command(socialwebBin, append([]string{"up", "--data-dir", dir}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &upProc{cmd: cmd, done: make(chan error, 1), dir: dir}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "is ready") {
+				ready <- sc.Text()
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	select {
+	case line := <-ready:
+		if !strings.Contains(line, filepath.Join(dir, "kubeconfig")) {
+			t.Errorf("ready line %q does not name the kubeconfig", line)
+		}
+	case err := <-p.done:
+		t.Fatalf("up exited before ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("up not ready after 60s")
+	}
+	return p
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (p *upProc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("up exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		t.Error("up did not stop within 30s of SIGTERM")
+	}
+}
+
+func (p *upProc) kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, err := kubectlRun(p.dir, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func kubectlRun(dir, stdin string, args ...string) (string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", filepath.Join(dir, "kubeconfig")}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// runCLI runs the binary and returns its output and exit code.
+func runCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, socialwebBin, args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+const walkthroughInfra = `apiVersion: socialweb.computer/v1alpha1
+kind: Infra
+metadata:
+  name: web
+  namespace: default
+spec:
+  description: a small web app
+  contracts:
+  - name: api
+    computeKind: deno
+    userData: console.log("hi")
+`
+
+func TestCLI_UpKubectlWalkthroughLockSignalAndRestart(t *testing.T) {
+	requireTool(t, "kubectl")
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+
+	// A second up on the same data dir fails at once, with one line.
+	out, code := runCLI(t, "up", "--data-dir", dir)
+	if code == 0 || !strings.Contains(out, "in use") || strings.Count(out, "socialweb: ") != 1 {
+		t.Errorf("second up: exit %d, output %q; want one line saying the data dir is in use", code, out)
+	}
+
+	res := up.kubectl(t, "", "api-resources", "--api-group=socialweb.computer", "-o", "name")
+	for _, r := range []string{"infras", "ephemeralinfras", "infracollections", "ephemeralinfracollections", "computecontracts",
+		"atprotorepos", "atprotorecords", "atprotorecordwatches", "clusters", "nodeclaims", "secrets"} {
+		if !strings.Contains(res, r+".socialweb.computer") {
+			t.Errorf("api-resources does not list %s:\n%s", r, res)
+		}
+	}
+	if out := up.kubectl(t, "", "explain", "infra.spec.contracts.state"); !strings.Contains(out, "Staged") {
+		t.Errorf("explain does not document the states:\n%s", out)
+	}
+	up.kubectl(t, walkthroughInfra, "apply", "-f", "-")
+	up.kubectl(t, "", "wait", "--for=condition=Ready", "--timeout=30s", "infra/web")
+	if out := up.kubectl(t, "", "get", "infras"); !strings.Contains(out, "PHASE") || !strings.Contains(out, "Staged") || !strings.Contains(out, "0/1") {
+		t.Errorf("get infras:\n%s", out)
+	}
+	if out := up.kubectl(t, "", "describe", "infra", "web"); !strings.Contains(out, "a small web app") {
+		t.Errorf("describe:\n%s", out)
+	}
+	up.kubectl(t, "", "patch", "infra", "web", "--type=merge", "-p", `{"spec":{"description":"the api"}}`)
+	up.kubectl(t, "", "wait", "--for=jsonpath={.status.observedGeneration}=2", "--timeout=30s", "infra/web")
+	if out, err := kubectlRun(dir, "", "patch", "infra", "web", "--type=merge", "-p", `{"spec":{"contracts":[{"name":"API"}]}}`); err == nil || !strings.Contains(out, "spec.contracts[0].name") {
+		t.Errorf("invalid patch: err %v, output %s", err, out)
+	}
+	up.kubectl(t, walkthroughInfra, "apply", "-f", "-")
+	keep := strings.Replace(walkthroughInfra, "name: web", "name: kept", 1)
+	up.kubectl(t, keep, "apply", "-f", "-")
+	up.kubectl(t, "", "delete", "infra", "web", "--wait=true", "--timeout=30s")
+
+	// SIGTERM stops it cleanly; a restart keeps every object.
+	up.stop(t)
+	up = startUp(t, dir)
+	out = up.kubectl(t, "", "get", "infras", "-o", "name")
+	if strings.TrimSpace(out) != "infra.socialweb.computer/kept" {
+		t.Errorf("after restart: %q, want only infra/kept", out)
+	}
+}
+
+func TestCLI_ControllersRunAgainstASeparateCore(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{}) // a core with no controllers in it
+	cmd := exec.Command(socialwebBin, "controllers", "--kubeconfig", env.Core.KubeconfigPath, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("controllers exited with %v after SIGTERM", err)
+		}
+	}()
+	ctx := context.Background()
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "remote", Namespace: "acct-test"},
+		Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "a"}, {Name: "b"}}}}
+	if err := env.Client.Create(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the separate controllers process reconciles", func() (bool, error) {
+		var got v1alpha1.Infra
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(inf), &got)
+		return err == nil && got.Status.Phase == v1alpha1.InfraStaged && got.Status.ContractsReady == "0/2", err
+	})
+}
+
+func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
+	foreign := t.TempDir()
+	if err := os.WriteFile(filepath.Join(foreign, "mine.txt"), []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(unreadable, []byte("{{{ not yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rows := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"foreign data dir", []string{"up", "--data-dir", foreign}, "not a socialweb data dir"},
+		{"port in use", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--listen", ln.Addr().String()}, "address already in use"},
+		{"unreadable kubeconfig", []string{"controllers", "--kubeconfig", unreadable}, "kubeconfig"},
+		{"missing kubeconfig", []string{"controllers", "--kubeconfig", filepath.Join(t.TempDir(), "nope")}, "no such file"},
+		{"unknown command", []string{"launch"}, "unknown command"},
+		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			out, code := runCLI(t, row.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want non-zero; output %q", out)
+			}
+			// Progress lines may come first; the error is the last line, and the only one.
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "socialweb: ") || !strings.Contains(last, row.want) || strings.Count(out, "socialweb: ") != 1 {
+				t.Errorf("output %q: want one error line starting 'socialweb: ' and mentioning %q", out, row.want)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(foreign, "mine.txt")); string(b) != "keep" {
+		t.Error("the foreign data dir was changed")
+	}
+	if entries, _ := os.ReadDir(foreign); len(entries) != 1 {
+		t.Errorf("the foreign data dir gained files: %v", entries)
+	}
+}
+
+func TestCLI_HelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"bench", "core", "--help"}, {"version", "--help"}} {
+		out, code := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("%v: exit %d, output %q", args, code, out)
+		}
+	}
+	out, code := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "socialweb ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
