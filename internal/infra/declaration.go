@@ -317,45 +317,51 @@ func Hash(d Declaration) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// canonicalContract and canonicalDeclaration are the canonical form: fields in the byte order
+// of their JSON keys, empty optional fields omitted.
+type canonicalContract struct {
+	BidderDids         []string          `json:"bidderDids,omitempty"`
+	ComputeKind        string            `json:"computeKind"`
+	DenyBidderDids     []string          `json:"denyBidderDids,omitempty"`
+	Name               string            `json:"name"`
+	Policy             string            `json:"policy,omitempty"`
+	PolicyArgs         map[string]string `json:"policyArgs,omitempty"`
+	ReleaseRequestedAt string            `json:"releaseRequestedAt,omitempty"`
+	SSHAuthorizedKeys  []string          `json:"sshAuthorizedKeys,omitempty"`
+	State              string            `json:"state"`
+	UserData           string            `json:"userData,omitempty"`
+	VMName             string            `json:"vmName,omitempty"`
+	VMReadyTimeoutSec  *int32            `json:"vmReadyTimeoutSec,omitempty"`
+}
+
+type canonicalDeclaration struct {
+	Contracts   []canonicalContract `json:"contracts,omitempty"`
+	Description string              `json:"description,omitempty"`
+}
+
 // CanonicalJSON is the byte string Hash digests.
 func CanonicalJSON(d Declaration) []byte {
-	doc := map[string]any{}
-	if d.Description != "" {
-		doc["description"] = d.Description
-	}
-	cs := make([]map[string]any, 0, len(d.Contracts))
+	doc := canonicalDeclaration{Description: d.Description}
 	for _, c := range d.Contracts {
-		m := map[string]any{"name": c.Name, "state": StateToRecord(c.State)}
 		kind := string(c.ComputeKind)
 		if kind == "" {
 			kind = string(v1alpha1.ComputeKindVM)
 		}
-		m["computeKind"] = kind
-		putString(m, "vmName", c.VMName)
-		putString(m, "userData", c.UserData)
-		putString(m, "policy", c.Policy)
-		putStrings(m, "bidderDids", c.BidderDids)
-		putStrings(m, "denyBidderDids", c.DenyBidderDids)
-		putStrings(m, "sshAuthorizedKeys", c.SSHAuthorizedKeys)
+		cc := canonicalContract{
+			BidderDids: c.BidderDids, ComputeKind: kind, DenyBidderDids: c.DenyBidderDids, Name: c.Name,
+			Policy: c.Policy, PolicyArgs: c.PolicyArgs, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
+			State: StateToRecord(c.State), UserData: c.UserData, VMName: c.VMName, VMReadyTimeoutSec: c.VMReadyTimeoutSec,
+		}
 		if c.ReleaseRequestedAt != nil {
-			m["releaseRequestedAt"] = formatTime(c.ReleaseRequestedAt.Time)
+			cc.ReleaseRequestedAt = formatTime(c.ReleaseRequestedAt.Time)
 		}
-		if c.VMReadyTimeoutSec != nil {
-			m["vmReadyTimeoutSec"] = *c.VMReadyTimeoutSec
-		}
-		if len(c.PolicyArgs) > 0 {
-			m["policyArgs"] = c.PolicyArgs
-		}
-		cs = append(cs, m)
+		doc.Contracts = append(doc.Contracts, cc)
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i]["name"].(string) < cs[j]["name"].(string) })
-	if len(cs) > 0 {
-		doc["contracts"] = cs
-	}
+	sort.SliceStable(doc.Contracts, func(i, j int) bool { return doc.Contracts[i].Name < doc.Contracts[j].Name })
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(doc) // maps of strings, numbers and slices always encode
+	_ = enc.Encode(doc) // strings, slices, a string map and an int always encode
 	return bytes.TrimRight(buf.Bytes(), "\n")
 }
 
@@ -453,18 +459,6 @@ func copyStrings(s []string) []string {
 		return nil
 	}
 	return append([]string(nil), s...)
-}
-
-func putString(m map[string]any, k, v string) {
-	if v != "" {
-		m[k] = v
-	}
-}
-
-func putStrings(m map[string]any, k string, v []string) {
-	if len(v) > 0 {
-		m[k] = v
-	}
 }
 
 // itoa is strconv.Itoa, named for the successor rkeys.

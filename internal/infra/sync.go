@@ -275,7 +275,9 @@ func Decide(in SyncInput) SyncDecision {
 	}
 	recordChanged := !(storedCID != "" && rec.CID == storedCID) && hr != hs
 	if mode == v1alpha1.RecordSyncPublish {
-		return push(recordChanged)
+		// Anything the record holds that kcp did not last store is overwritten and logged; a
+		// retry of a push whose write was lost is reported too, since the cid cannot tell.
+		return push(hr != hs)
 	}
 	if !recordChanged {
 		return push(false)

@@ -24,7 +24,9 @@ func stored(d Declaration, cid string, dir v1alpha1.RecordSyncDirection) *v1alph
 	return &v1alpha1.InfraRecordStatus{URI: uri, CID: cid, DeclarationHash: Hash(d), SyncedGeneration: 3, SyncedAt: mtime(t0), Direction: dir}
 }
 
-func found(cid string, d Declaration) RecordRead { return RecordRead{Found: true, CID: cid, Declaration: d} }
+func found(cid string, d Declaration) RecordRead {
+	return RecordRead{Found: true, CID: cid, Declaration: d}
+}
 
 // syncWant is the part of a SyncDecision a row pins down.
 type syncWant struct {
@@ -145,7 +147,9 @@ func TestDecide(t *testing.T) {
 		{name: "first sync of a publishing object that agrees", in: base(func(in *SyncInput) { in.Stored = nil }),
 			want: syncWant{Action: ActionInSync, Direction: v1alpha1.RecordInSync, Write: WriteStatusIfDue, SwapCID: "c1", StoreHash: Hash(dA), StoreCID: "c1",
 				Conditions: []string{valid, "Synced=True/InSync"}}},
-		{name: "first sync of a following object pulls", in: base(func(in *SyncInput) { in.Following, in.Stored, in.Spec, in.Record = true, nil, Declaration{}, found("c1", dR) }),
+		{name: "first sync of a following object pulls", in: base(func(in *SyncInput) {
+			in.Following, in.Stored, in.Spec, in.Record = true, nil, Declaration{}, found("c1", dR)
+		}),
 			want: syncWant{Action: ActionPull, Direction: v1alpha1.RecordPulled, Pull: &dR, StoreHash: Hash(dR), StoreCID: "c1",
 				Conditions: []string{valid, "Synced=False/Pulled", "SyncConflict=False/NoConflict"}}},
 		{name: "first sync of a following object that declared otherwise: record wins, reported", in: base(func(in *SyncInput) {
