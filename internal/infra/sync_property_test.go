@@ -29,7 +29,7 @@ import (
 //     sides equal, and one more reconcile changes nothing.
 
 const (
-	propertyRuns  = 2000
+	propertyRuns  = 1000
 	propertySteps = 60
 )
 
