@@ -9,8 +9,14 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"socialweb.computer/internal/controllers/atprotorecord"
+	"socialweb.computer/internal/controllers/atprotorecordwatch"
+	"socialweb.computer/internal/controllers/atprotorepo"
 	"socialweb.computer/internal/controllers/infra"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/watch"
 )
 
 // ControllerOptions configure the controllers of a process.
@@ -21,6 +27,14 @@ type ControllerOptions struct {
 	Observer           ctrlmanager.ReconcileObserver
 	SkipNameValidation bool
 	Logger             *slog.Logger
+	// PDS is the embedded PDS that AtprotoRepos with spec.local live on; nil when the
+	// process runs none (local repos then report Unreachable).
+	PDS *pds.Server
+	// Broker fans record changes seen by AtprotoRecordWatches out to other controllers;
+	// nil makes a new one.
+	Broker *watch.Broker
+	// Resolver holds every repo session; nil makes a new one (its Client is set here).
+	Resolver *repos.Resolver
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -36,6 +50,24 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := infra.Setup(m, o.Observer); err != nil {
+		return nil, err
+	}
+	res := o.Resolver
+	if res == nil {
+		res = &repos.Resolver{}
+	}
+	res.PDS, res.Client = o.PDS, m.GetClient()
+	broker := o.Broker
+	if broker == nil {
+		broker = &watch.Broker{}
+	}
+	if err := atprotorepo.Setup(m, res, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := atprotorecord.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -89,7 +89,7 @@ func Up(ctx context.Context, o UpOptions) error {
 
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()
-	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log})
+	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv})
 	if err != nil {
 		return err
 	}

@@ -62,3 +62,13 @@ func (r *Repo) Head(ctx context.Context) (*CommitInfo, error) {
 	}
 	return &CommitInfo{CID: h.Commit, Rev: h.Rev}, nil
 }
+
+// Account resolves a hosted account by handle or DID and returns its DID and handle; an
+// unknown account is the XRPC error RepoNotFound (or InvalidRequest for a bad identifier).
+func (s *Server) Account(_ context.Context, ident string) (did, handle string, err error) {
+	did, acct, err := s.resolveRepo(ident)
+	if err != nil {
+		return "", "", err
+	}
+	return did, acct.Handle, nil
+}

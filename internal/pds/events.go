@@ -31,9 +31,10 @@ func (sub *subscriber) drop() { sub.once.Do(func() { close(sub.slow) }) }
 
 // hub fans frames out to live subscribers without ever waiting on one.
 type hub struct {
-	mu   sync.Mutex
-	last int64
-	subs map[*subscriber]struct{}
+	mu     sync.Mutex
+	last   int64
+	subs   map[*subscriber]struct{}
+	closed chan struct{} // closed when the server closes
 }
 
 // storeTx runs fn in one bbolt write transaction; fn may allocate firehose seqs and returns the
@@ -102,6 +103,8 @@ func (h *hub) remove(sub *subscriber) {
 var (
 	ErrFutureCursor    = errors.New("FutureCursor: Cursor in the future.")
 	ErrConsumerTooSlow = errors.New("ConsumerTooSlow: Stream consumer too slow")
+	// ErrServerClosed ends the subscriptions of a server that is closing.
+	ErrServerClosed = errors.New("pds: server closed")
 )
 
 // Frame is one raw firehose frame with its seq.
@@ -124,6 +127,11 @@ func (s *Server) SubscribeFrames(ctx context.Context, cursor *int64, fn func(Fra
 		sent = *cursor
 		// Replay from the store in pages, without holding a transaction across fn.
 		for sent < last {
+			select {
+			case <-s.hub.closed:
+				return ErrServerClosed
+			default:
+			}
 			var page []Frame
 			err := s.db.View(func(tx *bolt.Tx) error {
 				c := tx.Bucket(bEvents).Cursor()
@@ -154,6 +162,8 @@ func (s *Server) SubscribeFrames(ctx context.Context, cursor *int64, fn func(Fra
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.hub.closed:
+			return ErrServerClosed
 		case <-sub.slow:
 			// Deliver what is buffered is pointless: the consumer lost frames. End.
 			return ErrConsumerTooSlow

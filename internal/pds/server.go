@@ -115,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("pds: open database: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{},
-		tidClock: syntax.NewTIDClock(0), hub: hub{subs: map[*subscriber]struct{}{}}}
+		tidClock: syntax.NewTIDClock(0), hub: hub{subs: map[*subscriber]struct{}{}, closed: make(chan struct{})}}
 	if err := s.initMeta(); err != nil {
 		db.Close()
 		return nil, err
@@ -234,6 +234,9 @@ func (s *Server) Directory() identity.Directory { return s.dir }
 func (s *Server) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		// End every subscription first: firehose connections are hijacked and would
+		// outlive Shutdown, leaving consumers attached to a server that is gone.
+		close(s.hub.closed)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, srv := range s.servers {

@@ -20,6 +20,9 @@ import (
 	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/core"
 	"socialweb.computer/internal/logsink"
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/watch"
 )
 
 // Env is a running core, and its controllers when asked for.
@@ -30,6 +33,14 @@ type Env struct {
 	Client client.Client
 	// Reconciles receives every reconcile start when controllers run.
 	Reconciles chan Reconcile
+	// PDS is the embedded PDS the controllers use for local repos (Options.PDS or
+	// Options.PDSServer), and Account its default account when the harness created it.
+	PDS     *pds.Server
+	Account *app.LocalAccount
+	// Broker carries the record changes of AtprotoRecordWatches; Resolver holds the repo
+	// sessions of the controllers.
+	Broker   *watch.Broker
+	Resolver *repos.Resolver
 
 	stopControllers context.CancelFunc
 	controllersDone chan error
@@ -49,6 +60,11 @@ type Options struct {
 	Controllers bool
 	// DataDir reuses a data dir (to test restarts); empty means a new temporary one.
 	DataDir string
+	// PDS starts an embedded PDS with the project's lexicons and a default account
+	// (app.DefaultHandle) on a temporary dir, stopped at cleanup.
+	PDS bool
+	// PDSServer is a PDS the caller runs (and stops) to hand to the controllers instead.
+	PDSServer *pds.Server
 }
 
 // TB is the part of testing.TB the harness needs, so benchmarks outside `go test` can use it.
@@ -84,7 +100,14 @@ func Start(t TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("core: %v", err)
 	}
-	e := &Env{Core: c, Config: c.RESTConfig, Reconciles: make(chan Reconcile, 100000)}
+	e := &Env{Core: c, Config: c.RESTConfig, Reconciles: make(chan Reconcile, 100000), Broker: &watch.Broker{}, Resolver: &repos.Resolver{}}
+	// The PDS is closed after the controllers stop (cleanups run last-registered first).
+	switch {
+	case o.PDSServer != nil:
+		e.PDS = o.PDSServer
+	case o.PDS:
+		e.PDS, e.Account = StartPDS(t, t.TempDir(), "")
+	}
 	t.Cleanup(e.Stop)
 	e.Client, err = client.New(c.RESTConfig, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
@@ -105,7 +128,7 @@ func (e *Env) StartControllers(t TB, log *slog.Logger) {
 		default:
 		}
 	}
-	m, err := app.NewControllers(e.Config, app.ControllerOptions{Observer: obs, SkipNameValidation: true, Logger: log})
+	m, err := app.NewControllers(e.Config, app.ControllerOptions{Observer: obs, SkipNameValidation: true, Logger: log, PDS: e.PDS, Broker: e.Broker, Resolver: e.Resolver})
 	if err != nil {
 		t.Fatalf("controllers: %v", err)
 	}
@@ -129,6 +152,26 @@ func (e *Env) Stop() {
 		e.stopControllers = nil
 	}
 	e.Core.Stop()
+}
+
+// StartPDS starts an embedded PDS with the project's lexicons and its default account in
+// dir (reusing both when dir holds them), listening on addr ("" for a free loopback port),
+// and closes it at cleanup (closing it earlier is fine).
+func StartPDS(t TB, dir, addr string) (*pds.Server, *app.LocalAccount) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := app.StartPDS(ctx, app.PDSOptions{DataDir: dir, Addr: addr, Logger: log})
+	if err != nil {
+		t.Fatalf("PDS: %v", err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	acct, err := app.EnsureLocalAccount(ctx, srv, dir, app.DefaultHandle)
+	if err != nil {
+		t.Fatalf("PDS account: %v", err)
+	}
+	return srv, acct
 }
 
 // Eventually polls cond every 10 ms until it returns true or timeout passes.
