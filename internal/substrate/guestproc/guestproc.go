@@ -322,6 +322,11 @@ func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
 			return ctx.Err()
 		}
 	}
+	// Members orphaned by a SIGKILL are reaped by init; give it a moment so
+	// the group is gone from /proc, zombies included, when we return.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && len(GroupMembers(pgid, true)) > 0; {
+		time.Sleep(5 * time.Millisecond)
+	}
 	return nil
 }
 
