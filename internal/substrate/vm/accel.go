@@ -52,7 +52,7 @@ func (s *Substrate) probeKey() string {
 	if fi, err := os.Stat(s.cfg.QEMU); err == nil {
 		fmt.Fprintf(h, "%s %d %d\n", s.cfg.QEMU, fi.Size(), fi.ModTime().UnixNano())
 	}
-	fmt.Fprintln(h, s.img.Manifest.KernelSHA256)
+	fmt.Fprintln(h, s.img.Manifest.KernelSHA256, s.img.Manifest.PVHKernelSHA256)
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 

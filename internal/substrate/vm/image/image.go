@@ -27,6 +27,9 @@ const (
 	KernelFile   = "vmlinuz"
 	InitrdFile   = "initrd.gz"
 	ManifestFile = "image.json"
+	// PVHKernelFile is the uncompressed kernel ELF, booted through its PVH
+	// entry when the build could extract it (ExtractVmlinux).
+	PVHKernelFile = "vmlinux"
 )
 
 // KernelMetaPackage is the Debian package whose dependency names the kernel.
@@ -44,21 +47,25 @@ var initScript []byte
 
 // Manifest describes a built image; it is written as image.json.
 type Manifest struct {
-	KernelPackage  string    `json:"kernelPackage"`
-	KernelVersion  string    `json:"kernelVersion"`  // Debian package version
-	KernelRelease  string    `json:"kernelRelease"`  // uname -r of the guest
-	BusyboxVersion string    `json:"busyboxVersion"` // Debian package version
-	KernelSHA256   string    `json:"kernelSHA256"`
-	InitrdSHA256   string    `json:"initrdSHA256"`
-	BuiltAt        time.Time `json:"builtAt"`
+	KernelPackage   string    `json:"kernelPackage"`
+	KernelVersion   string    `json:"kernelVersion"`  // Debian package version
+	KernelRelease   string    `json:"kernelRelease"`  // uname -r of the guest
+	BusyboxVersion  string    `json:"busyboxVersion"` // Debian package version
+	KernelSHA256    string    `json:"kernelSHA256"`
+	PVHKernelSHA256 string    `json:"pvhKernelSHA256,omitempty"`
+	InitrdSHA256    string    `json:"initrdSHA256"`
+	BuiltAt         time.Time `json:"builtAt"`
 }
 
 // Image is a built image on disk.
 type Image struct {
-	Dir      string
-	Kernel   string // path of vmlinuz
-	Initrd   string // path of initrd.gz
-	Manifest Manifest
+	Dir    string
+	Kernel string // path of vmlinuz
+	// PVHKernel is the path of vmlinux, "" when the image has none; the vm
+	// substrate boots it in preference to Kernel.
+	PVHKernel string
+	Initrd    string // path of initrd.gz
+	Manifest  Manifest
 }
 
 // ErrNoImage is returned by Load when the directory holds no complete image.
@@ -81,6 +88,13 @@ func Load(dir string) (Image, error) {
 		if _, err := os.Stat(p); err != nil {
 			return im, fmt.Errorf("%s: %w", p, ErrNoImage)
 		}
+	}
+	if im.Manifest.PVHKernelSHA256 != "" {
+		p := filepath.Join(dir, PVHKernelFile)
+		if _, err := os.Stat(p); err != nil {
+			return im, fmt.Errorf("%s: %w", p, ErrNoImage)
+		}
+		im.PVHKernel = p
 	}
 	return im, nil
 }
@@ -186,9 +200,18 @@ func BuildImage(ctx context.Context, outDir string, progress io.Writer) error {
 	}
 	m.KernelSHA256 = sum(kernel)
 	m.InitrdSHA256 = sum(initrd.Bytes())
+	files := map[string][]byte{KernelFile: kernel, InitrdFile: initrd.Bytes()}
+	if vmlinux, err := ExtractVmlinux(kernel); err != nil {
+		fmt.Fprintf(progress, "       no PVH kernel (%v): guests boot vmlinuz\n", err)
+		_ = os.Remove(filepath.Join(outDir, PVHKernelFile))
+	} else {
+		m.PVHKernelSHA256 = sum(vmlinux)
+		files[PVHKernelFile] = vmlinux
+		fmt.Fprintf(progress, "       vmlinux %.1f MB (PVH entry: no decompression at boot)\n", float64(len(vmlinux))/1e6)
+	}
 	m.BuiltAt = time.Now().UTC().Truncate(time.Second)
 	manifest, _ := json.MarshalIndent(m, "", "  ")
-	for name, data := range map[string][]byte{KernelFile: kernel, InitrdFile: initrd.Bytes()} {
+	for name, data := range files {
 		if err := writeAtomic(filepath.Join(outDir, name), data, 0o644); err != nil {
 			return err
 		}

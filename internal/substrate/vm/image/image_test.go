@@ -78,6 +78,9 @@ func TestBuildImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if im.PVHKernel == "" {
+		t.Errorf("no PVH kernel extracted:\n%s", progress.String())
+	}
 	if !strings.HasSuffix(im.Manifest.KernelRelease, "-cloud-amd64") || im.Manifest.BusyboxVersion == "" {
 		t.Fatalf("manifest %+v", im.Manifest)
 	}
