@@ -350,17 +350,8 @@ func (s *Substrate) Stop(ctx context.Context, id string) error {
 		return substrate.Errorf(Kind, "stop", id, substrate.ErrNotFound, "")
 	}
 	dir := s.store.Dir(id)
-	var rec guestproc.Record
-	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
-	if _, _, exited := guestproc.Exit(dir); !exited {
-		if err := guestproc.MarkStopped(dir); err != nil {
-			return substrate.Errorf(Kind, "stop", id, substrate.ErrBoot, "%v", err)
-		}
-	}
-	if rec.PID > 0 {
-		if err := guestproc.KillGroup(ctx, rec.PID, s.cfg.StopGrace); err != nil {
-			return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
-		}
+	if err := guestproc.Stop(ctx, dir, s.cfg.StopGrace); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
 	}
 	_ = os.RemoveAll(filepath.Join(dir, secretsDir))
 	return nil

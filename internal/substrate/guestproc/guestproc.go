@@ -330,6 +330,25 @@ func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
 	return nil
 }
 
+// Stop ends the guest in dir: records the stop unless the guest already
+// ended by itself, then ends its process group. When the supervisor has
+// recorded an exit and is gone, its group is not signalled: the guest was
+// reaped, and the pgid may since belong to someone else.
+func Stop(ctx context.Context, dir string, grace time.Duration) error {
+	var rec Record
+	_ = ReadJSON(filepath.Join(dir, PidFile), &rec)
+	_, _, exited := Exit(dir)
+	if !exited {
+		if err := MarkStopped(dir); err != nil {
+			return err
+		}
+	}
+	if rec.PID <= 0 || (exited && !rec.Alive()) {
+		return nil
+	}
+	return KillGroup(ctx, rec.PID, grace)
+}
+
 // Exit reads the exit status the supervisor recorded.
 func Exit(dir string) (code int, at time.Time, ok bool) {
 	p := filepath.Join(dir, ExitFile)
