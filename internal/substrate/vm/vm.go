@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -246,15 +247,30 @@ func (s *Substrate) qemuArgv(accel, serial, initrd, appendLine string, cpus, mem
 	for _, f := range fwds {
 		net += ",hostfwd=" + f
 	}
-	return []string{s.cfg.QEMU,
+	return append([]string{s.cfg.QEMU,
 		"-M", "microvm", "-accel", accel, "-cpu", "max",
 		"-m", strconv.Itoa(memMiB) + "M", "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// qemu runs untrusted guest code: a seccomp filter (no spawning,
+		// no obsolete or resource-control calls) and, under root, the uid
+		// of nobody once the machine is set up (sandboxArgs).
 		"-serial", "file:" + serial,
 		"-kernel", s.kernel(), "-initrd", initrd,
 		"-append", appendLine,
 		"-netdev", net, "-device", "virtio-net-device,netdev=n0",
+	}, sandboxArgs()...)
+}
+
+// sandboxArgs confines qemu. elevateprivileges stays allowed: -runas needs
+// setuid after the filter is in place, and nobody cannot regain root.
+func sandboxArgs() []string {
+	args := []string{"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny"}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("nobody"); err == nil {
+			args = append(args, "-runas", "nobody")
+		}
 	}
+	return args
 }
 
 func (s *Substrate) start(dir string, spec substrate.GuestSpec, accel string) (substrate.GuestStatus, error) {

@@ -96,6 +96,19 @@ while :; do sleep 3600; done
 		t.Fatalf("%+v %v\n%s", st, err, logs)
 	}
 	t.Logf("boot to %q: %s (accelerator %s: %s)", MarkerStarted, time.Since(t0).Round(time.Millisecond), st.Accelerator, s.AcceleratorReason(ctx))
+	if os.Geteuid() == 0 {
+		// qemu dropped root once the machine was set up (-runas nobody).
+		var qemu int
+		for _, pid := range guestproc.GroupMembers(st.PID, false) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu") {
+				qemu = pid
+			}
+		}
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", qemu))
+		if qemu == 0 || strings.Contains(string(status), "\nUid:\t0\t") {
+			t.Fatalf("qemu (pid %d) runs as root:\n%s", qemu, status)
+		}
+	}
 	port, _ := st.HostPort("http")
 	var body string
 	for {
