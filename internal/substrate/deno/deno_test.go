@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -406,4 +407,68 @@ func BenchmarkBootToFirstOutput(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/first-output")
+}
+
+// TestHelperBoot is not a test: TestGuestsOutliveTheirProcess runs the test
+// binary with it to boot guests from another OS process that then exits.
+func TestHelperBoot(t *testing.T) {
+	dir := os.Getenv("SOCIALWEB_TEST_HELPER_STATE")
+	if dir == "" {
+		t.Skip("helper for TestGuestsOutliveTheirProcess")
+	}
+	s, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "server", UserData: []byte(server),
+		Ports: []substrate.Port{{Name: "http", Guest: 8080}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "short", UserData: []byte(
+		`await new Promise((r) => setTimeout(r, 1500)); console.log("done"); Deno.exit(9);`)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A bidder restarted mid-flow: the process that booted the guests is gone,
+// so their supervisors are nobody's children here. This process still sees
+// one serve and the other end with its own status, and stops what runs.
+func TestGuestsOutliveTheirProcess(t *testing.T) {
+	s, dir := newSub(t)
+	ctx := ctxT(t, 60*time.Second)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperBoot$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SOCIALWEB_TEST_HELPER_STATE="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	st, err := s.Status(ctx, "server")
+	if err != nil || st.Phase != substrate.Running {
+		t.Fatalf("server after its booter exited: %+v %v", st, err)
+	}
+	if ppid := ppidOf(st.PID); ppid == os.Getpid() {
+		t.Fatalf("supervisor is this process's child; the test proves nothing")
+	}
+	port, _ := st.HostPort("http")
+	if body := waitGet(t, ctx, port); body != "hello server" {
+		t.Fatalf("body %q", body)
+	}
+	st, err = substrate.WaitEnded(ctx, s, "short")
+	if err != nil || st.Phase != substrate.Exited || st.ExitCode != 9 {
+		t.Fatalf("short: %+v %v", st, err)
+	}
+	if err := s.Stop(ctx, "server"); err != nil {
+		t.Fatal(err)
+	}
+	if pids := substratetest.Procs(dir); len(pids) != 0 {
+		t.Fatalf("processes left: %v", pids)
+	}
+}
+
+func ppidOf(pid int) int {
+	st, err := guestproc.ReadStat(pid)
+	if err != nil {
+		return 0
+	}
+	return st.PPID
 }
