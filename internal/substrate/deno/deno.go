@@ -1,0 +1,390 @@
+// Package deno is the deno substrate: a guest is `deno run` of the spec's
+// userData with Deno's permissions denied except what the spec grants,
+// never prompting, in its own session and process group, with its own
+// working dir and a scrubbed environment.
+package deno
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/guestproc"
+)
+
+// Kind is this substrate's name.
+const Kind = "deno"
+
+// Files in a guest dir, beside guestproc's pid.json, exit, stopped and log.
+const (
+	guestFile   = "guest.json"
+	programFile = "main.ts"
+	secretsDir  = "secrets"
+	workDir     = "work"
+	cacheDir    = "deno-dir"
+)
+
+// Environment variables the guest program can read (each granted by
+// --allow-env for exactly that name).
+const (
+	EnvGuestID    = "SOCIALWEB_GUEST_ID"
+	EnvSecretsDir = "SOCIALWEB_SECRETS_DIR"
+	// EnvPortPrefix + NAME (upper case, '-' as '_') holds the port the
+	// guest must listen on, on 127.0.0.1, for guest port NAME.
+	EnvPortPrefix = "SOCIALWEB_PORT_"
+)
+
+// EnvDeno overrides the default Deno binary.
+const EnvDeno = "SOCIALWEB_DENO"
+
+// Config configures the substrate.
+type Config struct {
+	// StateDir holds one directory per guest.
+	StateDir string
+	// Deno is the deno binary; empty means DefaultBinary().
+	Deno string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL
+	// (default 2s).
+	StopGrace time.Duration
+}
+
+// Substrate runs deno guests.
+type Substrate struct {
+	cfg   Config
+	store guestproc.Store
+	mu    sync.Mutex
+}
+
+var _ substrate.Substrate = (*Substrate)(nil)
+
+// New returns the substrate; it fails with ErrUnavailable when no deno
+// binary is found.
+func New(cfg Config) (*Substrate, error) {
+	if cfg.StateDir == "" {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "no state dir")
+	}
+	if cfg.Deno == "" {
+		cfg.Deno = DefaultBinary()
+	}
+	if cfg.Deno == "" {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "no deno binary: run hack/install-deno.sh or set %s", EnvDeno)
+	}
+	abs, err := filepath.Abs(cfg.Deno)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "deno binary %s is not an executable file", abs)
+	}
+	cfg.Deno = abs
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 2 * time.Second
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Substrate{cfg: cfg, store: guestproc.Store{Root: cfg.StateDir}}, nil
+}
+
+// DefaultBinary finds deno: $SOCIALWEB_DENO, else the project's own install
+// (.cache/deno from hack/install-deno.sh, in the module root above the
+// working directory), else deno on PATH; "" when there is none.
+func DefaultBinary() string {
+	if p := os.Getenv(EnvDeno); p != "" {
+		return p
+	}
+	if root := moduleRoot(); root != "" {
+		for _, rel := range []string{"node_modules/@deno/linux-x64-glibc/deno", "node_modules/@deno/linux-arm64-glibc/deno"} {
+			p := filepath.Join(root, ".cache", "deno", rel)
+			if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath("deno"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// moduleRoot walks up from the working directory to the go.mod of module
+// socialweb.computer.
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module socialweb.computer\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Kind implements substrate.Substrate.
+func (s *Substrate) Kind() string { return Kind }
+
+// Binary is the deno binary in use.
+func (s *Substrate) Binary() string { return s.cfg.Deno }
+
+// guestState is guest.json: the spec without userData or secrets, and what
+// Boot decided.
+type guestState struct {
+	Spec      substrate.GuestSpec     `json:"spec"`
+	Ports     []substrate.PortBinding `json:"ports,omitempty"`
+	Argv      []string                `json:"argv"`
+	StartedAt time.Time               `json:"startedAt"`
+}
+
+func validNet(e string) bool {
+	return e != "" && !strings.ContainsAny(e, ", \t\n\"'=/") && len(e) <= 255
+}
+
+func validPath(e string) bool {
+	return e != "" && !strings.ContainsAny(e, ",\n\x00")
+}
+
+// Boot implements substrate.Substrate.
+func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substrate.GuestStatus, error) {
+	fail := func(sentinel error, format string, args ...any) (substrate.GuestStatus, error) {
+		return substrate.GuestStatus{}, substrate.Errorf(Kind, "boot", spec.ID, sentinel, format, args...)
+	}
+	if err := spec.Validate(); err != nil {
+		return fail(substrate.ErrInvalidSpec, "%v", err)
+	}
+	if len(spec.UserData) == 0 {
+		return fail(substrate.ErrInvalidSpec, "empty userData (the program)")
+	}
+	for _, e := range spec.Permissions.Net {
+		if !validNet(e) {
+			return fail(substrate.ErrInvalidSpec, "permissions.net entry %q", e)
+		}
+	}
+	for _, e := range append(append([]string{}, spec.Permissions.Read...), spec.Permissions.Write...) {
+		if !validPath(e) {
+			return fail(substrate.ErrInvalidSpec, "permissions path %q", e)
+		}
+	}
+	for _, e := range spec.Permissions.Env {
+		if !validNet(e) {
+			return fail(substrate.ErrInvalidSpec, "permissions.env entry %q", e)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dir, err := s.store.Create(spec.ID)
+	if errors.Is(err, os.ErrExist) {
+		return fail(substrate.ErrExists, "")
+	}
+	if err != nil {
+		return fail(substrate.ErrBoot, "state dir: %v", err)
+	}
+	st, err := s.start(dir, spec)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	return st, nil
+}
+
+func (s *Substrate) start(dir string, spec substrate.GuestSpec) (substrate.GuestStatus, error) {
+	prog := filepath.Join(dir, programFile)
+	if err := os.WriteFile(prog, spec.UserData, 0o600); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	work := filepath.Join(dir, workDir)
+	cache := filepath.Join(dir, cacheDir)
+	for _, d := range []string{work, cache} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return substrate.GuestStatus{}, err
+		}
+	}
+	env := []string{
+		"HOME=" + work,
+		"DENO_DIR=" + cache,
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_NO_PROMPT=1",
+		"NO_COLOR=1",
+		"TMPDIR=" + work,
+		EnvGuestID + "=" + spec.ID,
+	}
+	allowEnv := []string{EnvGuestID}
+	var allowNet, allowRead []string
+	var cleanup []string
+	if len(spec.Secrets) > 0 {
+		sd := filepath.Join(dir, secretsDir)
+		if err := os.Mkdir(sd, 0o700); err != nil {
+			return substrate.GuestStatus{}, err
+		}
+		for name, v := range spec.Secrets {
+			if err := os.WriteFile(filepath.Join(sd, name), v, 0o400); err != nil {
+				return substrate.GuestStatus{}, err
+			}
+		}
+		env = append(env, EnvSecretsDir+"="+sd)
+		allowEnv = append(allowEnv, EnvSecretsDir)
+		allowRead = append(allowRead, sd)
+		cleanup = append(cleanup, secretsDir)
+	}
+	var ports []substrate.PortBinding
+	for _, p := range spec.Ports {
+		hp, err := guestproc.FreePort()
+		if err != nil {
+			return substrate.GuestStatus{}, fmt.Errorf("port %s: %v", p.Name, err)
+		}
+		ports = append(ports, substrate.PortBinding{Name: p.Name, Guest: p.Guest, Host: hp})
+		name := EnvPortPrefix + strings.ToUpper(strings.ReplaceAll(p.Name, "-", "_"))
+		env = append(env, name+"="+strconv.Itoa(hp))
+		allowEnv = append(allowEnv, name)
+		allowNet = append(allowNet, "127.0.0.1:"+strconv.Itoa(hp))
+	}
+	allowNet = append(allowNet, spec.Permissions.Net...)
+	allowRead = append(allowRead, spec.Permissions.Read...)
+	allowEnv = append(allowEnv, spec.Permissions.Env...)
+
+	argv := []string{s.cfg.Deno, "run",
+		"--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
+		"--allow-env=" + strings.Join(allowEnv, ","),
+	}
+	if len(allowNet) > 0 {
+		argv = append(argv, "--allow-net="+strings.Join(allowNet, ","))
+	}
+	if len(allowRead) > 0 {
+		argv = append(argv, "--allow-read="+strings.Join(allowRead, ","))
+	}
+	if len(spec.Permissions.Write) > 0 {
+		argv = append(argv, "--allow-write="+strings.Join(spec.Permissions.Write, ","))
+	}
+	if spec.MemMiB > 0 {
+		argv = append(argv, "--v8-flags=--max-old-space-size="+strconv.Itoa(spec.MemMiB))
+	}
+	argv = append(argv, prog)
+	sort.Strings(env)
+
+	startedAt := time.Now().UTC()
+	gs := guestState{Spec: spec, Ports: ports, Argv: argv, StartedAt: startedAt}
+	gs.Spec.UserData, gs.Spec.Secrets = nil, nil
+	if err := guestproc.WriteJSON(filepath.Join(dir, guestFile), gs); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	rec, err := guestproc.Start(guestproc.StartOptions{Dir: dir, Argv: argv, Env: env, Cwd: work, Cleanup: cleanup})
+	if err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	return s.status(spec.ID, dir, gs, rec), nil
+}
+
+// Status implements substrate.Substrate.
+func (s *Substrate) Status(ctx context.Context, id string) (substrate.GuestStatus, error) {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return substrate.GuestStatus{}, substrate.Errorf(Kind, "status", id, substrate.ErrNotFound, "")
+	}
+	dir := s.store.Dir(id)
+	var gs guestState
+	if err := guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs); err != nil {
+		return substrate.GuestStatus{ID: id, Kind: Kind, Phase: substrate.Failed, Message: "unreadable state: " + err.Error()}, nil
+	}
+	var rec guestproc.Record
+	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
+	return s.status(id, dir, gs, rec), nil
+}
+
+func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) substrate.GuestStatus {
+	st := substrate.GuestStatus{
+		ID: id, Kind: Kind, Address: "127.0.0.1", Ports: gs.Ports,
+		Accelerator: "none", StartedAt: gs.StartedAt,
+	}
+	if t, ok := guestproc.Stopped(dir); ok {
+		st.Phase, st.EndedAt = substrate.Stopped, t
+		return st
+	}
+	if code, at, ok := guestproc.Exit(dir); ok {
+		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
+		st.RunningAt = gs.StartedAt
+		if code != 0 {
+			st.Message = fmt.Sprintf("program exited with status %d", code)
+		}
+		return st
+	}
+	if rec.Alive() {
+		st.Phase, st.PID, st.RunningAt = substrate.Running, rec.PID, gs.StartedAt
+		return st
+	}
+	st.Phase = substrate.Failed
+	st.Message = "guest process is gone without an exit status (killed, or the host restarted)"
+	return st
+}
+
+// Logs implements substrate.Substrate.
+func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return nil, substrate.Errorf(Kind, "logs", id, substrate.ErrNotFound, "")
+	}
+	b, err := guestproc.Tail(filepath.Join(s.store.Dir(id), guestproc.LogFile), tail)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// Stop implements substrate.Substrate.
+func (s *Substrate) Stop(ctx context.Context, id string) error {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return substrate.Errorf(Kind, "stop", id, substrate.ErrNotFound, "")
+	}
+	dir := s.store.Dir(id)
+	if err := guestproc.Stop(ctx, dir, s.cfg.StopGrace); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
+	}
+	_ = os.RemoveAll(filepath.Join(dir, secretsDir))
+	return nil
+}
+
+// Remove implements substrate.Substrate.
+func (s *Substrate) Remove(ctx context.Context, id string) error {
+	st, err := s.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !st.Phase.Ended() {
+		return substrate.Errorf(Kind, "remove", id, substrate.ErrRunning, "stop it first")
+	}
+	return os.RemoveAll(s.store.Dir(id))
+}
+
+// List implements substrate.Substrate.
+func (s *Substrate) List(ctx context.Context) ([]substrate.GuestStatus, error) {
+	ids, err := s.store.IDs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]substrate.GuestStatus, 0, len(ids))
+	for _, id := range ids {
+		if !substrate.ValidID(id) {
+			continue
+		}
+		st, err := s.Status(ctx, id)
+		if err != nil {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

@@ -1,0 +1,438 @@
+// Package guestproc is what the host-process substrates share: a state dir
+// with one directory per guest, a guest started as its own session and
+// process group under a small /bin/sh supervisor that records the exit
+// status in the guest dir (so the status survives the Go process that
+// started it), liveness checks that survive pid reuse, and stopping a whole
+// process group.
+package guestproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Files in a guest dir.
+const (
+	PidFile     = "pid.json"
+	ExitFile    = "exit"
+	StoppedFile = "stopped"
+	LogFile     = "log"
+)
+
+// Store is a state dir holding one directory per guest.
+type Store struct{ Root string }
+
+// Dir is the directory of guest id.
+func (s Store) Dir(id string) string { return filepath.Join(s.Root, id) }
+
+// Create makes the guest dir; os.ErrExist when it is there already.
+func (s Store) Create(id string) (string, error) {
+	if err := os.MkdirAll(s.Root, 0o700); err != nil {
+		return "", err
+	}
+	d := s.Dir(id)
+	if err := os.Mkdir(d, 0o700); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+// Exists reports whether guest id has a dir.
+func (s Store) Exists(id string) bool {
+	fi, err := os.Stat(s.Dir(id))
+	return err == nil && fi.IsDir()
+}
+
+// IDs lists the guests, sorted; names starting with "." are not guests.
+func (s Store) IDs() ([]string, error) {
+	ents, err := os.ReadDir(s.Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// WriteJSON writes v to path atomically with mode 0600.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadJSON reads path into v.
+func ReadJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// Record identifies a guest's supervisor process, which leads the guest's
+// session and process group (pgid == PID). StartTicks (field 22 of
+// /proc/PID/stat) tells it apart from a later process with the same pid.
+type Record struct {
+	PID        int       `json:"pid"`
+	StartTicks uint64    `json:"startTicks"`
+	StartedAt  time.Time `json:"startedAt"`
+}
+
+// StartOptions describe the guest process.
+type StartOptions struct {
+	Dir  string   // the guest dir: pid.json, exit and the log go here
+	Argv []string // the guest command; Argv[0] an absolute path
+	Env  []string // the whole environment (nothing is inherited)
+	Cwd  string
+	// Cleanup names entries of Dir ([A-Za-z0-9._-]+) that the supervisor
+	// deletes when the guest exits by itself (secrets, per-guest initrd).
+	Cleanup []string
+}
+
+var cleanRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// supervisor runs the guest as its child, then deletes the cleanup entries
+// and records "<code>" in exit. $1 is the guest dir, then cleanup names up
+// to "--", then the guest argv. The guest's environment is the
+// supervisor's: the caller's scrubbed Env. SIGTERM is passed on to the
+// guest and the supervisor stays to reap it, so a stopped guest leaves no
+// zombie behind whoever its parent is.
+const supervisor = `d=$1; shift
+while [ "$1" != "--" ]; do c="$c $1"; shift; done; shift
+trap 'kill -TERM "$p" 2>/dev/null' TERM INT HUP
+"$@" </dev/null &
+p=$!
+while :; do wait "$p"; code=$?; kill -0 "$p" 2>/dev/null || break; done
+for f in $c; do rm -rf -- "$d/$f"; done
+echo "$code" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
+`
+
+var (
+	reapMu  sync.Mutex
+	reapers = map[int]chan struct{}{}
+)
+
+// Start launches the guest under the supervisor in a new session (and so a
+// new process group), stdout and stderr appended to Dir/log, and writes
+// pid.json. The child is reaped by a goroutine of this process; if this
+// process ends first, the guest runs on and its supervisor still records
+// the exit status.
+func Start(o StartOptions) (Record, error) {
+	if len(o.Argv) == 0 || !filepath.IsAbs(o.Argv[0]) {
+		return Record{}, fmt.Errorf("guest command %q: want an absolute path", o.Argv)
+	}
+	args := []string{"-c", supervisor, "socialweb-guest", o.Dir}
+	for _, c := range o.Cleanup {
+		if !cleanRE.MatchString(c) {
+			return Record{}, fmt.Errorf("cleanup entry %q", c)
+		}
+		args = append(args, c)
+	}
+	args = append(args, "--")
+	args = append(args, o.Argv...)
+	logf, err := os.OpenFile(filepath.Join(o.Dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return Record{}, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Env = o.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Dir = o.Cwd
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return Record{}, err
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	reapMu.Lock()
+	reapers[pid] = done
+	reapMu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		reapMu.Lock()
+		delete(reapers, pid)
+		reapMu.Unlock()
+		close(done)
+	}()
+	rec := Record{PID: pid, StartedAt: time.Now().UTC()}
+	if st, err := ReadStat(pid); err == nil {
+		rec.StartTicks = st.StartTicks
+	}
+	if err := WriteJSON(filepath.Join(o.Dir, PidFile), rec); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-done
+		return Record{}, err
+	}
+	return rec, nil
+}
+
+// Stat is what we read of /proc/PID/stat.
+type Stat struct {
+	PID        int
+	State      byte // R, S, D, Z, ...
+	PPID       int
+	PGID       int
+	StartTicks uint64
+}
+
+// ReadStat parses /proc/pid/stat.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, err
+	}
+	return parseStat(pid, b)
+}
+
+func parseStat(pid int, b []byte) (Stat, error) {
+	// "pid (comm) S ppid pgrp session tty tpgid flags minflt cminflt majflt
+	// cmajflt utime stime cutime cstime priority nice threads itrealvalue
+	// starttime ..."; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	st := Stat{PID: pid, State: f[0][0]}
+	st.PPID, _ = strconv.Atoi(f[1])
+	st.PGID, _ = strconv.Atoi(f[2])
+	st.StartTicks, _ = strconv.ParseUint(f[19], 10, 64)
+	return st, nil
+}
+
+// Alive reports whether the recorded supervisor still runs (not a zombie,
+// and not a later process that got the same pid).
+func (r Record) Alive() bool {
+	if r.PID <= 0 {
+		return false
+	}
+	st, err := ReadStat(r.PID)
+	if err != nil || st.State == 'Z' || st.State == 'X' {
+		return false
+	}
+	return r.StartTicks == 0 || st.StartTicks == r.StartTicks
+}
+
+// GroupMembers lists the pids of processes in process group pgid that are
+// not zombies (withZombies: those too).
+func GroupMembers(pgid int, withZombies bool) []int {
+	if pgid <= 1 {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil || st.PGID != pgid {
+			continue
+		}
+		if !withZombies && (st.State == 'Z' || st.State == 'X') {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// KillGroup ends process group pgid, whose leader is the supervisor:
+// SIGTERM to the group; after grace SIGKILL to every member but the leader
+// (which then reaps the guest and exits); a grace later SIGKILL to the whole
+// group. It returns when no member is left, zombies included when this
+// process is the one that reaps the leader.
+func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
+	if pgid <= 1 {
+		return nil
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	start := time.Now()
+	stage := 0
+	for {
+		members := GroupMembers(pgid, false)
+		if len(members) == 0 {
+			break
+		}
+		switch {
+		case stage == 0 && time.Since(start) > grace:
+			for _, p := range members {
+				if p != pgid {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+			}
+			stage = 1
+		case stage == 1 && time.Since(start) > 2*grace:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			stage = 2
+		}
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// Our own child: wait until the reaper has collected it.
+	reapMu.Lock()
+	done := reapers[pgid]
+	reapMu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Members orphaned by a SIGKILL are reaped by init; give it a moment so
+	// the group is gone from /proc, zombies included, when we return.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && len(GroupMembers(pgid, true)) > 0; {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// Stop ends the guest in dir: records the stop unless the guest already
+// ended by itself, then ends its process group. When the supervisor has
+// recorded an exit and is gone, its group is not signalled: the guest was
+// reaped, and the pgid may since belong to someone else.
+func Stop(ctx context.Context, dir string, grace time.Duration) error {
+	var rec Record
+	_ = ReadJSON(filepath.Join(dir, PidFile), &rec)
+	_, _, exited := Exit(dir)
+	if !exited {
+		if err := MarkStopped(dir); err != nil {
+			return err
+		}
+	}
+	if rec.PID <= 0 || (exited && !rec.Alive()) {
+		return nil
+	}
+	return KillGroup(ctx, rec.PID, grace)
+}
+
+// Exit reads the exit status the supervisor recorded.
+func Exit(dir string) (code int, at time.Time, ok bool) {
+	p := filepath.Join(dir, ExitFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	code, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	if fi, err := os.Stat(p); err == nil {
+		at = fi.ModTime().UTC()
+	}
+	return code, at, true
+}
+
+// MarkStopped records that Stop ended the guest (before it kills it, so a
+// status read mid-stop already says Stopped).
+func MarkStopped(dir string) error {
+	p := filepath.Join(dir, StoppedFile)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	return os.WriteFile(p, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
+}
+
+// Stopped reports whether MarkStopped was called, and when.
+func Stopped(dir string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, StoppedFile))
+	if err != nil {
+		return time.Time{}, false
+	}
+	t, _ := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	return t, true
+}
+
+// Tail returns the last n lines of the file (all when n <= 0), reading at
+// most the last 4 MiB.
+func Tail(path string, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const maxRead = 4 << 20
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := fi.Size() - maxRead
+	if off < 0 {
+		off = 0
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return b, nil
+	}
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	cut := 0
+	for i, lines := end-1, 0; i >= 0; i-- {
+		if b[i] == '\n' {
+			lines++
+			if lines == n {
+				cut = i + 1
+				break
+			}
+		}
+	}
+	return b[cut:], nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

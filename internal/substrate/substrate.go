@@ -1,0 +1,257 @@
+// Package substrate is the interface every guest runtime implements (the
+// deno and vm packages below it), the values that cross it, and its typed
+// errors. A guest outlives the Go value that booted it: each substrate keeps
+// one directory per guest under its state dir (spec, pid, log, exit status),
+// so a restarted process lists and stops the guests an earlier one started,
+// or reports them gone.
+package substrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Substrate runs guests of one kind.
+type Substrate interface {
+	// Kind names the substrate: "deno", "vm".
+	Kind() string
+	// Boot starts a guest and returns once its process runs (Phase Booting
+	// or Running); it does not wait for the guest to be ready. ctx bounds
+	// only the start: the guest runs on until it exits or Stop.
+	Boot(ctx context.Context, spec GuestSpec) (GuestStatus, error)
+	// Status reports a guest, read from the state dir and the process table.
+	Status(ctx context.Context, id string) (GuestStatus, error)
+	// Logs returns the last tail lines of the guest's log (all when tail <= 0).
+	Logs(ctx context.Context, id string, tail int) ([]byte, error)
+	// Stop ends the guest: its whole process group, waiting until no process
+	// of it is left. Stopping a guest that already ended is not an error.
+	Stop(ctx context.Context, id string) error
+	// Remove deletes the state of a guest that is no longer running.
+	Remove(ctx context.Context, id string) error
+	// List reports every guest in the state dir.
+	List(ctx context.Context) ([]GuestStatus, error)
+}
+
+// Port is a TCP port the guest listens on, forwarded to the host.
+type Port struct {
+	Name  string `json:"name"`
+	Guest int    `json:"guest"`
+}
+
+// PortBinding is where a guest port is reachable: Host on the status's
+// Address (always 127.0.0.1).
+type PortBinding struct {
+	Name  string `json:"name"`
+	Guest int    `json:"guest"`
+	Host  int    `json:"host"`
+}
+
+// Permissions are what a guest may do beyond its deny-all default. The deno
+// substrate maps them to Deno's --allow-* flags; the vm substrate, whose
+// isolation is the machine and restrict=on networking, accepts only an
+// empty set.
+type Permissions struct {
+	// Net lists host[:port] the guest may connect to (deno --allow-net).
+	// The guest's own ports are always granted for listening.
+	Net []string `json:"net,omitempty"`
+	// Read and Write list paths (deno --allow-read / --allow-write).
+	Read  []string `json:"read,omitempty"`
+	Write []string `json:"write,omitempty"`
+	// Env lists environment variable names the guest may read.
+	Env []string `json:"env,omitempty"`
+}
+
+// IsZero reports whether p grants nothing.
+func (p Permissions) IsZero() bool {
+	return len(p.Net) == 0 && len(p.Read) == 0 && len(p.Write) == 0 && len(p.Env) == 0
+}
+
+// GuestSpec is what to run.
+type GuestSpec struct {
+	// ID names the guest; unique within a substrate's state dir.
+	ID string `json:"id"`
+	// UserData is the program (deno) or the init script (vm).
+	UserData []byte `json:"-"`
+	// Secrets are delivered to the guest only, as files (see each
+	// substrate). They are never written to the spec file, a log line or a
+	// command line.
+	Secrets     map[string][]byte `json:"-"`
+	Ports       []Port            `json:"ports,omitempty"`
+	CPUs        int               `json:"cpus,omitempty"`
+	MemMiB      int               `json:"memMiB,omitempty"`
+	Permissions Permissions       `json:"permissions"`
+}
+
+// String prints the spec without UserData or secret values.
+func (s GuestSpec) String() string {
+	names := make([]string, 0, len(s.Secrets))
+	for k := range s.Secrets {
+		names = append(names, k)
+	}
+	return fmt.Sprintf("guest %q (%d bytes userData, secrets %v, ports %v, cpus %d, mem %d MiB)",
+		s.ID, len(s.UserData), names, s.Ports, s.CPUs, s.MemMiB)
+}
+
+// Phase of a guest.
+type Phase string
+
+const (
+	// Booting: the process runs but the guest has not said it started.
+	Booting Phase = "Booting"
+	// Running: the guest runs its userData.
+	Running Phase = "Running"
+	// Exited: the guest ended by itself; ExitCode is its status.
+	Exited Phase = "Exited"
+	// Failed: the substrate could not run the guest, or it vanished without
+	// an exit status; Message says why.
+	Failed Phase = "Failed"
+	// Stopped: ended by Stop.
+	Stopped Phase = "Stopped"
+)
+
+// Ended reports whether no process of the guest runs in this phase.
+func (p Phase) Ended() bool { return p == Exited || p == Failed || p == Stopped }
+
+// GuestStatus is what a substrate knows of a guest.
+type GuestStatus struct {
+	ID    string `json:"id"`
+	Kind  string `json:"kind"`
+	Phase Phase  `json:"phase"`
+	// ExitCode is meaningful when Phase is Exited.
+	ExitCode int `json:"exitCode"`
+	// Address is where Ports are reachable: 127.0.0.1.
+	Address string        `json:"address,omitempty"`
+	Ports   []PortBinding `json:"ports,omitempty"`
+	// Accelerator is what runs the guest: "kvm" or "tcg" for vm, "none"
+	// for deno.
+	Accelerator string    `json:"accelerator,omitempty"`
+	StartedAt   time.Time `json:"startedAt"`
+	// RunningAt is when the guest said it started (vm: the marker line).
+	RunningAt time.Time `json:"runningAt,omitzero"`
+	EndedAt   time.Time `json:"endedAt,omitzero"`
+	// PID is the guest's process group leader on the host (0 once ended).
+	PID     int    `json:"pid,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// HostPort returns the host port bound to the named guest port.
+func (g GuestStatus) HostPort(name string) (int, bool) {
+	for _, p := range g.Ports {
+		if p.Name == name {
+			return p.Host, true
+		}
+	}
+	return 0, false
+}
+
+// Errors. Every error a substrate returns wraps one of these (errors.Is)
+// inside an *Error naming the guest.
+var (
+	ErrNotFound    = errors.New("no such guest")
+	ErrExists      = errors.New("guest already exists")
+	ErrInvalidSpec = errors.New("invalid guest spec")
+	ErrRunning     = errors.New("guest is running")
+	// ErrUnavailable: the substrate cannot run here (a binary or image is
+	// missing); the message names what to install.
+	ErrUnavailable = errors.New("substrate unavailable")
+	// ErrBoot: the guest process could not be started.
+	ErrBoot = errors.New("guest failed to start")
+)
+
+// Error is a substrate error about one guest.
+type Error struct {
+	Kind string // substrate kind
+	Op   string // "boot", "status", "stop", ...
+	ID   string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.ID == "" {
+		return fmt.Sprintf("%s substrate: %s: %v", e.Kind, e.Op, e.Err)
+	}
+	return fmt.Sprintf("%s substrate: %s %s: %v", e.Kind, e.Op, e.ID, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds an *Error wrapping sentinel (one of the Err values) with a
+// detail message.
+func Errorf(kind, op, id string, sentinel error, format string, args ...any) error {
+	if format == "" {
+		return &Error{Kind: kind, Op: op, ID: id, Err: sentinel}
+	}
+	return &Error{Kind: kind, Op: op, ID: id, Err: fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))}
+}
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// Validate checks the parts of a spec every substrate shares.
+func (s GuestSpec) Validate() error {
+	if !idRE.MatchString(s.ID) {
+		return fmt.Errorf("id %q: want [a-z0-9][a-z0-9._-]{0,62}", s.ID)
+	}
+	if s.CPUs < 0 || s.CPUs > 64 {
+		return fmt.Errorf("cpus %d out of range 0..64", s.CPUs)
+	}
+	if s.MemMiB < 0 || s.MemMiB > 1<<20 {
+		return fmt.Errorf("memMiB %d out of range", s.MemMiB)
+	}
+	seen := map[string]bool{}
+	for _, p := range s.Ports {
+		if !nameRE.MatchString(p.Name) {
+			return fmt.Errorf("port name %q: want [A-Za-z0-9][A-Za-z0-9_-]*", p.Name)
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("port name %q twice", p.Name)
+		}
+		seen[p.Name] = true
+		if p.Guest < 1 || p.Guest > 65535 {
+			return fmt.Errorf("port %s: guest port %d out of range", p.Name, p.Guest)
+		}
+	}
+	for k := range s.Secrets {
+		if !nameRE.MatchString(k) {
+			return fmt.Errorf("secret name %q: want [A-Za-z0-9][A-Za-z0-9_-]*", k)
+		}
+	}
+	return nil
+}
+
+// ValidID reports whether id can name a guest.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// WaitRunning polls Status until the guest leaves Booting, returning the
+// first status that is not Booting (Running, or ended), or ctx's error.
+func WaitRunning(ctx context.Context, s Substrate, id string) (GuestStatus, error) {
+	return WaitFor(ctx, s, id, func(g GuestStatus) bool { return g.Phase != Booting })
+}
+
+// WaitEnded polls Status until the guest has ended.
+func WaitEnded(ctx context.Context, s Substrate, id string) (GuestStatus, error) {
+	return WaitFor(ctx, s, id, func(g GuestStatus) bool { return g.Phase.Ended() })
+}
+
+// WaitFor polls Status every 10 ms until cond holds.
+func WaitFor(ctx context.Context, s Substrate, id string, cond func(GuestStatus) bool) (GuestStatus, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		g, err := s.Status(ctx, id)
+		if err != nil {
+			return g, err
+		}
+		if cond(g) {
+			return g, nil
+		}
+		select {
+		case <-ctx.Done():
+			return g, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
