@@ -10,4 +10,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Guests: qemu and busybox for the vm substrate, Deno (pinned, from npm) for the deno one.
+bash "$here/install-guest-deps.sh"
+bash "$here/install-deno.sh" >/dev/null
 command -v kubectl >/dev/null || { echo "kubectl is not installed; the kubectl rows need it" >&2; exit 1; }
