@@ -315,7 +315,8 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		st.Phase, st.EndedAt = substrate.Stopped, t
 		return st
 	}
-	if code, at, ok := guestproc.Exit(dir); ok {
+	if code, at, ok := guestproc.Exit(dir); ok && !rec.Alive() {
+		// Ended once the supervisor, which records the status, is gone too.
 		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
 		st.RunningAt = gs.StartedAt
 		if code != 0 {

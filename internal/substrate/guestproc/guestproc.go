@@ -126,13 +126,15 @@ var cleanRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // to "--", then the guest argv. The guest's environment is the
 // supervisor's: the caller's scrubbed Env. SIGTERM is passed on to the
 // guest and the supervisor stays to reap it, so a stopped guest leaves no
-// zombie behind whoever its parent is.
+// zombie behind whoever its parent is. It waits again only when a signal
+// interrupted the wait (t set by the trap), never by probing the pid, which
+// another process may have been given.
 const supervisor = `d=$1; shift
 while [ "$1" != "--" ]; do c="$c $1"; shift; done; shift
-trap 'kill -TERM "$p" 2>/dev/null' TERM INT HUP
+trap 't=1; kill -TERM "$p" 2>/dev/null' TERM INT HUP
 "$@" </dev/null &
 p=$!
-while :; do wait "$p"; code=$?; kill -0 "$p" 2>/dev/null || break; done
+while :; do t=; wait "$p"; code=$?; [ -n "$t" ] || break; done
 for f in $c; do rm -rf -- "$d/$f"; done
 echo "$code" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 `

@@ -339,7 +339,8 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		st.Phase, st.EndedAt = substrate.Stopped, t
 		return st
 	}
-	if qcode, at, ok := guestproc.Exit(dir); ok {
+	if qcode, at, ok := guestproc.Exit(dir); ok && !rec.Alive() {
+		// Ended once the supervisor, which records the status, is gone too.
 		st.EndedAt = at
 		tail, _ := guestproc.Tail(filepath.Join(dir, serialFile), 40)
 		if code, ok := exitMarker(tail); ok {

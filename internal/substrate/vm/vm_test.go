@@ -206,7 +206,8 @@ exit 5
 	}
 	st, err := substrate.WaitEnded(ctx, s, "job")
 	if err != nil {
-		t.Fatal(err)
+		logs, _ := s.Logs(context.Background(), "job", 20)
+		t.Fatalf("%v: %+v procs %v\n%s", err, st, substratetest.Procs(dir), logs)
 	}
 	logs, _ := s.Logs(ctx, "job", 0)
 	if st.Phase != substrate.Exited || st.ExitCode != 5 {
