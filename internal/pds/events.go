@@ -19,7 +19,7 @@ type storedFrame struct {
 }
 
 // subscriberBuffer is how many frames a live subscriber may fall behind before it is dropped.
-const subscriberBuffer = 2048
+const defaultSubscriberBuffer = 2048
 
 type subscriber struct {
 	ch   chan storedFrame
@@ -31,6 +31,7 @@ func (sub *subscriber) drop() { sub.once.Do(func() { close(sub.slow) }) }
 
 // hub fans frames out to live subscribers without ever waiting on one.
 type hub struct {
+	buffer int // frames a subscriber may fall behind before it is dropped
 	mu     sync.Mutex
 	last   int64
 	subs   map[*subscriber]struct{}
@@ -88,7 +89,7 @@ func (h *hub) publish(frames []storedFrame) {
 func (h *hub) add() (*subscriber, int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	sub := &subscriber{ch: make(chan storedFrame, subscriberBuffer), slow: make(chan struct{})}
+	sub := &subscriber{ch: make(chan storedFrame, h.buffer), slow: make(chan struct{})}
 	h.subs[sub] = struct{}{}
 	return sub, h.last
 }

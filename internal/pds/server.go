@@ -46,6 +46,9 @@ type Config struct {
 	// Lexicons, when set, validates records of the collections it knows (validationStatus
 	// "valid"); records of other collections are stored as "unknown".
 	Lexicons lexicon.Catalog
+	// SubscriberBuffer is how many frames a firehose consumer may fall behind before it gets
+	// a ConsumerTooSlow error frame and is dropped; default 2048. Writers never wait on it.
+	SubscriberBuffer int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -95,6 +98,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PLCAddr == "" {
 		cfg.PLCAddr = "127.0.0.1:0"
 	}
+	if cfg.SubscriberBuffer <= 0 {
+		cfg.SubscriberBuffer = defaultSubscriberBuffer
+	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "localhost"
 	}
@@ -115,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("pds: open database: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{},
-		tidClock: syntax.NewTIDClock(0), hub: hub{subs: map[*subscriber]struct{}{}, closed: make(chan struct{})}}
+		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})}}
 	if err := s.initMeta(); err != nil {
 		db.Close()
 		return nil, err

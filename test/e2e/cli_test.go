@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,5 +256,48 @@ func TestCLI_HelpAndVersion(t *testing.T) {
 	out, code := runCLI(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "socialweb ") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+func TestCLI_PDSServeAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pds")
+	cmd := exec.Command(socialwebBin, "pds", "serve", "--data-dir", dir, "--log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("pds serve exited with %v after SIGTERM", err)
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no ready line: %v", err)
+	}
+	f := strings.Fields(line) // PDS serving at URL (PLC URL); account HANDLE DID, ...
+	if len(f) < 4 || !strings.HasPrefix(f[3], "http://127.0.0.1:") || !strings.Contains(line, "owner.test did:plc:") {
+		t.Fatalf("ready line %q", line)
+	}
+	resp, err := http.Get(f[3] + "/xrpc/com.atproto.server.describeServer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("describeServer: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(f[3] + "/xrpc/com.atproto.identity.resolveHandle?handle=owner.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("resolveHandle of the default account: %d", resp.StatusCode)
 	}
 }
