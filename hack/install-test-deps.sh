@@ -14,4 +14,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # Guests: qemu and busybox for the vm substrate, Deno (pinned, from npm) for the deno one.
 bash "$here/install-guest-deps.sh"
 bash "$here/install-deno.sh" >/dev/null
+# The reference PDS (Node 22 and @atproto/pds from npm) for the interop rows, into .cache/.
+echo "== reference PDS (installed once into .cache/refpds)"
+bash "$here/../test/peers/atproto-pds/run.sh" "$here/../.cache/refpds" install
 command -v kubectl >/dev/null || { echo "kubectl is not installed; the kubectl rows need it" >&2; exit 1; }
