@@ -49,9 +49,6 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err != nil {
 		return nil, err
 	}
-	if err := infra.Setup(m, o.Observer); err != nil {
-		return nil, err
-	}
 	res := o.Resolver
 	if res == nil {
 		res = &repos.Resolver{}
@@ -60,6 +57,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	broker := o.Broker
 	if broker == nil {
 		broker = &watch.Broker{}
+	}
+	if err := infra.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
 	}
 	if err := atprotorepo.Setup(m, res, o.Logger, o.Observer); err != nil {
 		return nil, err
