@@ -13,6 +13,7 @@ import (
 	"socialweb.computer/internal/controllers/atprotorecordwatch"
 	"socialweb.computer/internal/controllers/atprotorepo"
 	"socialweb.computer/internal/controllers/infra"
+	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -59,6 +60,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		broker = &watch.Broker{}
 	}
 	if err := infra.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := infracollection.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	if err := atprotorepo.Setup(m, res, o.Logger, o.Observer); err != nil {
