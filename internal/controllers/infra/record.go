@@ -84,6 +84,19 @@ func (r *Reconciler) record(ctx context.Context, p *pass) error {
 		if d.Action == infra.ActionConflict {
 			r.log().Warn("infra_record_conflict", "object", o.obj.GetNamespace()+"/"+o.obj.GetName(), "uri", b.uri, "cid", b.read.CID)
 		}
+		// The pull landed: decide again on the spec it left (no I/O), so the object reports
+		// in sync in this pass instead of waiting for the event of its own spec change.
+		again := infra.Decide(infra.SyncInput{
+			Bound: true, Mode: o.spec.Record.Sync, Following: b.following, Rkey: b.rkey,
+			Generation: o.obj.GetGeneration(), Spec: infra.DeclarationFromSpec(*o.spec), Stored: o.status.Record,
+			Record: b.read, URI: b.uri, Now: p.now,
+		})
+		if again.Action == infra.ActionInSync {
+			for _, c := range again.Conditions {
+				meta.SetStatusCondition(&o.status.Conditions, c)
+			}
+			o.status.Record = again.Record
+		}
 	case infra.ActionDelete:
 		r.log().Info("infra_record_deleted", "object", o.obj.GetNamespace()+"/"+o.obj.GetName(), "uri", b.uri)
 		p.deleteSelf = true
