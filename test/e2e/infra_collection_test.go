@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +160,36 @@ func addIndexEntry(t *testing.T, env *testenv.Env, rkey, writer string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Past 256 live index entries the index is full and may have left records out: the
+// collection pages listRecords instead, so a record missing from the index is still enumerated.
+func TestACC29_CollectionEnumeratesPastAFullIndex(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Controllers: true, PDS: true})
+	ctx := context.Background()
+	localRepo(t, env, "me")
+	now := time.Now()
+	var idx *atinfra.InfraIndex
+	for i := 0; i < infra.IndexMaxLive; i++ {
+		idx, _ = infra.IndexPass(idx, infra.IndexEntryFor(infra.KindInfra, "listed-"+itoa(int64(i)), now, nil, "cli"), true, now)
+	}
+	b, _ := json.Marshal(atinfra.Infra{CreatedAt: now.UTC().Format(time.RFC3339), Index: idx})
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	if _, _, err := env.PDS.Repo(env.Account.DID).Put(ctx, infraNSID, "self", m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if infra.IndexComplete(idx) {
+		t.Fatal("a 256-entry index counts as complete")
+	}
+	putInfra(t, env, "unindexed", atinfra.Infra{CreatedAt: "2026-11-30T11:00:00Z", Description: strp("not in the index")})
+	newCollection(t, env, "mine")
+	col := waitCollection(t, env, "mine", "the unindexed record enumerated", func(c *v1alpha1.InfraCollection) bool {
+		ch := child(c.Status.Children, "unindexed")
+		return ch != nil && ch.Name == "unindexed"
+	})
+	if c := col.Status.Conditions; len(c) == 0 || !strings.Contains(c[0].Message, "listRecords") {
+		t.Fatalf("conditions %+v, want the listRecords path", c)
+	}
+	waitInfra(t, env, "unindexed", "pulled", inSync(v1alpha1.RecordPulled))
 }
