@@ -101,7 +101,7 @@ func TestBenchInfra_ThousandInSync(t *testing.T) {
 				synced++
 			}
 		}
-		if synced == n || time.Since(start) > 10*time.Minute {
+		if synced == n || time.Since(start) > 5*time.Minute {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -121,20 +121,24 @@ func (r *Reconciler) objectsOfRepo(ctx context.Context, repo client.Object) []re
 }
 
 // ensureWatch makes sure the AtprotoRecordWatch of the repo and the kind's collection exists
-// in the object's namespace and lists the object among its owners.
+// in the object's namespace.
 func (r *Reconciler) ensureWatch(ctx context.Context, o *object, repoRef v1alpha1.ObjectRef) error {
 	return EnsureWatch(ctx, r.Client, r.Kind, o.obj.GetNamespace(), repoRef, o.spec.Record.EventSourceRefs, r.ownerRef(o, false))
 }
 
-// EnsureWatch is ensureWatch for any owner (collections share the watch with deployments).
-func EnsureWatch(ctx context.Context, c client.Client, kind infra.Kind, ns string, repoRef v1alpha1.ObjectRef, sources []v1alpha1.ObjectRef, owner metav1.OwnerReference) error {
+// EnsureWatch creates the repo's AtprotoRecordWatch for kind in ns when it is missing, with
+// creator as its owner reference. The watch is owned by every object bound through the repo,
+// but as a reference count over the field index rather than one ownerReference each: a
+// thousand objects appending themselves to one object's ownerReferences made every bind a
+// write conflict on it (see docs/infra.md). The last one to leave deletes it (ReleaseWatch).
+func EnsureWatch(ctx context.Context, c client.Client, kind infra.Kind, ns string, repoRef v1alpha1.ObjectRef, sources []v1alpha1.ObjectRef, creator metav1.OwnerReference) error {
 	name := infra.WatchName(kind, repoRef)
 	var w v1alpha1.AtprotoRecordWatch
 	err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &w)
 	if apierrors.IsNotFound(err) {
 		w = v1alpha1.AtprotoRecordWatch{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 			Labels:          map[string]string{v1alpha1.LabelInfraKind: string(kind)},
-			OwnerReferences: []metav1.OwnerReference{owner}},
+			OwnerReferences: []metav1.OwnerReference{creator}},
 			Spec: v1alpha1.AtprotoRecordWatchSpec{RepoRef: repoRef, Collection: kind.Collection(),
 				Source: v1alpha1.WatchSource{EventSourceRefs: sources}}}
 		if err := c.Create(ctx, &w); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -142,44 +146,54 @@ func EnsureWatch(ctx context.Context, c client.Client, kind infra.Kind, ns strin
 		}
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	for _, ref := range w.OwnerReferences {
-		if ref.UID == owner.UID {
+	return err
+}
+
+// releaseWatch deletes the repo's watch when no other object of the namespace is bound
+// through the repo and no collection enumerates it: the embedded core runs no garbage
+// collector, so the owners clean up after themselves.
+func (r *Reconciler) releaseWatch(ctx context.Context, o *object, repoRef v1alpha1.ObjectRef) error {
+	ns := o.obj.GetNamespace()
+	for _, other := range r.list(ctx, client.MatchingFields{IndexRepoRef: refKey(ns, repoRef).String()}) {
+		if other.obj.GetUID() != o.obj.GetUID() && other.obj.GetNamespace() == ns && other.obj.GetDeletionTimestamp() == nil {
 			return nil
 		}
 	}
-	patch := client.MergeFromWithOptions(w.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	w.OwnerReferences = append(w.OwnerReferences, owner)
-	return c.Patch(ctx, &w, patch)
-}
-
-// releaseWatch drops the object from the watch's owners and deletes the watch when it was
-// the last: the embedded core runs no garbage collector, so owners clean up after themselves.
-func (r *Reconciler) releaseWatch(ctx context.Context, o *object, repoRef v1alpha1.ObjectRef) error {
-	return ReleaseWatch(ctx, r.Client, r.Kind, o.obj.GetNamespace(), repoRef, o.obj.GetUID())
-}
-
-// ReleaseWatch is releaseWatch for any owner.
-func ReleaseWatch(ctx context.Context, c client.Client, kind infra.Kind, ns string, repoRef v1alpha1.ObjectRef, uid types.UID) error {
+	if n, err := collectionsOf(ctx, r.Client, r.Kind, ns, refKey(ns, repoRef)); err != nil || n > 0 {
+		return err
+	}
 	var w v1alpha1.AtprotoRecordWatch
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: infra.WatchName(kind, repoRef)}, &w); err != nil {
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: infra.WatchName(r.Kind, repoRef)}, &w); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	var keep []metav1.OwnerReference
-	for _, ref := range w.OwnerReferences {
-		if ref.UID != uid {
-			keep = append(keep, ref)
+	return client.IgnoreNotFound(r.Client.Delete(ctx, &w))
+}
+
+// collectionsOf counts the collections of kind in ns that enumerate the repo.
+func collectionsOf(ctx context.Context, c client.Client, kind infra.Kind, ns string, repo types.NamespacedName) (int, error) {
+	var specs []v1alpha1.InfraCollectionSpec
+	if kind == infra.KindEphemeralInfra {
+		var l v1alpha1.EphemeralInfraCollectionList
+		if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		for _, x := range l.Items {
+			specs = append(specs, x.Spec)
+		}
+	} else {
+		var l v1alpha1.InfraCollectionList
+		if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		for _, x := range l.Items {
+			specs = append(specs, x.Spec)
 		}
 	}
-	if len(keep) == len(w.OwnerReferences) {
-		return nil
+	n := 0
+	for _, s := range specs {
+		if refKey(ns, s.RepoRef) == repo {
+			n++
+		}
 	}
-	if len(keep) == 0 {
-		return client.IgnoreNotFound(c.Delete(ctx, &w, client.Preconditions{ResourceVersion: &w.ResourceVersion}))
-	}
-	patch := client.MergeFromWithOptions(w.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	w.OwnerReferences = keep
-	return client.IgnoreNotFound(c.Patch(ctx, &w, patch))
+	return n, nil
 }
