@@ -13,6 +13,7 @@ import (
 	"socialweb.computer/internal/controllers/atprotorecordwatch"
 	"socialweb.computer/internal/controllers/atprotorepo"
 	"socialweb.computer/internal/controllers/infra"
+	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -49,9 +50,6 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err != nil {
 		return nil, err
 	}
-	if err := infra.Setup(m, o.Observer); err != nil {
-		return nil, err
-	}
 	res := o.Resolver
 	if res == nil {
 		res = &repos.Resolver{}
@@ -60,6 +58,12 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	broker := o.Broker
 	if broker == nil {
 		broker = &watch.Broker{}
+	}
+	if err := infra.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := infracollection.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
 	}
 	if err := atprotorepo.Setup(m, res, o.Logger, o.Observer); err != nil {
 		return nil, err

@@ -110,3 +110,15 @@ func ChildSpec(repoRef v1alpha1.ObjectRef, uri string, eventSourceRefs []v1alpha
 	}
 	return v1alpha1.InfraSpec{Record: b}
 }
+
+// WatchName is the name of the AtprotoRecordWatch that follows kind's collection in the repo
+// named by repoRef: one per repo and collection in a namespace, shared by every deployment
+// and collection bound through that repo. <prefix>records-<repo>, with the repo's namespace
+// when it names another, hashed past 63 characters.
+func WatchName(kind Kind, repoRef v1alpha1.ObjectRef) string {
+	n := kind.prefix() + "records-" + repoRef.Name
+	if repoRef.Namespace != "" {
+		n += "." + repoRef.Namespace
+	}
+	return LabelValue(n)
+}

@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -93,5 +94,24 @@ func TestChildSpec(t *testing.T) {
 		EventSourceRefs: []v1alpha1.ObjectRef{{Name: "es"}}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestWatchName(t *testing.T) {
+	long := strings.Repeat("r", 80)
+	for _, tc := range []struct {
+		kind Kind
+		ref  v1alpha1.ObjectRef
+		want string
+	}{
+		{KindInfra, v1alpha1.ObjectRef{Name: "me"}, "infra-records-me"},
+		{KindEphemeralInfra, v1alpha1.ObjectRef{Name: "me"}, "einfra-records-me"},
+		{KindInfra, v1alpha1.ObjectRef{Name: "me", Namespace: "acct-x"}, "infra-records-me.acct-x"},
+		{KindInfra, v1alpha1.ObjectRef{Name: long}, LabelValue("infra-records-" + long)},
+	} {
+		got := WatchName(tc.kind, tc.ref)
+		if got != tc.want || len(got) > 63 {
+			t.Errorf("WatchName(%s, %+v) = %q, want %q", tc.kind, tc.ref, got, tc.want)
+		}
 	}
 }

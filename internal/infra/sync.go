@@ -84,6 +84,8 @@ type RecordRead struct {
 	Ended bool
 	// ExpiresAt is an ephemeral record's deadline (status.expiresAt, else createdAt + ttlSeconds).
 	ExpiresAt *time.Time
+	// Status is the record's status part as written last (nil when it has none), for StatusWriteDue.
+	Status *atinfra.InfraStatus
 }
 
 // ReadRecord decodes what getRecord returned (the record's JSON value and cid) for Decide and NextRkey.
@@ -95,6 +97,7 @@ func ReadRecord(kind Kind, raw []byte, cid string) RecordRead {
 		return r
 	}
 	r.Declaration = d.Declaration
+	r.Status = d.Status
 	if d.Status != nil && deref(d.Status.Phase) == atinfra.InfraStatusPhaseEnded {
 		r.Ended = true
 	}
@@ -261,7 +264,20 @@ func Decide(in SyncInput) SyncDecision {
 			in.Stored.Direction == v1alpha1.RecordInSync && in.Stored.SyncedGeneration == in.Generation && in.Stored.URI == in.URI {
 			st = in.Stored.DeepCopy() // nothing moved: keep syncedAt so a second pass writes nothing
 		}
-		return SyncDecision{Action: ActionInSync, Direction: v1alpha1.RecordInSync, Write: WriteStatusIfDue, SwapCID: rec.CID,
+		dir := v1alpha1.RecordInSync
+		if in.Stored != nil && in.Stored.Direction == v1alpha1.RecordPulled && in.Stored.DeclarationHash == hr && in.Stored.URI == in.URI {
+			// The pull landed and nothing was declared since: the last sync that moved the
+			// declaration was a pull, and status says so. Only the cid follows the record
+			// (kcp's own status writes move it); Pulled is not a pending write.
+			dir = v1alpha1.RecordPulled
+			st = in.Stored.DeepCopy()
+			if st.CID != rec.CID || st.SyncedGeneration != in.Generation {
+				st.CID, st.SyncedGeneration = rec.CID, in.Generation
+				at := metav1.NewTime(in.Now)
+				st.SyncedAt = &at
+			}
+		}
+		return SyncDecision{Action: ActionInSync, Direction: dir, Write: WriteStatusIfDue, SwapCID: rec.CID,
 			Record:     st,
 			Conditions: []metav1.Condition{valid, in.cond(v1alpha1.ConditionSynced, true, ReasonSyncInSync, "the object and its record hold the same declaration")}}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"socialweb.computer/api/v1alpha1"
+	atinfra "socialweb.computer/internal/atproto/infra"
 )
 
 var (
@@ -111,6 +112,14 @@ func TestDecide(t *testing.T) {
 		{name: "in sync after both made the same edit", in: base(func(in *SyncInput) { in.Spec, in.Record = dK, found("c2", dK) }),
 			want: syncWant{Action: ActionInSync, Direction: v1alpha1.RecordInSync, Write: WriteStatusIfDue, SwapCID: "c2", StoreHash: Hash(dK), StoreCID: "c2",
 				Conditions: []string{valid, "Synced=True/InSync"}}},
+		{name: "pull landed, our status write moved the cid: still Pulled, in sync", in: base(func(in *SyncInput) {
+			in.Spec, in.Stored, in.Record = dR, stored(dR, "c2", v1alpha1.RecordPulled), found("c3", dR)
+		}), want: syncWant{Action: ActionInSync, Direction: v1alpha1.RecordPulled, Write: WriteStatusIfDue, SwapCID: "c3", StoreHash: Hash(dR), StoreCID: "c3",
+			Conditions: []string{valid, "Synced=True/InSync"}}},
+		{name: "pulled, then kcp edited and the push landed: InSync", in: base(func(in *SyncInput) {
+			in.Spec, in.Stored, in.Record = dK, stored(dK, "c2", v1alpha1.RecordPushed), found("c3", dK)
+		}), want: syncWant{Action: ActionInSync, Direction: v1alpha1.RecordInSync, Write: WriteStatusIfDue, SwapCID: "c3", StoreHash: Hash(dK), StoreCID: "c3",
+			Conditions: []string{valid, "Synced=True/InSync"}}},
 		{name: "kcp edit: push", in: base(func(in *SyncInput) { in.Spec = dK }),
 			want: syncWant{Action: ActionPush, Direction: v1alpha1.RecordPushed, Write: WriteRecord, SwapCID: "c1", StoreHash: Hash(dK), StoreCID: "c1",
 				Conditions: []string{valid, "Synced=False/Writing", "SyncConflict=False/NoConflict"}}},
@@ -216,12 +225,12 @@ func TestReadRecord(t *testing.T) {
 		want RecordRead
 	}{
 		{name: "live infra", kind: KindInfra, in: `{"$type":"computer.socialweb.infra","createdAt":"2026-11-30T11:00:00Z","description":"x","status":{"phase":"deployed"}}`,
-			want: RecordRead{Found: true, CID: "c", Declaration: Declaration{Description: "x"}}},
+			want: RecordRead{Found: true, CID: "c", Declaration: Declaration{Description: "x"}, Status: &atinfra.InfraStatus{Phase: sp("deployed")}}},
 		{name: "ended infra", kind: KindInfra, in: `{"$type":"computer.socialweb.infra","createdAt":"2026-11-30T11:00:00Z","status":{"phase":"ended"}}`,
-			want: RecordRead{Found: true, CID: "c", Ended: true}},
+			want: RecordRead{Found: true, CID: "c", Ended: true, Status: &atinfra.InfraStatus{Phase: sp("ended")}}},
 		{name: "ephemeral deadline from status", kind: KindEphemeralInfra,
 			in:   `{"$type":"computer.socialweb.ephemeralInfra","createdAt":"2026-11-30T11:00:00Z","ttlSeconds":600,"status":{"expiresAt":"2026-11-30T11:30:00Z"}}`,
-			want: RecordRead{Found: true, CID: "c", ExpiresAt: tp(t0.Add(30 * time.Minute))}},
+			want: RecordRead{Found: true, CID: "c", ExpiresAt: tp(t0.Add(30 * time.Minute)), Status: &atinfra.InfraStatus{ExpiresAt: sp("2026-11-30T11:30:00Z")}}},
 		{name: "ephemeral deadline from ttl", kind: KindEphemeralInfra,
 			in:   `{"$type":"computer.socialweb.ephemeralInfra","createdAt":"2026-11-30T11:00:00Z","ttlSeconds":600}`,
 			want: RecordRead{Found: true, CID: "c", ExpiresAt: tp(t0.Add(10 * time.Minute))}},

@@ -94,6 +94,8 @@ func TestACC_WatchSurvivesPDSRestart(t *testing.T) {
 	waitWatch(t, env, "notes", "c and the new a after the restart", func(st v1alpha1.AtprotoRecordWatchStatus) bool {
 		return hasRecord(st, uri("c"), "") && hasRecord(st, uri("a"), cidA) && len(st.Records) == 3
 	})
+	// The follower writes its status before it publishes: wait for the publish too.
+	testenv.Eventually(t, 10*time.Second, "four changes published", func() (bool, error) { return len(log.list()) >= 4, nil })
 	checkOnceInOrder(t, log.list(), []string{"create:a", "create:b", "create:c", "update:a"})
 }
 

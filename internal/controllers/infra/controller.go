@@ -3,80 +3,245 @@ package infra
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/watch"
 )
 
-// ControllerName names the Infra controller in logs and metrics.
-const ControllerName = "infra"
+// Controller names, in logs and metrics.
+const (
+	ControllerName          = "infra"
+	EphemeralControllerName = "ephemeralinfra"
+)
 
-// Reconciler reconciles Infra objects.
+// Field managers of the server-side apply that pulls a record's declaration into the spec.
+const (
+	FieldManagerInfra     = "socialweb.computer/infra-record"
+	FieldManagerEphemeral = "socialweb.computer/ephemeralinfra-record"
+)
+
+// Writer is the index writer label of entries this controller adds.
+const Writer = "core"
+
+// Reconciler reconciles one kind of deployment, Infra or EphemeralInfra, through the object
+// adapter below: both kinds run the same steps.
 type Reconciler struct {
-	Client client.Client
+	Kind     infra.Kind
+	Client   client.Client
+	Resolver *repos.Resolver
+	Log      *slog.Logger
+	// Now is the clock; tests drive an EphemeralInfra's deadline through it.
+	Now func() time.Time
 }
 
-// Setup registers the Infra controller with m.
-func Setup(m ctrl.Manager, obs manager.ReconcileObserver) error {
-	r := &Reconciler{Client: m.GetClient()}
-	return ctrl.NewControllerManagedBy(m).
-		Named(ControllerName).
-		For(&v1alpha1.Infra{}).
-		WithOptions(manager.ControllerOptions(4)).
-		Complete(manager.Observed(ControllerName, r, obs))
+// Setup registers the Infra and EphemeralInfra controllers with m. broker, when not nil,
+// wakes the objects bound to a record that changed in a repo.
+func Setup(m ctrl.Manager, res *repos.Resolver, broker *watch.Broker, log *slog.Logger, obs manager.ReconcileObserver) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := setupIndexes(m); err != nil {
+		return err
+	}
+	for _, kind := range []infra.Kind{infra.KindInfra, infra.KindEphemeralInfra} {
+		name := ControllerName
+		if kind == infra.KindEphemeralInfra {
+			name = EphemeralControllerName
+		}
+		r := &Reconciler{Kind: kind, Client: m.GetClient(), Resolver: res, Log: log.With("controller", name), Now: time.Now}
+		b := ctrl.NewControllerManagedBy(m).
+			Named(name).
+			For(newObject(kind)).
+			// A ComputeContract's phase wakes its owner (the finalizer waits on it; no polling).
+			Watches(&v1alpha1.ComputeContract{}, handler.EnqueueRequestForOwner(m.GetScheme(), m.GetRESTMapper(), newObject(kind), handler.OnlyControllerOwner())).
+			// The record child reports each write and each refused swap.
+			Watches(&v1alpha1.AtprotoRecord{}, handler.EnqueueRequestForOwner(m.GetScheme(), m.GetRESTMapper(), newObject(kind), handler.OnlyControllerOwner())).
+			// A repo that comes back (or goes away) wakes the objects bound through it.
+			Watches(&v1alpha1.AtprotoRepo{}, handler.EnqueueRequestsFromMapFunc(r.objectsOfRepo)).
+			WithOptions(manager.ControllerOptions(8))
+		if broker != nil {
+			b = b.WatchesRawSource(broker.Source(handler.TypedEnqueueRequestsFromMapFunc(r.objectsOfChange)))
+		}
+		if err := b.Complete(manager.Observed(name, r, obs)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Reconcile reports the observed status of one Infra.
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.Default()
+}
+
+func (r *Reconciler) gvk() schema.GroupVersionKind {
+	return v1alpha1.GroupVersion.WithKind(string(r.Kind))
+}
+
+// pass is the state one reconcile carries from step to step.
+type pass struct {
+	obj    *object
+	stored *object
+	now    time.Time
+	// deleteSelf is set by a step that decided the object goes (record gone, ephemeral end).
+	deleteSelf bool
+	// requeueAfter is the ephemeral deadline, the one timer.
+	requeueAfter time.Duration
+	// pulled is true once the spec was applied from the record: the object's generation moved.
+	pulled bool
+}
+
+// Reconcile runs the steps of one deployment in order: finalize (when deleted), the release
+// finalizer (before any side effect), the ephemeral end, the contracts, the record, and the
+// status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var obj v1alpha1.Infra
-	if err := r.Client.Get(ctx, req.NamespacedName, &obj); err != nil {
+	o := newObject(r.Kind)
+	if err := r.Client.Get(ctx, req.NamespacedName, o); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	stored := obj.DeepCopy()
-	obj.Status.ObservedGeneration = obj.Generation
-	obj.Status.Phase, obj.Status.ContractsReady = summarize(obj.Spec.Contracts)
-	meta.SetStatusCondition(&obj.Status.Conditions, readyCondition(obj.Status.Phase, obj.Generation))
-	if equality.Semantic.DeepEqual(stored.Status, obj.Status) {
+	p := &pass{obj: wrap(o), now: r.now()}
+	p.stored = wrap(o.DeepCopyObject().(client.Object))
+
+	if o.GetDeletionTimestamp() != nil {
+		res, err := r.finalize(ctx, p)
+		if err != nil || !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) {
+			return res, err
+		}
+		if serr := r.writeStatus(ctx, p); serr != nil {
+			return done(serr)
+		}
+		return res, nil
+	}
+
+	// Karpenter's order: the finalizer goes on before anything is created, or a deletion
+	// in between would leak a ComputeContract or a record child.
+	if !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) {
+		patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(o, v1alpha1.FinalizerInfraRelease)
+		if err := r.Client.Patch(ctx, o, patch); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("adding finalizer to %s: %w", req, err)
+		}
+		p.stored = wrap(o.DeepCopyObject().(client.Object))
+	}
+
+	r.ephemeralDeadline(p)
+	if err := r.contracts(ctx, p); err != nil {
+		return done(err)
+	}
+	r.ephemeralEnd(p)
+	if err := r.record(ctx, p); err != nil {
+		return done(err)
+	}
+	if err := r.writeStatus(ctx, p); err != nil {
+		return done(err)
+	}
+	if p.deleteSelf {
+		if err := r.Client.Delete(ctx, p.obj.obj); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("deleting %s: %w", req, err)
+		}
 		return reconcile.Result{}, nil
 	}
-	if err := r.Client.Status().Patch(ctx, &obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, err)
-	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: p.requeueAfter}, nil
 }
 
-// summarize is the phase while contracts are only declared: every contract staged (or
-// none) is Staged; a contract in any other state waits for the market.
-func summarize(contracts []v1alpha1.InfraContract) (v1alpha1.InfraPhase, string) {
-	phase := v1alpha1.InfraStaged
-	for _, c := range contracts {
-		if c.State != "" && c.State != v1alpha1.ContractStaged {
-			phase = v1alpha1.InfraPending
-		}
-	}
-	return phase, fmt.Sprintf("0/%d", len(contracts))
+// ownerRef is the controller reference the objects a deployment owns carry.
+func (r *Reconciler) ownerRef(o *object, controller bool) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: string(r.Kind), Name: o.obj.GetName(),
+		UID: o.obj.GetUID(), Controller: ptr(controller), BlockOwnerDeletion: ptr(false)}
 }
 
-// readyCondition is True when what is observed is what is declared: every contract staged
-// is as ready as a staged deployment gets; anything else waits for its contracts.
-func readyCondition(phase v1alpha1.InfraPhase, generation int64) metav1.Condition {
-	c := metav1.Condition{Type: string(v1alpha1.ConditionReady), ObservedGeneration: generation, Reason: string(phase)}
-	switch phase {
-	case v1alpha1.InfraStaged:
-		c.Status, c.Message = metav1.ConditionTrue, "every contract is staged; nothing is requested"
-	default:
-		c.Status, c.Message = metav1.ConditionFalse, "waiting for requested contracts"
+func ptr[T any](v T) *T { return &v }
+
+func key(o client.Object) types.NamespacedName {
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
+}
+
+// object is the adapter that lets one reconciler handle both kinds: the embedded InfraSpec
+// and InfraStatus of either, and the ephemeral parts when there are some.
+type object struct {
+	obj    client.Object
+	spec   *v1alpha1.InfraSpec
+	status *v1alpha1.InfraStatus
+	eph    *v1alpha1.EphemeralInfra // nil for an Infra
+}
+
+func newObject(kind infra.Kind) client.Object {
+	if kind == infra.KindEphemeralInfra {
+		return &v1alpha1.EphemeralInfra{}
 	}
-	return c
+	return &v1alpha1.Infra{}
+}
+
+func wrap(o client.Object) *object {
+	switch t := o.(type) {
+	case *v1alpha1.EphemeralInfra:
+		return &object{obj: t, spec: &t.Spec.InfraSpec, status: &t.Status.InfraStatus, eph: t}
+	case *v1alpha1.Infra:
+		return &object{obj: t, spec: &t.Spec, status: &t.Status}
+	}
+	panic(fmt.Sprintf("infra: unexpected object %T", o))
+}
+
+// ephemeralSpec and ephemeralStatus are what RenderRecord takes: an Infra's wrapped without
+// the ephemeral fields.
+func (o *object) ephemeralSpec() v1alpha1.EphemeralInfraSpec {
+	if o.eph != nil {
+		return o.eph.Spec
+	}
+	return v1alpha1.EphemeralInfraSpec{InfraSpec: *o.spec}
+}
+
+func (o *object) ephemeralStatus() v1alpha1.EphemeralInfraStatus {
+	if o.eph != nil {
+		return o.eph.Status
+	}
+	return v1alpha1.EphemeralInfraStatus{InfraStatus: *o.status}
+}
+
+func (o *object) meta() metav1.ObjectMeta {
+	switch t := o.obj.(type) {
+	case *v1alpha1.EphemeralInfra:
+		return t.ObjectMeta
+	case *v1alpha1.Infra:
+		return t.ObjectMeta
+	}
+	return metav1.ObjectMeta{}
+}
+
+// ended is true once an EphemeralInfra has ended (endedAt is set once).
+func (o *object) ended() bool { return o.eph != nil && o.status.EndedAt != nil }
+
+// statusOf is the whole status, for comparison.
+func (o *object) statusOf() any {
+	if o.eph != nil {
+		return o.eph.Status
+	}
+	return *o.status
 }
