@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
@@ -76,11 +78,13 @@ func TestACC_Interop_RemoteRepoOnReferencePDS(t *testing.T) {
 	}
 
 	// Retain keeps the record; Delete deletes it, and the watch lists it as deleted.
-	rec.Spec.DeletionPolicy = v1alpha1.DeletionPolicyRetain
-	if err := env.Client.Update(ctx, rec); err != nil {
+	// A merge patch: the controller writes this object too, so an Update of a copy read
+	// earlier may meet a newer resourceVersion.
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"deletionPolicy":"Retain"}}`))
+	if err := env.Client.Patch(ctx, rec, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitRecord(t, env, "hello", v1alpha1.ReasonWritten)
+	waitRecord(t, env, "hello", v1alpha1.ReasonInSync) // the new generation is seen; the record itself is unchanged
 	if err := env.Client.Delete(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
