@@ -9,8 +9,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"socialweb.computer/internal/controllers/cluster"
 	"socialweb.computer/internal/controllers/infra"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/tenant"
 )
 
 // ControllerOptions configure the controllers of a process.
@@ -21,6 +23,10 @@ type ControllerOptions struct {
 	Observer           ctrlmanager.ReconcileObserver
 	SkipNameValidation bool
 	Logger             *slog.Logger
+	// Tenants runs tenant clusters' control planes; nil means this process does not, and
+	// TenantsUnavailable (reported on every Cluster) says why.
+	Tenants            *tenant.Manager
+	TenantsUnavailable string
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -36,6 +42,13 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := infra.Setup(m, o.Observer); err != nil {
+		return nil, err
+	}
+	unavailable := o.TenantsUnavailable
+	if unavailable == "" {
+		unavailable = "this controller process runs no tenant control planes"
+	}
+	if err := cluster.Setup(m, o.Observer, o.Tenants, unavailable); err != nil {
 		return nil, err
 	}
 	return m, nil

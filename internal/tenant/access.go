@@ -37,8 +37,8 @@ func (m *Manager) AdminConfig(k Key) (*rest.Config, error) {
 	}, nil
 }
 
-// awaitReady marks the cluster Ready once /readyz answers 200 and the default namespaces
-// list, polling every 25 ms.
+// awaitReady marks the cluster Ready once /readyz answers 200, the default namespaces list
+// and the default ServiceAccount exists (a pod can be created), polling every 25 ms.
 func (m *Manager) awaitReady(ctx context.Context, in *instance, pid int) {
 	cfg, err := m.AdminConfig(in.key)
 	if err != nil {
@@ -86,7 +86,10 @@ func ready(ctx context.Context, cs kubernetes.Interface) bool {
 			return false
 		}
 	}
-	return true
+	// The default ServiceAccount: until the controller-manager has made it, every pod
+	// created in the default namespace is refused.
+	_, err = cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	return err == nil
 }
 
 // OwnerNamespace holds the per-account ServiceAccount in every tenant cluster.

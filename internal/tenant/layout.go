@@ -125,6 +125,8 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--cluster-signing-cert-file="+p.Cert("ca"),
 		"--cluster-signing-key-file="+p.Key("ca"),
 		"--controllers=*,-"+strings.Join(disabledControllers, ",-"),
+		// Its default is a host path (/usr/libexec/kubernetes/...), which it creates.
+		"--flex-volume-plugin-dir="+filepath.Join(l.Dir, "flexvolume"),
 	)
 	sched := common("scheduler")
 	return ChildSpec{
@@ -138,5 +140,8 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		CAFile:            p.Cert("ca"),
 		ClientCert:        p.Cert("admin"),
 		ClientKey:         p.Key("admin"),
+		IdleAfter:         "5s",
+		IdleGCPercent:     25,
+		IdleMemoryLimit:   96 << 20,
 	}
 }

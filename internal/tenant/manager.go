@@ -58,7 +58,8 @@ type Config struct {
 	Binary string
 	// Advertise is the apiserver's advertise address: non-loopback (see netns.go).
 	Advertise net.IP
-	// ChildEnv is added to the child's environment (GOGC, GOMEMLIMIT); nil means DefaultChildEnv.
+	// ChildEnv is added to the child's environment (e.g. GOGC, GOMEMLIMIT for experiments;
+	// the child lowers its own heap target once idle, see ChildSpec).
 	ChildEnv []string
 	// DrainGrace is how long a deleted cluster's gate answers 503 before its processes are
 	// stopped: requests in flight finish, clients see the cluster go. Default 250ms.
@@ -67,10 +68,6 @@ type Config struct {
 	StopTimeout time.Duration
 	Logger      *slog.Logger
 }
-
-// DefaultChildEnv keeps an idle control plane small: the Go heap is collected at a lower
-// growth factor and held under a soft limit (measured in docs/tenant.md).
-var DefaultChildEnv = []string{"GOGC=50", "GOMEMLIMIT=160MiB"}
 
 // Manager runs the control planes of tenant clusters as supervised child processes, each
 // in its own process group, each behind its gate.
@@ -89,9 +86,6 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.Advertise.IsLoopback() {
 		return nil, fmt.Errorf("tenant manager: advertise address %s is loopback; the apiserver refuses it", cfg.Advertise)
-	}
-	if cfg.ChildEnv == nil {
-		cfg.ChildEnv = DefaultChildEnv
 	}
 	if cfg.DrainGrace == 0 {
 		cfg.DrainGrace = 250 * time.Millisecond
