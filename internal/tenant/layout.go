@@ -142,6 +142,5 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		ClientKey:         p.Key("admin"),
 		IdleAfter:         "5s",
 		IdleGCPercent:     25,
-		IdleMemoryLimit:   96 << 20,
 	}
 }

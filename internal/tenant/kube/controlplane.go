@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -128,6 +130,16 @@ func runControlPlane(spec tenant.ChildSpec) error {
 			}
 			n := settleIdle(spec.IdleGCPercent, spec.IdleMemoryLimit)
 			klog.InfoS("settled for idle", "gcPercent", spec.IdleGCPercent, "memoryLimit", spec.IdleMemoryLimit, "pagedOutBytes", n)
+			// SOCIALWEB_TENANT_HEAP_PROFILE=FILE writes a heap profile once idle (to see what
+			// an idle control plane holds).
+			if f := os.Getenv("SOCIALWEB_TENANT_HEAP_PROFILE"); f != "" {
+				time.Sleep(10 * time.Second)
+				if out, err := os.Create(f); err == nil {
+					runtime.GC()
+					_ = pprof.WriteHeapProfile(out)
+					out.Close()
+				}
+			}
 		}()
 	}
 
