@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -264,6 +266,30 @@ spec: {account: "`+tenantOwner+`", name: t1, running: true}
 	t.Logf("after restarting up: Ready %.2fs after up was ready", time.Since(t2).Seconds())
 	if out := tkubectl(t, kc, "", "get", "pod", "waits", "-o", "name"); strings.TrimSpace(out) != "pod/waits" {
 		t.Errorf("after restarting up: %q", out)
+	}
+
+	// A crash is reported on the Cluster and the control plane restarted, store intact.
+	crashed := childPID(t, cl)
+	if err := syscall.Kill(crashed, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sawCrash := false
+	testenv.Eventually(t, 60*time.Second, "Ready again after a crash", func() (bool, error) {
+		var got v1alpha1.Cluster
+		if err := c.Get(ctx, key, &got); err != nil {
+			return false, err
+		}
+		if cond := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady)); cond != nil && cond.Reason == "Crashed" {
+			sawCrash = true
+		}
+		cl = &got
+		return got.Status.Phase == v1alpha1.ClusterReady && got.Status.Instance != "" && childPID(t, &got) != crashed, nil
+	})
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionReady)); !sawCrash || cond == nil || !strings.Contains(cond.Message, "restarted 1 times") {
+		t.Errorf("crash reported %v; Ready condition after the restart: %+v", sawCrash, cond)
+	}
+	if out := tkubectl(t, kc, "", "get", "configmap", "kept", "-o", "name"); strings.TrimSpace(out) != "configmap/kept" {
+		t.Errorf("after a crash: %q", out)
 	}
 
 	// Delete: Draining answers 503 before the processes exit, then nothing is left.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -64,7 +65,8 @@ func Listen(addr, backend string, cert tls.Certificate) (*Gate, error) {
 		Handler:           http.HandlerFunc(g.answer),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
-		ErrorLog:          nil,
+		// Clients dropped by a mode change are expected; their handshake errors are noise.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	go func() { _ = g.srv.ServeTLS(g.local, "", "") }()
 	go g.accept()
