@@ -220,6 +220,15 @@ spec: {account: "`+tenantOwner+`", name: t1, running: true}
 		t.Errorf("owner ServiceAccount can-i create deployments: %q", out)
 	}
 
+	// A token of that ServiceAccount (signed with the cluster's service-account key) is
+	// accepted through the gate.
+	token := strings.TrimSpace(tkubectl(t, kc, "", "create", "token", tenant.OwnerServiceAccount(tenantOwner), "-n", tenant.OwnerNamespace))
+	caFile := filepath.Join(dir, "tenants", "default", "t1", "pki", "ca.crt")
+	if out, err := exec.Command("kubectl", "--kubeconfig=/dev/null", "--server", cl.Status.Server, "--certificate-authority", caFile,
+		"--token", token, "auth", "can-i", "create", "deployments").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "yes" {
+		t.Errorf("with the ServiceAccount's token: %v %s", err, out)
+	}
+
 	tkubectl(t, kc, pendingPod, "apply", "-f", "-")
 	tkubectl(t, kc, "", "create", "configmap", "kept", "--from-literal=a=b")
 	testenv.Eventually(t, 30*time.Second, "pod Pending as Unschedulable", func() (bool, error) {
