@@ -121,7 +121,7 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 	cm := append(common("controller-manager"),
 		"--service-account-private-key-file="+filepath.Join(p.Dir, "sa.key"),
 		"--root-ca-file="+p.Cert("ca"),
-		"--use-service-account-credentials=true",
+		"--use-service-account-credentials=false",
 		"--cluster-signing-cert-file="+p.Cert("ca"),
 		"--cluster-signing-key-file="+p.Key("ca"),
 		"--controllers=*,-"+strings.Join(disabledControllers, ",-"),

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestPKIAndMintedKubeconfig(t *testing.T) {
 	}
 	for _, id := range ComponentIdentities {
 		c := readCert(t, p.Cert(id.File))
-		if c.Subject.CommonName != id.User || c.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		if c.Subject.CommonName != id.User || !slices.Equal(c.Subject.Organization, id.Groups) || c.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
 			t.Errorf("%s: CN %q usage %v", id.File, c.Subject.CommonName, c.ExtKeyUsage)
 		}
 	}

@@ -72,6 +72,17 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
+	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s).
+	if f := os.Getenv("SOCIALWEB_TENANT_CPU_PROFILE"); f != "" {
+		if out, err := os.Create(f); err == nil && pprof.StartCPUProfile(out) == nil {
+			go func() {
+				time.Sleep(10 * time.Second)
+				pprof.StopCPUProfile()
+				out.Close()
+			}()
+		}
+	}
+
 	etcd, err := startEtcd(spec)
 	if err != nil {
 		return err
