@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bufio"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -22,9 +23,13 @@ func settleIdle(gcPercent int, memoryLimit int64) int64 {
 	if gcPercent > 0 {
 		debug.SetGCPercent(gcPercent)
 	}
-	if memoryLimit > 0 {
-		debug.SetMemoryLimit(memoryLimit)
+	// The start ran with the collector off under a safety limit (StartEnv); an idle
+	// control plane gets no limit unless one is asked for: one under its live heap keeps
+	// the collector running.
+	if memoryLimit <= 0 {
+		memoryLimit = math.MaxInt64
 	}
+	debug.SetMemoryLimit(memoryLimit)
 	debug.FreeOSMemory()
 	exe, err := os.Executable()
 	if err != nil {
