@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine of this project's kind (Debian, Go, Node,
-# npm and kubectl come with it): curl for the reference PDS harness. Idempotent.
+# npm and kubectl come with it): curl for the reference PDS harness, iproute2 for the network
+# namespace and veth pair the tenant apiservers advertise (the tenant rows run as root). Idempotent.
 set -euo pipefail
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v npm >/dev/null || missing+=(npm)
+command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	apt-get update -qq

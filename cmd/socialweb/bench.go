@@ -25,6 +25,18 @@ func newBenchCommand() *cobra.Command {
 	core.Flags().IntVar(&o.Creates, "creates", 1000, "sequential Infra creates")
 	core.Flags().IntVar(&o.Latency, "latency-objects", 200, "objects for create-to-reconcile latency")
 	core.Flags().DurationVar(&o.Idle, "idle", 10*time.Second, "idle time before reading RSS")
-	cmd.AddCommand(core)
+	var to bench.TenantOptions
+	tenant := &cobra.Command{
+		Use:   "tenant",
+		Short: "tenant clusters: created to Ready, controlPlaneUp to Ready, idle RSS (needs root: network namespace)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			to.Progress = func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "... "+format+"\n", a...) }
+			return bench.Tenant(cmd.Context(), bench.Printer{W: cmd.OutOrStdout()}, to)
+		},
+	}
+	tenant.Flags().IntVar(&to.Clusters, "clusters", 5, "clusters created one after another (median reported)")
+	tenant.Flags().DurationVar(&to.Idle, "idle", 30*time.Second, "idle time before reading RSS")
+	cmd.AddCommand(core, tenant)
 	return cmd
 }

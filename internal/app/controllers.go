@@ -12,11 +12,13 @@ import (
 	"socialweb.computer/internal/controllers/atprotorecord"
 	"socialweb.computer/internal/controllers/atprotorecordwatch"
 	"socialweb.computer/internal/controllers/atprotorepo"
+	"socialweb.computer/internal/controllers/cluster"
 	"socialweb.computer/internal/controllers/infra"
 	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/watch"
 )
 
@@ -36,6 +38,10 @@ type ControllerOptions struct {
 	Broker *watch.Broker
 	// Resolver holds every repo session; nil makes a new one (its Client is set here).
 	Resolver *repos.Resolver
+	// Tenants runs tenant clusters' control planes; nil means this process does not, and
+	// TenantsUnavailable (reported on every Cluster) says why.
+	Tenants            *tenant.Manager
+	TenantsUnavailable string
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -72,6 +78,13 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	unavailable := o.TenantsUnavailable
+	if unavailable == "" {
+		unavailable = "this controller process runs no tenant control planes"
+	}
+	if err := cluster.Setup(m, o.Observer, o.Tenants, unavailable); err != nil {
 		return nil, err
 	}
 	return m, nil

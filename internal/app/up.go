@@ -22,7 +22,10 @@ type UpOptions struct {
 	Listen      string
 	MetricsAddr string
 	PDSListen   string
-	LogLevel    slog.Level
+	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
+	// namespace and veth pair for it (tenant.EnsureAdvertiseAddress).
+	TenantAdvertise string
+	LogLevel        slog.Level
 	// Out receives the ready line; Progress receives phase lines.
 	Out, Progress io.Writer
 }
@@ -87,9 +90,20 @@ func Up(ctx context.Context, o UpOptions) error {
 	}
 	phase("PDS serving at %s (PLC %s), local account %s %s", srv.URL(), srv.PLCURL(), acct.Handle, acct.DID)
 
+	tenants, why := startTenants(dir.Root, o.TenantAdvertise, log)
+	if tenants != nil {
+		defer func() {
+			phase("stopping tenant control planes")
+			tenants.Shutdown()
+		}()
+		phase("tenant clusters served here (data in %s)", filepath.Join(dir.Root, "tenants"))
+	} else {
+		phase("tenant clusters unavailable: %s", why)
+	}
+
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()
-	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv})
+	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why})
 	if err != nil {
 		return err
 	}

@@ -247,7 +247,7 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 }
 
 func TestCLI_HelpAndVersion(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"bench", "core", "--help"}, {"version", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"bench", "core", "--help"}, {"bench", "tenant", "--help"}, {"kube", "--help"}, {"version", "--help"}} {
 		out, code := runCLI(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output %q", args, code, out)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -18,7 +19,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	socialwebBin = filepath.Join(dir, "socialweb")
-	build := exec.Command("go", "build", "-o", socialwebBin, "socialweb.computer/cmd/socialweb")
+	// Built once per run, with the Kubernetes version stamped in as hack/build.sh does (the
+	// tenant rows check it): the first build compiles k8s.io/kubernetes (minutes, cached after).
+	ldflags, err := exec.Command("bash", "../../hack/kube-ldflags.sh").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hack/kube-ldflags.sh:", err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", socialwebBin, "socialweb.computer/cmd/socialweb")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building socialweb:", err)

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/tenant/kube"
+)
+
+// newKubeCommand is the multi-call entry for the Kubernetes components a tenant cluster
+// runs: `socialweb kube controlplane --spec FILE` (all of them in one process, what the
+// Cluster controller starts), or one of apiserver, controller-manager, scheduler with its
+// upstream flags. It is the only import of k8s.io/kubernetes in this binary.
+func newKubeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "kube COMPONENT [FLAGS]",
+		Short:              "Run a Kubernetes control-plane component (" + joinNames() + ")",
+		DisableFlagParsing: true,
+		Args:               cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "-h" || args[0] == "--help" {
+				return cmd.Help()
+			}
+			os.Exit(kube.Main(args[0], args[1:], cmd.ErrOrStderr()))
+			return nil
+		},
+	}
+}
+
+func joinNames() string {
+	s := ""
+	for i, n := range kube.Names() {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}

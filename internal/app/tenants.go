@@ -1,0 +1,35 @@
+package app
+
+import (
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"socialweb.computer/internal/tenant"
+)
+
+// startTenants makes the manager of tenant control planes for `socialweb up`: their data
+// under <data dir>/tenants, the child processes run from this very binary. Without an
+// advertise address it returns nil and the reason, which every Cluster then reports.
+func startTenants(dataDir, advertise string, log *slog.Logger) (*tenant.Manager, string) {
+	var ip net.IP
+	var err error
+	if advertise != "" {
+		ip, err = tenant.CheckAdvertiseAddress(advertise)
+	} else {
+		ip, err = tenant.EnsureAdvertiseAddress()
+	}
+	if err != nil {
+		return nil, err.Error()
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, "cannot find this binary to run tenant control planes from: " + err.Error()
+	}
+	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, Logger: log})
+	if err != nil {
+		return nil, err.Error()
+	}
+	return m, ""
+}

@@ -1,0 +1,234 @@
+// Package cluster is the Cluster controller: it runs each running Cluster's control plane
+// through a tenant.Manager and reports its phase. Unavailable (stopped, store kept) ->
+// Initializing (the child process is starting) -> Ready (/readyz 200 and the default
+// namespaces list, with zero nodes) -> Draining (deleted: the gate answers 503, then the
+// processes stop, then the store is removed, then the finalizer goes).
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/tenant"
+)
+
+// ControllerName names the Cluster controller in logs and metrics.
+const ControllerName = "cluster"
+
+// Reasons of the Ready condition.
+const (
+	ReasonServing     = "Serving"
+	ReasonStarting    = "Starting"
+	ReasonCrashed     = "Crashed"
+	ReasonStopped     = "Stopped"
+	ReasonDraining    = "Draining"
+	ReasonUnsupported = "NoTenantControlPlanes"
+)
+
+// Reconciler reconciles Cluster objects.
+type Reconciler struct {
+	Client  client.Client
+	Tenants *tenant.Manager
+	// Unavailable, when Tenants is nil, says why this process cannot run tenant control
+	// planes; it is reported on every Cluster.
+	Unavailable string
+	// NodesRefresh is how often a Ready cluster's node count is re-read. Default 30s.
+	NodesRefresh time.Duration
+
+	mu           sync.Mutex
+	bootstrapped map[tenant.Key]string // instance that was bootstrapped
+}
+
+// Setup registers the Cluster controller with m. tenants may be nil (then every Cluster
+// reports unavailable, saying why).
+func Setup(m ctrl.Manager, obs manager.ReconcileObserver, tenants *tenant.Manager, unavailable string) error {
+	r := &Reconciler{Client: m.GetClient(), Tenants: tenants, Unavailable: unavailable}
+	b := ctrl.NewControllerManagedBy(m).
+		Named(ControllerName).
+		For(&v1alpha1.Cluster{}).
+		WithOptions(manager.ControllerOptions(4))
+	if tenants != nil {
+		events := make(chan event.GenericEvent, 1024)
+		go func() {
+			for k := range tenants.Events() {
+				c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+				events <- event.GenericEvent{Object: c}
+			}
+		}()
+		b = b.WatchesRawSource(source.Channel(events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(manager.Observed(ControllerName, r, obs))
+}
+
+// Reconcile drives one Cluster.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := tenant.Key{Namespace: req.Namespace, Name: req.Name}
+	var c v1alpha1.Cluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
+		if apierrors.IsNotFound(err) && r.Tenants != nil && r.Tenants.Status(key).Server != "" {
+			// Gone without our finalizer (removed by hand): do not leave its processes behind.
+			r.Tenants.Drain(key)
+			return reconcile.Result{}, r.Tenants.Remove(key)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return r.teardown(ctx, key, &c)
+	}
+	if !controllerutil.ContainsFinalizer(&c, v1alpha1.FinalizerClusterTeardown) {
+		patch := client.MergeFrom(c.DeepCopy())
+		controllerutil.AddFinalizer(&c, v1alpha1.FinalizerClusterTeardown)
+		if err := r.Client.Patch(ctx, &c, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	stored := c.DeepCopy()
+	c.Status.ObservedGeneration = c.Generation
+	var result reconcile.Result
+
+	switch {
+	case r.Tenants == nil:
+		c.Status.Phase, c.Status.Server, c.Status.Instance = v1alpha1.ClusterUnavailable, "", ""
+		setReady(&c, metav1.ConditionFalse, ReasonUnsupported, r.Unavailable)
+
+	case !c.Spec.Running:
+		if err := r.Tenants.Stop(key); err != nil {
+			return reconcile.Result{}, err
+		}
+		s := r.Tenants.Status(key)
+		c.Status.Phase, c.Status.Server, c.Status.Instance = v1alpha1.ClusterUnavailable, s.Server, ""
+		setReady(&c, metav1.ConditionFalse, ReasonStopped, "the control plane is stopped (spec.running is false); its store is kept")
+
+	default:
+		s, err := r.Tenants.Start(key)
+		if err != nil {
+			c.Status.Phase = v1alpha1.ClusterInitializing
+			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not prepare the control plane: "+err.Error())
+			result.RequeueAfter = 5 * time.Second
+			break
+		}
+		c.Status.Server, c.Status.Instance = s.Server, s.Instance
+		switch s.State {
+		case tenant.StateReady:
+			if err := r.bootstrap(ctx, key, s.Instance, c.Spec.Account); err != nil {
+				c.Status.Phase = v1alpha1.ClusterInitializing
+				setReady(&c, metav1.ConditionFalse, ReasonStarting, err.Error())
+				result.RequeueAfter = time.Second
+				break
+			}
+			n, err := r.Tenants.Nodes(ctx, key)
+			if err != nil {
+				result.RequeueAfter = time.Second
+				break
+			}
+			c.Status.Phase, c.Status.Nodes = v1alpha1.ClusterReady, int32(n)
+			msg := fmt.Sprintf("serving with %d nodes", n)
+			if s.Restarts > 0 {
+				msg += fmt.Sprintf("; restarted %d times, last exit: %s", s.Restarts, s.LastExit)
+			}
+			setReady(&c, metav1.ConditionTrue, ReasonServing, msg)
+			result.RequeueAfter = r.nodesRefresh()
+		case tenant.StateCrashed:
+			c.Status.Phase = v1alpha1.ClusterInitializing
+			setReady(&c, metav1.ConditionFalse, ReasonCrashed, fmt.Sprintf("the control plane exited (%d restarts so far, restarting with backoff): %s", s.Restarts, s.LastExit))
+		default:
+			c.Status.Phase = v1alpha1.ClusterInitializing
+			msg := "the control plane is starting"
+			if s.Restarts > 0 {
+				msg = fmt.Sprintf("the control plane is restarting (%d restarts), last exit: %s", s.Restarts, s.LastExit)
+			}
+			setReady(&c, metav1.ConditionFalse, ReasonStarting, msg)
+		}
+	}
+	return result, r.writeStatus(ctx, stored, &c)
+}
+
+// teardown: Draining is written first, then the gate answers 503 and the process group is
+// stopped (Drain), then the store goes (Remove), then the finalizer.
+func (r *Reconciler) teardown(ctx context.Context, key tenant.Key, c *v1alpha1.Cluster) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, v1alpha1.FinalizerClusterTeardown) {
+		return reconcile.Result{}, nil
+	}
+	if c.Status.Phase != v1alpha1.ClusterDraining {
+		stored := c.DeepCopy()
+		c.Status.Phase = v1alpha1.ClusterDraining
+		c.Status.TeardownBlocked = "stopping the control plane"
+		setReady(c, metav1.ConditionFalse, ReasonDraining, "the cluster is being deleted")
+		if err := r.writeStatus(ctx, stored, c); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if r.Tenants != nil {
+		r.Tenants.Drain(key)
+		if err := r.Tenants.Remove(key); err != nil {
+			stored := c.DeepCopy()
+			c.Status.TeardownBlocked = "removing the store: " + err.Error()
+			_ = r.writeStatus(ctx, stored, c)
+			return reconcile.Result{}, err
+		}
+		r.mu.Lock()
+		delete(r.bootstrapped, key)
+		r.mu.Unlock()
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerClusterTeardown)
+	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, c, patch))
+}
+
+func (r *Reconciler) bootstrap(ctx context.Context, key tenant.Key, instance, account string) error {
+	r.mu.Lock()
+	done := r.bootstrapped[key] == instance
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := r.Tenants.Bootstrap(ctx, key, account); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.bootstrapped == nil {
+		r.bootstrapped = map[tenant.Key]string{}
+	}
+	r.bootstrapped[key] = instance
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Reconciler) nodesRefresh() time.Duration {
+	if r.NodesRefresh > 0 {
+		return r.NodesRefresh
+	}
+	return 30 * time.Second
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, stored, c *v1alpha1.Cluster) error {
+	if equality.Semantic.DeepEqual(stored.Status, c.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(stored)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+func setReady(c *v1alpha1.Cluster, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: string(v1alpha1.ConditionReady), Status: status, Reason: reason, Message: msg, ObservedGeneration: c.Generation,
+	})
+}

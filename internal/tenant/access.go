@@ -1,0 +1,222 @@
+package tenant
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// DefaultNamespaces are the namespaces a Ready cluster lists.
+var DefaultNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
+
+// AdminConfig is a rest.Config straight to the cluster's apiserver (not through the gate) as
+// the Cluster controller's system:masters identity.
+func (m *Manager) AdminConfig(k Key) (*rest.Config, error) {
+	in := m.get(k)
+	if in == nil {
+		return nil, fmt.Errorf("cluster %s is not managed here", k)
+	}
+	return &rest.Config{
+		Host: fmt.Sprintf("https://127.0.0.1:%d", in.ports.APIServer),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   in.pki.CAPEM,
+			CertFile: in.pki.Cert("admin"),
+			KeyFile:  in.pki.Key("admin"),
+		},
+		QPS: 50, Burst: 100, Timeout: 10 * time.Second,
+	}, nil
+}
+
+// awaitReady marks the cluster Ready once /readyz answers 200, the default namespaces list
+// and the default ServiceAccount exists (a pod can be created), polling every 25 ms.
+func (m *Manager) awaitReady(ctx context.Context, in *instance, pid int) {
+	cfg, err := m.AdminConfig(in.key)
+	if err != nil {
+		return
+	}
+	cfg.Timeout = 2 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		if ready(ctx, cs) {
+			in.mu.Lock()
+			if in.status.PID == pid {
+				in.status.State = StateReady
+				in.status.ReadyAt = time.Now()
+			}
+			in.mu.Unlock()
+			m.notify(in.key)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func ready(ctx context.Context, cs kubernetes.Interface) bool {
+	var code int
+	cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+	if code != 200 {
+		return false
+	}
+	ns, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	have := map[string]bool{}
+	for _, n := range ns.Items {
+		have[n.Name] = true
+	}
+	for _, want := range DefaultNamespaces {
+		if !have[want] {
+			return false
+		}
+	}
+	// The default ServiceAccount: until the controller-manager has made it, every pod
+	// created in the default namespace is refused.
+	_, err = cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	return err == nil
+}
+
+// OwnerNamespace holds the per-account ServiceAccount in every tenant cluster.
+const OwnerNamespace = "socialweb-system"
+
+// OwnerServiceAccount is the name of the ServiceAccount that acts for account in its
+// cluster: a stable function of the DID (a DID is not a valid object name).
+func OwnerServiceAccount(account string) string {
+	h := sha256.Sum256([]byte(account))
+	return "account-" + hex.EncodeToString(h[:])[:16]
+}
+
+// Bootstrap makes the owner an administrator of their cluster: a ClusterRoleBinding of
+// cluster-admin to the user named by the DID (the identity of minted kubeconfigs), and a
+// ServiceAccount for the account, bound likewise, for applies made on the owner's behalf.
+// Idempotent.
+func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sa := OwnerServiceAccount(account)
+	objs := []func() error{
+		func() error {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OwnerNamespace}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts(OwnerNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+				Name: sa, Annotations: map[string]string{"socialweb.computer/account": account},
+			}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "socialweb:owner", Annotations: map[string]string{"socialweb.computer/account": account}},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+				Subjects: []rbacv1.Subject{
+					{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: account},
+					{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: OwnerNamespace},
+				},
+			}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, create := range objs {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// OnBehalfOf is a rest.Config that acts in the cluster as the account's ServiceAccount (the
+// controller's identity impersonating it): what is applied for the owner is subject to the
+// RBAC the owner's ServiceAccount has.
+func (m *Manager) OnBehalfOf(k Key, account string) (*rest.Config, error) {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + OwnerNamespace + ":" + OwnerServiceAccount(account)}
+	return cfg, nil
+}
+
+// Nodes counts the cluster's nodes.
+func (m *Manager) Nodes(ctx context.Context, k Key) (int, error) {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return 0, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	n, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return len(n.Items), nil
+}
+
+// MintKubeconfig is a kubeconfig for the cluster's owner: a client certificate (CN the
+// owner's DID, which Bootstrap binds to cluster-admin) from the cluster's CA, valid for ttl
+// (0 means DefaultKubeconfigTTL; outside MinKubeconfigTTL..MaxKubeconfigTTL is a *TTLError),
+// for the server URL given (the cluster's status.server, its gate). No token, no exec plugin.
+func MintKubeconfig(root string, k Key, account, server string, ttl time.Duration) ([]byte, time.Time, error) {
+	ttl, err := CheckTTL(ttl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	l := LayoutFor(root, k.Namespace, k.Name)
+	if _, err := os.Stat(l.PKI()); err != nil {
+		return nil, time.Time{}, fmt.Errorf("cluster %s has no certificate authority yet (has it started?): %w", k, err)
+	}
+	p, err := loadPKI(l.PKI())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	crt, key, notAfter, err := p.IssueClient(account, nil, ttl)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	b, err := kubeconfig(k.Name, server, p.CAPEM, crt, key)
+	return b, notAfter, err
+}
+
+// MintKubeconfig is the package function for a cluster this manager runs.
+func (m *Manager) MintKubeconfig(k Key, account string, ttl time.Duration) ([]byte, time.Time, error) {
+	s := m.Status(k)
+	if s.Server == "" {
+		return nil, time.Time{}, fmt.Errorf("cluster %s is not managed here", k)
+	}
+	return MintKubeconfig(m.cfg.Root, k, account, s.Server, ttl)
+}
+
+func loadPKI(dir string) (*PKI, error) {
+	p := &PKI{Dir: dir}
+	c, key, err := loadPair(p.path("ca"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant CA in %s: %w", dir, err)
+	}
+	p.CA, p.CAKey = c, key
+	p.CAPEM = pemCert(c.Raw)
+	return p, nil
+}

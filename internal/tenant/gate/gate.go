@@ -1,0 +1,270 @@
+// Package gate is the proxy in front of one tenant cluster's apiserver, the address a
+// Cluster's status.server names. While the cluster serves it passes TCP through untouched
+// (TLS end to end: the tenant's own client-certificate authentication, its own 401 without a
+// certificate, watches, exec and port-forward all work); otherwise it answers for the
+// cluster itself, over TLS with the cluster's serving certificate, with a Kubernetes Status:
+// 503 while the cluster is stopped or draining, 502 once its processes are reaped or when
+// the apiserver does not answer.
+package gate
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Mode is what the gate does with a new connection.
+type Mode int
+
+const (
+	// Serving passes connections through to the apiserver (502 when it does not answer).
+	Serving Mode = iota
+	// Unavailable answers 503: the cluster is stopped; its store is kept.
+	Unavailable
+	// Draining answers 503: the cluster is being deleted; the apiserver may still be running.
+	Draining
+	// Reaped answers 502: the cluster's processes are gone.
+	Reaped
+)
+
+func (m Mode) String() string {
+	return [...]string{"Serving", "Unavailable", "Draining", "Reaped"}[m]
+}
+
+// Gate is one listening proxy.
+type Gate struct {
+	ln      net.Listener
+	backend string
+	srv     *http.Server
+	local   *chanListener
+
+	mu      sync.Mutex
+	mode    Mode
+	message string
+	conns   map[net.Conn]struct{}
+	closed  bool
+}
+
+// Listen starts a gate on addr (host:port on loopback) in front of backend (host:port),
+// answering for the cluster with cert. It starts in mode Unavailable.
+func Listen(addr, backend string, cert tls.Certificate) (*Gate, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{ln: ln, backend: backend, mode: Unavailable, message: "the cluster is not running", conns: map[net.Conn]struct{}{}}
+	g.local = &chanListener{c: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
+	g.srv = &http.Server{
+		Handler:           http.HandlerFunc(g.answer),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
+		// Clients dropped by a mode change are expected; their handshake errors are noise.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() { _ = g.srv.ServeTLS(g.local, "", "") }()
+	go g.accept()
+	return g, nil
+}
+
+// Addr is the gate's listening address.
+func (g *Gate) Addr() string { return g.ln.Addr().String() }
+
+// URL is the https URL clients use.
+func (g *Gate) URL() string { return "https://" + g.Addr() }
+
+// Mode returns the current mode.
+func (g *Gate) Mode() Mode {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mode
+}
+
+// Set switches the mode and closes every open connection, so that the next request of
+// every client meets the new mode rather than a connection made under the old one.
+func (g *Gate) Set(m Mode, message string) {
+	g.mu.Lock()
+	if g.mode == m && g.message == message {
+		g.mu.Unlock()
+		return
+	}
+	g.mode, g.message = m, message
+	conns := g.conns
+	g.conns = map[net.Conn]struct{}{}
+	g.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// Close stops listening and closes every connection.
+func (g *Gate) Close() {
+	g.mu.Lock()
+	g.closed = true
+	conns := g.conns
+	g.conns = map[net.Conn]struct{}{}
+	g.mu.Unlock()
+	g.ln.Close()
+	g.local.Close()
+	for c := range conns {
+		c.Close()
+	}
+	_ = g.srv.Close()
+}
+
+func (g *Gate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gate) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+func (g *Gate) accept() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return
+		}
+		go g.handle(c)
+	}
+}
+
+func (g *Gate) handle(c net.Conn) {
+	if !g.track(c) {
+		c.Close()
+		return
+	}
+	if g.Mode() == Serving {
+		b, err := net.DialTimeout("tcp", g.backend, 2*time.Second)
+		if err == nil {
+			g.splice(c, b)
+			return
+		}
+	}
+	// Answer for the cluster; the HTTP server owns the connection from here.
+	g.local.push(&trackedConn{Conn: c, g: g})
+}
+
+func (g *Gate) splice(c, b net.Conn) {
+	defer g.untrack(c)
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go cp(b, c)
+	go cp(c, b)
+	<-done
+	// One direction ended (or the gate closed the client side on a mode change): end both.
+	c.Close()
+	b.Close()
+	<-done
+}
+
+// answer is the gate's own reply: a Kubernetes Status, so kubectl prints the message.
+func (g *Gate) answer(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	mode, msg := g.mode, g.message
+	g.mu.Unlock()
+	code, reason := http.StatusServiceUnavailable, "ServiceUnavailable"
+	switch mode {
+	case Reaped, Serving:
+		// Serving reaches here only when the apiserver did not answer the dial.
+		code, reason = http.StatusBadGateway, "BadGateway"
+		if mode == Serving {
+			msg = "the cluster's apiserver does not answer"
+		}
+	}
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Socialweb-Gate", mode.String())
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": msg, "reason": reason, "code": code,
+	})
+}
+
+// Probe is for tests and benchmarks: the HTTP status of GET /version through the gate with
+// the given client TLS config, or an error when the gate does not answer.
+func Probe(url string, cfg *tls.Config) (int, string, error) {
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+	resp, err := hc.Get(url + "/version")
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b), nil
+}
+
+type trackedConn struct {
+	net.Conn
+	g    *Gate
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.g.untrack(c.Conn) })
+	return c.Conn.Close()
+}
+
+// chanListener hands accepted connections to the HTTP server.
+type chanListener struct {
+	c    chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func (l *chanListener) push(c net.Conn) {
+	select {
+	case l.c <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.done:
+		return nil, errors.New("gate closed")
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// PortOf is the port of a host:port.
+func PortOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}

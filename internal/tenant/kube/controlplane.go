@@ -1,0 +1,315 @@
+package kube
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/rest"
+	basecompatibility "k8s.io/component-base/compatibility"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	"socialweb.computer/internal/tenant"
+)
+
+func newControlPlaneCommand() *cobra.Command {
+	var specPath string
+	cmd := &cobra.Command{
+		Use:          "controlplane --spec FILE",
+		Short:        "Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler in this one process",
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := os.ReadFile(specPath)
+			if err != nil {
+				return err
+			}
+			var spec tenant.ChildSpec
+			if err := json.Unmarshal(b, &spec); err != nil {
+				return fmt.Errorf("%s: %w", specPath, err)
+			}
+			return runControlPlane(spec)
+		},
+	}
+	cmd.Flags().StringVar(&specPath, "spec", "", "the control plane's spec (JSON, written by the Cluster controller)")
+	_ = cmd.MarkFlagRequired("spec")
+	return cmd
+}
+
+// runControlPlane runs the four components in one process (about half the memory of four
+// processes: one Go runtime, one copy of the code and of the shared caches). It owns the
+// process's signals: on SIGTERM or SIGINT it stops the controllers, then the apiserver, then
+// etcd, in that order (an apiserver whose store went first hangs on shutdown).
+func runControlPlane(spec tenant.ChildSpec) error {
+	// Three components apply the same logging configuration in one process.
+	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s).
+	if f := os.Getenv("SOCIALWEB_TENANT_CPU_PROFILE"); f != "" {
+		if out, err := os.Create(f); err == nil && pprof.StartCPUProfile(out) == nil {
+			go func() {
+				time.Sleep(10 * time.Second)
+				pprof.StopCPUProfile()
+				out.Close()
+			}()
+		}
+	}
+
+	etcd, err := startEtcd(spec)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	apiCtx, stopAPI := context.WithCancel(context.Background())
+	defer stopAPI()
+	ctrlCtx, stopCtrl := context.WithCancel(context.Background())
+	defer stopCtrl()
+
+	apiDone := make(chan error, 1)
+	if err := func() error {
+		s := apiserveroptions.NewServerRunOptions()
+		fg := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+		nfs := s.Flags()
+		if err := parse("kube-apiserver", nfs.FlagSets, spec.APIServer); err != nil {
+			return err
+		}
+		if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+			return err
+		}
+		if err := logsapi.ValidateAndApply(s.Logs, fg); err != nil {
+			return err
+		}
+		completed, err := s.Complete(apiCtx)
+		if err != nil {
+			return err
+		}
+		if errs := completed.Validate(); len(errs) != 0 {
+			return utilerrors.NewAggregate(errs)
+		}
+		go func() { apiDone <- apiserverapp.Run(apiCtx, completed) }()
+		return nil
+	}(); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+
+	if err := waitReady(spec, apiDone, sigs); err != nil {
+		return err
+	}
+
+	ctrlDone := make(chan error, 2)
+	go func() {
+		ctrlDone <- wrap("kube-controller-manager", runControllerManager(ctrlCtx, spec.ControllerManager))
+	}()
+	go func() { ctrlDone <- wrap("kube-scheduler", runScheduler(ctrlCtx, spec.Scheduler)) }()
+
+	if spec.IdleGCPercent > 0 || spec.IdleMemoryLimit > 0 {
+		idleAfter, _ := time.ParseDuration(spec.IdleAfter)
+		go func() {
+			select {
+			case <-time.After(idleAfter):
+			case <-ctrlCtx.Done():
+				return
+			}
+			n := settleIdle(spec.IdleGCPercent, spec.IdleMemoryLimit)
+			klog.InfoS("settled for idle", "gcPercent", spec.IdleGCPercent, "memoryLimit", spec.IdleMemoryLimit, "pagedOutBytes", n)
+			// SOCIALWEB_TENANT_HEAP_PROFILE=FILE writes a heap profile once idle (to see what
+			// an idle control plane holds).
+			if f := os.Getenv("SOCIALWEB_TENANT_HEAP_PROFILE"); f != "" {
+				time.Sleep(10 * time.Second)
+				if out, err := os.Create(f); err == nil {
+					runtime.GC()
+					_ = pprof.WriteHeapProfile(out)
+					out.Close()
+				}
+			}
+		}()
+	}
+
+	var runErr error
+	select {
+	case sig := <-sigs:
+		klog.InfoS("stopping the control plane", "signal", sig.String())
+	case err := <-apiDone:
+		apiDone <- err
+		runErr = fmt.Errorf("kube-apiserver stopped: %v", err)
+	case err := <-ctrlDone:
+		runErr = err
+	case err := <-etcd.Err():
+		runErr = fmt.Errorf("etcd: %w", err)
+	}
+	stopCtrl()
+	stopAPI()
+	select {
+	case <-apiDone:
+	case <-time.After(20 * time.Second):
+		klog.Warning("kube-apiserver did not stop within 20s")
+	case <-sigs:
+	}
+	klog.Flush()
+	return runErr
+}
+
+func wrap(name string, err error) error {
+	if err == nil {
+		err = errors.New("returned")
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+func parse(name string, sets map[string]*pflag.FlagSet, args []string) error {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	for _, s := range sets {
+		fs.AddFlagSet(s)
+	}
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%s flags: %w", name, err)
+	}
+	return nil
+}
+
+func runControllerManager(ctx context.Context, args []string) error {
+	s, err := cmoptions.NewKubeControllerManagerOptions()
+	if err != nil {
+		return err
+	}
+	nfs := s.Flags(cmapp.KnownControllers(), cmapp.ControllersDisabledByDefault(), cmapp.ControllerAliases())
+	s.ParsedFlags = &nfs
+	if err := parse("kube-controller-manager", nfs.FlagSets, args); err != nil {
+		return err
+	}
+	if err := s.ComponentGlobalsRegistry.Set(); err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(s.Logs, utilfeature.DefaultFeatureGate); err != nil {
+		return err
+	}
+	c, err := s.Config(ctx, cmapp.KnownControllers(), cmapp.ControllersDisabledByDefault(), cmapp.ControllerAliases())
+	if err != nil {
+		return err
+	}
+	return cmapp.Run(ctx, c.Complete())
+}
+
+// runScheduler calls the scheduler's Setup and Run directly: its cobra command installs a
+// second process-wide signal handler, which panics in a process that already has one.
+func runScheduler(ctx context.Context, args []string) error {
+	opts := scheduleroptions.NewOptions()
+	if err := parse("kube-scheduler", opts.Flags.FlagSets, args); err != nil {
+		return err
+	}
+	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
+		return err
+	}
+	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+	if err := logsapi.ValidateAndApply(opts.Logs, fg); err != nil {
+		return err
+	}
+	cc, sched, err := schedulerapp.Setup(ctx, opts)
+	if err != nil {
+		return err
+	}
+	return schedulerapp.Run(ctx, cc, sched)
+}
+
+func startEtcd(spec tenant.ChildSpec) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "tenant"
+	cfg.Dir = spec.EtcdDir
+	cfg.LogLevel = "error"
+	if spec.EtcdLog != "" {
+		cfg.LogOutputs = []string{spec.EtcdLog}
+	}
+	_ = os.Remove(spec.EtcdSocket)
+	_ = os.Remove(spec.EtcdSocket + ".peer")
+	client := url.URL{Scheme: "unix", Path: spec.EtcdSocket}
+	peer := url.URL{Scheme: "unix", Path: spec.EtcdSocket + ".peer"}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	// One member: short ticks make its first election take tens of milliseconds.
+	cfg.TickMs, cfg.ElectionMs = 10, 100
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "10m"
+	cfg.QuotaBackendBytes = 2 << 30
+	// A small tenant store: fewer snapshots kept in memory and on disk.
+	cfg.SnapshotCount = 5000
+	cfg.MaxSnapFiles, cfg.MaxWalFiles = 2, 2
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd in %s did not become ready within 60s", cfg.Dir)
+	}
+}
+
+// waitReady polls the apiserver's /readyz with the admin certificate until it answers 200.
+func waitReady(spec tenant.ChildSpec, apiDone chan error, sigs chan os.Signal) error {
+	caPEM, err := os.ReadFile(spec.CAFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	crt, err := tls.LoadX509KeyPair(spec.ClientCert, spec.ClientKey)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{crt}},
+	}}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := hc.Get(spec.ReadyzURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-apiDone:
+			return fmt.Errorf("kube-apiserver stopped before it was ready: %v", err)
+		case sig := <-sigs:
+			return fmt.Errorf("stopped by %s before the apiserver was ready", sig)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("kube-apiserver not ready at %s within 2m", spec.ReadyzURL)
+}

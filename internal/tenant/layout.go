@@ -1,0 +1,146 @@
+package tenant
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+)
+
+// Layout is a tenant cluster's directory under the tenants root:
+//
+//	<root>/<namespace>/<name>/
+//	  pki/           CA, serving and client pairs, service-account keys
+//	  etcd/          the store; kept while the cluster is stopped, removed when it is deleted
+//	  kubeconfigs/   for the controller-manager and the scheduler
+//	  spec.json      what the child process runs
+//	  ports.json     the leased loopback ports (apiserver, gate), kept so addresses survive restarts
+//	  controlplane.pid, controlplane.log, etcd.log
+type Layout struct{ Dir string }
+
+// LayoutFor is the directory of the cluster namespace/name under root.
+func LayoutFor(root, namespace, name string) Layout {
+	return Layout{Dir: filepath.Join(root, namespace, name)}
+}
+
+func (l Layout) PKI() string         { return filepath.Join(l.Dir, "pki") }
+func (l Layout) Etcd() string        { return filepath.Join(l.Dir, "etcd") }
+func (l Layout) EtcdSocket() string  { return filepath.Join(l.Dir, "etcd.sock") }
+func (l Layout) Kubeconfigs() string { return filepath.Join(l.Dir, "kubeconfigs") }
+func (l Layout) Spec() string        { return filepath.Join(l.Dir, "spec.json") }
+func (l Layout) Ports() string       { return filepath.Join(l.Dir, "ports.json") }
+func (l Layout) PIDFile() string     { return filepath.Join(l.Dir, "controlplane.pid") }
+func (l Layout) Log() string         { return filepath.Join(l.Dir, "controlplane.log") }
+
+// ServiceCIDR is every tenant cluster's service network; its first address is the
+// kubernetes service's cluster IP and is in the serving certificate.
+const ServiceCIDR = "10.43.0.0/16"
+
+// firstServiceIP is the kubernetes service's cluster IP in ServiceCIDR.
+func firstServiceIP() net.IP {
+	_, n, _ := net.ParseCIDR(ServiceCIDR)
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1)
+}
+
+// ServingDNSNames are the names in the serving certificate (only the in-cluster names: no
+// name is ever resolved on the host).
+var ServingDNSNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+
+// disabledControllers are the kube-controller-manager controllers a cluster whose nodes come
+// and go on demand does not need: quotas and autoscalers (the tenant owns the whole cluster),
+// node IPAM (no pod CIDRs are allocated by the control plane), storage-version and
+// resource-claim machinery, and the alpha/beta publishers. Each costs informers, so memory.
+var disabledControllers = []string{
+	"resourcequota-controller",
+	"horizontal-pod-autoscaler-controller",
+	"node-ipam-controller",
+	"ttl-controller",
+	"bootstrap-signer-controller",
+	"token-cleaner-controller",
+	"storageversion-garbage-collector-controller",
+	"storage-version-migrator-controller",
+	"resourceclaim-controller",
+	"resourcepoolstatusrequest-controller",
+	"device-taint-eviction-controller",
+	"selinux-warning-controller",
+	"validatingadmissionpolicy-status-controller",
+	"kube-apiserver-serving-clustertrustbundle-publisher-controller",
+	"podcertificaterequest-cleaner-controller",
+	"volumeattributesclass-protection-controller",
+	"endpointslice-mirroring-controller",
+	"ephemeral-volume-controller",
+	"persistentvolume-expander-controller",
+}
+
+// BuildSpec is the child's spec for a cluster in layout l serving on 127.0.0.1:port and
+// advertising advertise (a non-loopback address: the apiserver refuses loopback for the
+// kubernetes service's endpoints).
+func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
+	kc := func(n string) string { return filepath.Join(l.Kubeconfigs(), n+".kubeconfig") }
+	api := []string{
+		"--etcd-servers=unix://" + l.EtcdSocket(),
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--advertise-address=" + advertise.String(),
+		"--client-ca-file=" + p.Cert("ca"),
+		"--tls-cert-file=" + p.Cert("apiserver"),
+		"--tls-private-key-file=" + p.Key("apiserver"),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + filepath.Join(p.Dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(p.Dir, "sa.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--kubelet-client-certificate=" + p.Cert("apiserver-kubelet-client"),
+		"--kubelet-client-key=" + p.Key("apiserver-kubelet-client"),
+		// Never let the apiserver resolve a node name through the host's resolver.
+		"--kubelet-preferred-address-types=InternalIP",
+		// Without a client certificate the answer is the apiserver's own 401.
+		"--anonymous-auth=false",
+		// Trimmed for an idle cluster: no profiling endpoints, no priority-and-fairness
+		// machinery (one owner, a handful of clients), no watch cache (reads go to etcd,
+		// which for a cluster this size is cheap and saves a copy of every object).
+		"--profiling=false",
+		"--enable-priority-and-fairness=false",
+		"--watch-cache=false",
+		"--event-ttl=1h",
+	}
+	common := func(name string) []string {
+		return []string{
+			"--kubeconfig=" + kc(name),
+			// No serving port: several clusters on one host would collide on the defaults,
+			// and nothing scrapes them.
+			"--secure-port=0",
+			// One instance per cluster: leader election only writes leases.
+			"--leader-elect=false",
+			"--profiling=false",
+		}
+	}
+	cm := append(common("controller-manager"),
+		"--service-account-private-key-file="+filepath.Join(p.Dir, "sa.key"),
+		"--root-ca-file="+p.Cert("ca"),
+		"--use-service-account-credentials=false",
+		"--cluster-signing-cert-file="+p.Cert("ca"),
+		"--cluster-signing-key-file="+p.Key("ca"),
+		"--controllers=*,-"+strings.Join(disabledControllers, ",-"),
+		// Its default is a host path (/usr/libexec/kubernetes/...), which it creates.
+		"--flex-volume-plugin-dir="+filepath.Join(l.Dir, "flexvolume"),
+	)
+	sched := common("scheduler")
+	return ChildSpec{
+		EtcdDir:           l.Etcd(),
+		EtcdSocket:        l.EtcdSocket(),
+		EtcdLog:           filepath.Join(l.Dir, "etcd.log"),
+		APIServer:         api,
+		ControllerManager: cm,
+		Scheduler:         sched,
+		ReadyzURL:         fmt.Sprintf("https://127.0.0.1:%d/readyz", port),
+		CAFile:            p.Cert("ca"),
+		ClientCert:        p.Cert("admin"),
+		ClientKey:         p.Key("admin"),
+		IdleAfter:         "5s",
+		IdleGCPercent:     25,
+	}
+}

@@ -1,0 +1,190 @@
+package tenant
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestCheckTTL(t *testing.T) {
+	for _, c := range []struct {
+		in, want time.Duration
+		bad      bool
+	}{
+		{0, DefaultKubeconfigTTL, false},
+		{60 * time.Second, 60 * time.Second, false},
+		{24 * time.Hour, 24 * time.Hour, false},
+		{59 * time.Second, 0, true},
+		{24*time.Hour + time.Second, 0, true},
+		{-time.Hour, 0, true},
+	} {
+		got, err := CheckTTL(c.in)
+		if c.bad {
+			var te *TTLError
+			if !errors.As(err, &te) || !errors.Is(err, ErrTTLOutOfRange) {
+				t.Errorf("CheckTTL(%s) = %v, want a *TTLError wrapping ErrTTLOutOfRange", c.in, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("CheckTTL(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestPKIAndMintedKubeconfig(t *testing.T) {
+	root := t.TempDir()
+	k := Key{Namespace: "ws", Name: "c1"}
+	l := LayoutFor(root, k.Namespace, k.Name)
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), AdvertiseIP, firstServiceIP()}
+	p, err := EnsurePKI(l.PKI(), ips, ServingDNSNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := readCert(t, p.Cert("apiserver"))
+	if !covers(srv, ips) || srv.CheckSignatureFrom(p.CA) != nil {
+		t.Errorf("serving certificate SANs %v, want %v signed by the cluster CA", srv.IPAddresses, ips)
+	}
+	if firstServiceIP().String() != "10.43.0.1" {
+		t.Errorf("first service IP %s", firstServiceIP())
+	}
+	for _, id := range ComponentIdentities {
+		c := readCert(t, p.Cert(id.File))
+		if c.Subject.CommonName != id.User || !slices.Equal(c.Subject.Organization, id.Groups) || c.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+			t.Errorf("%s: CN %q usage %v", id.File, c.Subject.CommonName, c.ExtKeyUsage)
+		}
+	}
+	for _, f := range []string{"sa.key", "sa.pub"} {
+		if _, err := os.Stat(filepath.Join(l.PKI(), f)); err != nil {
+			t.Error(err)
+		}
+	}
+	// A second EnsurePKI keeps the CA (kubeconfigs stay valid across restarts).
+	p2, err := EnsurePKI(l.PKI(), ips, ServingDNSNames)
+	if err != nil || !p2.CA.Equal(p.CA) {
+		t.Fatalf("CA changed on reload: %v", err)
+	}
+
+	b, notAfter, err := MintKubeconfig(root, k, "did:plc:owner", "https://127.0.0.1:1234", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(notAfter); d < 59*time.Minute || d > time.Hour {
+		t.Errorf("minted certificate valid for %s, want 1h", d)
+	}
+	cfg, err := clientcmd.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	if ai.Token != "" || ai.Exec != nil || len(ai.ClientCertificateData) == 0 {
+		t.Errorf("want a client-certificate kubeconfig without token or exec: %+v", ai)
+	}
+	blk, _ := pem.Decode(ai.ClientCertificateData)
+	c, _ := x509.ParseCertificate(blk.Bytes)
+	if c.Subject.CommonName != "did:plc:owner" || c.CheckSignatureFrom(p.CA) != nil {
+		t.Errorf("minted certificate CN %q, signed by the cluster CA: %v", c.Subject.CommonName, c.CheckSignatureFrom(p.CA))
+	}
+	if _, _, err := MintKubeconfig(root, k, "did:plc:owner", "https://x", 25*time.Hour); !errors.Is(err, ErrTTLOutOfRange) {
+		t.Errorf("25h TTL: %v, want ErrTTLOutOfRange", err)
+	}
+	if _, _, err := MintKubeconfig(root, Key{"ws", "absent"}, "did:plc:owner", "https://x", 0); err == nil {
+		t.Error("minting for a cluster without a CA succeeded")
+	}
+}
+
+func TestBuildSpecFlags(t *testing.T) {
+	root := t.TempDir()
+	l := LayoutFor(root, "ws", "c1")
+	p, err := EnsurePKI(l.PKI(), []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := BuildSpec(l, p, 4321, AdvertiseIP)
+	api := strings.Join(s.APIServer, " ")
+	for _, want := range []string{
+		"--secure-port=4321", "--bind-address=127.0.0.1", "--advertise-address=10.77.0.1",
+		"--kubelet-preferred-address-types=InternalIP", "--anonymous-auth=false",
+		"--etcd-servers=unix://" + l.EtcdSocket(),
+	} {
+		if !strings.Contains(api, want) {
+			t.Errorf("apiserver flags lack %s", want)
+		}
+	}
+	for name, args := range map[string][]string{"controller-manager": s.ControllerManager, "scheduler": s.Scheduler} {
+		j := strings.Join(args, " ")
+		if !strings.Contains(j, "--secure-port=0") || !strings.Contains(j, "--leader-elect=false") {
+			t.Errorf("%s flags: %s", name, j)
+		}
+	}
+	if !strings.Contains(strings.Join(s.ControllerManager, " "), "-resourcequota-controller") {
+		t.Error("controller-manager keeps the resource quota controller")
+	}
+	if s.ReadyzURL != "https://127.0.0.1:4321/readyz" {
+		t.Errorf("readyz %s", s.ReadyzURL)
+	}
+}
+
+func TestLeasedPortsAreKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ports.json")
+	a, err := leasePorts(path)
+	if err != nil || a.APIServer == 0 || a.Gate == 0 || a.APIServer == a.Gate {
+		t.Fatalf("leased %+v, %v", a, err)
+	}
+	b, err := leasePorts(path)
+	if err != nil || a != b {
+		t.Fatalf("second lease %+v, want %+v (%v)", b, a, err)
+	}
+	// A port taken by someone else is leased anew.
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", a.Gate))
+	if err != nil {
+		t.Skip("port reused meanwhile")
+	}
+	defer ln.Close()
+	c, err := leasePorts(path)
+	if err != nil || c.Gate == a.Gate || c.APIServer != a.APIServer {
+		t.Fatalf("with the gate port taken: %+v", c)
+	}
+}
+
+func TestOwnerServiceAccountName(t *testing.T) {
+	a, b := OwnerServiceAccount("did:plc:aaa"), OwnerServiceAccount("did:plc:bbb")
+	if a == b || !strings.HasPrefix(a, "account-") || len(a) != len("account-")+16 {
+		t.Errorf("names %q %q", a, b)
+	}
+}
+
+func TestAdvertiseAddressChecks(t *testing.T) {
+	for _, bad := range []string{"127.0.0.1", "0.0.0.0", "nope", "192.0.2.123"} {
+		if _, err := CheckAdvertiseAddress(bad); err == nil {
+			t.Errorf("CheckAdvertiseAddress(%q) accepted", bad)
+		}
+	}
+	if _, err := NewManager(Config{Root: t.TempDir(), Binary: "x", Advertise: net.IPv4(127, 0, 0, 1)}); err == nil {
+		t.Error("a loopback advertise address was accepted")
+	}
+}
