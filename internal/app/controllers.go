@@ -12,8 +12,10 @@ import (
 	"socialweb.computer/internal/controllers/atprotorecord"
 	"socialweb.computer/internal/controllers/atprotorecordwatch"
 	"socialweb.computer/internal/controllers/atprotorepo"
+	"socialweb.computer/internal/controllers/computecontract"
 	"socialweb.computer/internal/controllers/infra"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
@@ -68,6 +70,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	return m, nil
