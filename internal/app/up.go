@@ -89,6 +89,9 @@ func Up(ctx context.Context, o UpOptions) error {
 
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()
+	if err := startLocalBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
+		return err
+	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv})
 	if err != nil {
 		return err
