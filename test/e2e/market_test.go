@@ -6,12 +6,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/market/bidder"
@@ -30,26 +34,31 @@ type runningBidder struct {
 	*bidder.Bidder
 	sub      substrate.Substrate
 	stateDir string
+	stop     func()
 }
 
 // startBidder runs a bidder with its own account on the test's PDS and a deno substrate in
 // its own state dir; at cleanup it stops and no guest process of that dir may be left.
 func startBidder(t *testing.T, env *testenv.Env, handle string, cost int64) *runningBidder {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := env.PDS.CreateAccount(ctx, handle, "pw-"+handle); err != nil {
+	if _, err := env.PDS.CreateAccount(context.Background(), handle, "pw-"+handle); err != nil {
 		t.Fatalf("account %s: %v", handle, err)
 	}
+	b := runBidder(t, env, handle, cost, filepath.Join(t.TempDir(), "guests"))
+	substratetest.Cleanup(t, b.sub, b.stateDir)
+	return b
+}
+
+// runBidder runs a bidder for an existing account over stateDir until stop (or cleanup).
+func runBidder(t *testing.T, env *testenv.Env, handle string, cost int64, dir string) *runningBidder {
+	t.Helper()
+	ctx := context.Background()
 	repo, err := repos.Local(ctx, env.PDS, handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "guests")
 	sub, err := deno.New(deno.Config{StateDir: dir})
-	if err != nil {
-		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
-	}
-	if _, err := exec_lookup(sub); err != nil {
+	if err != nil || sub.Binary() == "" {
 		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: cost,
@@ -57,22 +66,10 @@ func startBidder(t *testing.T, env *testenv.Env, handle string, cost int64) *run
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = b.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if pids := substratetest.Procs(dir); len(pids) != 0 {
-			t.Errorf("bidder %s: guest processes left before cleanup: %v", handle, pids)
-		}
-	})
-	substratetest.Cleanup(t, sub, dir)
-	return &runningBidder{Bidder: b, sub: sub, stateDir: dir}
-}
-
-func exec_lookup(s *deno.Substrate) (string, error) {
-	if s.Binary() == "" {
-		return "", fmt.Errorf("no deno")
-	}
-	return s.Binary(), nil
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &runningBidder{Bidder: b, sub: sub, stateDir: dir, stop: stop}
 }
 
 func newContract(t *testing.T, env *testenv.Env, name string, mut ...func(*v1alpha1.ComputeContract)) {
@@ -124,8 +121,9 @@ func release(t *testing.T, env *testenv.Env, name string) {
 	if err := env.Client.Get(context.Background(), key(name), &c); err != nil {
 		t.Fatal(err)
 	}
+	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Release = &v1alpha1.ContractRelease{RequestedAt: metav1.Now(), Reason: "test done"}
-	if err := env.Client.Update(context.Background(), &c); err != nil {
+	if err := env.Client.Patch(context.Background(), &c, patch); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -211,4 +209,125 @@ func TestACC_MarketPolicyRefuses(t *testing.T) {
 	if running(t, b) != 0 {
 		t.Fatal("a guest runs for a refused contract")
 	}
+}
+
+func waitNoProcs(t *testing.T, dir string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "no guest process in "+dir, func() (bool, error) {
+		pids := substratetest.Procs(dir)
+		return len(pids) == 0, fmt.Errorf("pids %v", pids)
+	})
+}
+
+// A bidder restarted while it holds a guest finds the guest again from its repo and state
+// dir, and releases it when asked.
+func TestACC_MarketBidderRestart(t *testing.T) {
+	env := marketEnv(t)
+	b := startBidder(t, env, "bidder1.test", 5)
+	newContract(t, env, "c1")
+	waitContract(t, env, "c1", v1alpha1.ComputeContractHeld)
+	b.stop()
+	if running(t, b) != 1 {
+		t.Fatal("the guest did not outlive its bidder")
+	}
+	b2 := runBidder(t, env, "bidder1.test", 5, b.stateDir)
+	release(t, env, "c1")
+	c := waitContract(t, env, "c1", v1alpha1.ComputeContractReleased)
+	if c.Status.Winner != b2.DID() {
+		t.Fatalf("winner %s", c.Status.Winner)
+	}
+	waitNoProcs(t, b.stateDir)
+}
+
+// Deleting a Held contract releases its guest before the object goes (the finalizer).
+func TestACC_MarketDeleteReleases(t *testing.T) {
+	env := marketEnv(t)
+	b := startBidder(t, env, "bidder1.test", 5)
+	newContract(t, env, "c1")
+	c := waitContract(t, env, "c1", v1alpha1.ComputeContractHeld)
+	if err := env.Client.Delete(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "contract gone", func() (bool, error) {
+		err := env.Client.Get(context.Background(), key("c1"), &v1alpha1.ComputeContract{})
+		return apierrors.IsNotFound(err), err
+	})
+	waitNoProcs(t, b.stateDir)
+}
+
+// A winner that dies after its bid never answers the accept: the contract fails naming it,
+// and a later request is won by another bidder.
+func TestACC_MarketLostWinner(t *testing.T) {
+	env := marketEnv(t)
+	cheap := startBidder(t, env, "cheap.test", 1)
+	dear := startBidder(t, env, "dear.test", 9)
+	// A third allowed DID that never bids keeps the window open to its deadline.
+	allow := []string{cheap.DID(), dear.DID(), "did:plc:nobodyhere2222222222222"}
+	newContract(t, env, "lost", func(c *v1alpha1.ComputeContract) {
+		c.Spec.BidderDids = allow
+		c.Spec.PolicyArgs["bidWindowSec"] = "3"
+		c.Spec.PolicyArgs["answerTimeoutSec"] = "2"
+	})
+	testenv.Eventually(t, 10*time.Second, "both bids seen", func() (bool, error) {
+		var c v1alpha1.ComputeContract
+		if err := env.Client.Get(context.Background(), key("lost"), &c); err != nil {
+			return false, err
+		}
+		return len(c.Status.Bids) == 2, nil
+	})
+	cheap.stop()
+	c := waitContract(t, env, "lost", v1alpha1.ComputeContractFailed)
+	if !strings.HasPrefix(c.Status.Message, "WinnerSilent: ") || c.Status.Winner != cheap.DID() {
+		t.Fatalf("winner %s, message %q", c.Status.Winner, c.Status.Message)
+	}
+	newContract(t, env, "later")
+	c = waitContract(t, env, "later", v1alpha1.ComputeContractHeld)
+	if c.Status.Winner != dear.DID() {
+		t.Fatalf("later winner %s, want %s", c.Status.Winner, dear.DID())
+	}
+	release(t, env, "later")
+	waitContract(t, env, "later", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, dear.stateDir)
+	waitNoProcs(t, cheap.stateDir)
+}
+
+// `socialweb bidder` against the PDS's URL with an account's password wins a contract,
+// releases it, and leaves no guest when it is stopped.
+func TestACC_MarketBidderCommand(t *testing.T) {
+	env := marketEnv(t)
+	if _, err := env.PDS.CreateAccount(context.Background(), "cli.test", "pw-cli"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("pw-cli\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(socialwebBin, "bidder", "--pds", env.PDS.URL(), "--identifier", "cli.test",
+		"--password-file", pwFile, "--state-dir", state, "--cost", "3", "--log-level", "warn")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if pids := substratetest.Procs(filepath.Join(state, "guests")); len(pids) != 0 {
+			for _, p := range pids {
+				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				t.Logf("%d: %q", p, c)
+			}
+			t.Errorf("guest processes left: %v\n%s", pids, out.String())
+		}
+	})
+	newContract(t, env, "c1")
+	c := waitContract(t, env, "c1", v1alpha1.ComputeContractHeld)
+	if !strings.Contains(out.String(), c.Status.Winner) {
+		t.Fatalf("winner %s is not the command's bidder: %s", c.Status.Winner, out.String())
+	}
+	release(t, env, "c1")
+	waitContract(t, env, "c1", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, filepath.Join(state, "guests")) // the bidder's own argv names state
 }

@@ -111,3 +111,11 @@ func PutOnce(ctx context.Context, repo repos.Repo, collection, rkey string, valu
 	}
 	return repo.Get(ctx, collection, rkey)
 }
+
+// Remote reads records through the PDS at service (the one whose firehose is followed: the
+// records its events name are hosted there).
+func Remote(service string) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		return repos.GetPublic(ctx, service, did, collection, rkey)
+	}
+}
