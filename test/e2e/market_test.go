@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -330,4 +331,59 @@ func TestACC_MarketBidderCommand(t *testing.T) {
 	release(t, env, "c1")
 	waitContract(t, env, "c1", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, filepath.Join(state, "guests")) // the bidder's own argv names state
+}
+
+// A guest that ends by itself is reported by its bidder and the contract completes.
+func TestACC_MarketGuestExitEnds(t *testing.T) {
+	env := marketEnv(t)
+	b := startBidder(t, env, "bidder1.test", 5)
+	newContract(t, env, "short", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = `await new Promise((r) => setTimeout(r, 300)); console.log("done");`
+	})
+	c := waitContract(t, env, "short", v1alpha1.ComputeContractReleased)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, "Ready"); cond == nil || cond.Reason != "GuestEnded" {
+		t.Fatalf("conditions %+v", c.Status.Conditions)
+	}
+	waitNoProcs(t, b.stateDir)
+}
+
+// A requester (the whole core with its controllers) stopped in the bid window resumes from
+// the records and its status: the bid is found again, accepted, and the guest is Held.
+func TestACC_MarketRequesterRestart(t *testing.T) {
+	srv, acct := testenv.StartPDS(t, t.TempDir(), "")
+	dataDir := t.TempDir()
+	env := testenv.Start(t, testenv.Options{Controllers: true, PDSServer: srv, DataDir: dataDir})
+	env.Account = acct
+	localRepo(t, env, "owner")
+	b := startBidder(t, env, "bidder1.test", 5)
+	newContract(t, env, "c1", func(c *v1alpha1.ComputeContract) {
+		// An allowed DID that never bids keeps the window open to its deadline.
+		c.Spec.BidderDids = []string{b.DID(), "did:plc:nobodyhere2222222222222"}
+		c.Spec.PolicyArgs["bidWindowSec"] = "4"
+	})
+	testenv.Eventually(t, 10*time.Second, "bid seen", func() (bool, error) {
+		var c v1alpha1.ComputeContract
+		if err := env.Client.Get(context.Background(), key("c1"), &c); err != nil {
+			return false, err
+		}
+		return len(c.Status.Bids) == 1, nil
+	})
+	env.Stop()
+	env = testenv.Start(t, testenv.Options{Controllers: true, PDSServer: srv, DataDir: dataDir})
+	c := waitContract(t, env, "c1", v1alpha1.ComputeContractHeld)
+	if c.Status.Winner != b.DID() {
+		t.Fatalf("winner %s", c.Status.Winner)
+	}
+	var accepts int
+	for _, e := range c.Status.Events {
+		if e.Type == "accept" {
+			accepts++
+		}
+	}
+	if accepts != 1 || running(t, b) != 1 {
+		t.Fatalf("%d accepts, %d guests; want 1 and 1", accepts, running(t, b))
+	}
+	release(t, env, "c1")
+	waitContract(t, env, "c1", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, b.stateDir)
 }
