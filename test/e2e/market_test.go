@@ -145,6 +145,13 @@ func TestACC_MarketRequestDeployRelease(t *testing.T) {
 	if c.Status.Winner != b.DID() || c.Status.Receipt == "" || c.Status.Accept == "" || c.Status.RFP == "" {
 		t.Fatalf("status: %+v", c.Status)
 	}
+	// vm.onNetwork follows vm.started.
+	testenv.Eventually(t, 10*time.Second, "guest address", func() (bool, error) {
+		if err := env.Client.Get(context.Background(), key("c1"), c); err != nil {
+			return false, err
+		}
+		return c.Status.Guest != nil && c.Status.Guest.Address == "127.0.0.1", fmt.Errorf("guest %+v", c.Status.Guest)
+	})
 	if n := running(t, b); n != 1 {
 		t.Fatalf("%d guests running, want 1", n)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,7 +49,9 @@ type Reconciler struct {
 	Index    *Index
 	Log      *slog.Logger
 	Now      func() time.Time
-	ctx      context.Context
+
+	mu  sync.Mutex
+	ctx context.Context // the manager's: the index's followers live as long as it
 }
 
 // Setup registers the controller. Records of other repos are read through fetch.
@@ -65,7 +68,13 @@ func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Lo
 		wake <- event.GenericEvent{Object: o}
 	}}
 	// The index's followers live as long as the manager.
-	if err := m.Add(runnableFunc(func(ctx context.Context) error { r.ctx = ctx; <-ctx.Done(); return nil })); err != nil {
+	if err := m.Add(runnableFunc(func(ctx context.Context) error {
+		r.mu.Lock()
+		r.ctx = ctx
+		r.mu.Unlock()
+		<-ctx.Done()
+		return nil
+	})); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(m).
@@ -81,6 +90,8 @@ type runnableFunc func(context.Context) error
 func (f runnableFunc) Start(ctx context.Context) error { return f(ctx) }
 
 func (r *Reconciler) runCtx() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.ctx != nil {
 		return r.ctx
 	}
@@ -207,6 +218,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			switch e.Kind {
 			case mk.ComputeEventsVMStartedNSID:
 				s.Started = true
+			case mk.ComputeEventsVMOnNetworkNSID:
+				st.Guest = &v1alpha1.GuestStatus{Address: e.Address}
 			case mk.ComputeEventsVMDeleteNSID:
 				s.Ended = true
 			}
@@ -274,11 +287,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		r.addEvent(st, evDelete, res.URI, now)
-	}
-	if d.Phase == v1alpha1.ComputeContractHeld || d.Phase == v1alpha1.ComputeContractReleasing {
-		if st.Guest == nil {
-			st.Guest = &v1alpha1.GuestStatus{Address: "127.0.0.1"}
-		}
 	}
 	if d.Phase == v1alpha1.ComputeContractReleased && st.ReleasedAt == nil {
 		t := metav1.NewTime(now)

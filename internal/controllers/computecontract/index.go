@@ -34,6 +34,8 @@ type Index struct {
 
 type seenEvent struct {
 	URI, Author, Kind string
+	// Address is a vm.onNetwork event's address.
+	Address string
 }
 
 // Follow starts following src (keyed by its PDS endpoint) unless it is followed already.
@@ -156,8 +158,12 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 		if json.Unmarshal(rec.Value, &e) != nil {
 			return
 		}
+		se := seenEvent{URI: rec.URI, Author: did, Kind: e.Payload.Type()}
+		if n := e.Payload.ComputeEventsVMOnNetwork; n != nil {
+			se.Address = n.Address
+		}
 		x.mu.Lock()
-		x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], seenEvent{URI: rec.URI, Author: did, Kind: e.Payload.Type()})
+		x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], se)
 		x.mu.Unlock()
 		x.wake(e.Receipt.URI)
 	}
