@@ -53,14 +53,20 @@ func startBidder(t *testing.T, env *testenv.Env, handle string, cost int64) *run
 // runBidder runs a bidder for an existing account over stateDir until stop (or cleanup).
 func runBidder(t *testing.T, env *testenv.Env, handle string, cost int64, dir string) *runningBidder {
 	t.Helper()
+	sub, err := deno.New(deno.Config{StateDir: dir})
+	if err != nil || sub.Binary() == "" {
+		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
+	}
+	return runBidderOn(t, env, handle, cost, sub, dir)
+}
+
+// runBidderOn runs a bidder for an existing account with guests on sub (state in dir).
+func runBidderOn(t *testing.T, env *testenv.Env, handle string, cost int64, sub substrate.Substrate, dir string) *runningBidder {
+	t.Helper()
 	ctx := context.Background()
 	repo, err := repos.Local(ctx, env.PDS, handle)
 	if err != nil {
 		t.Fatal(err)
-	}
-	sub, err := deno.New(deno.Config{StateDir: dir})
-	if err != nil || sub.Binary() == "" {
-		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: cost,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
