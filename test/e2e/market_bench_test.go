@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -40,4 +41,54 @@ func TestBench_MarketDeploy(t *testing.T) {
 	sort.Slice(held, func(i, j int) bool { return held[i] < held[j] })
 	t.Logf("Requested to Held, deno guest, %d contracts: p50 %s, p99 %s, max %s (target p50 < 300ms)",
 		n, held[n/2].Round(time.Millisecond), held[n*99/100].Round(time.Millisecond), held[n-1].Round(time.Millisecond))
+}
+
+// TestBench_MarketBurst requests 50 contracts at once from 3 bidders (prices 10, 20, 30),
+// waits for all to be Held, releases all, and prints the wall times and the guests left.
+func TestBench_MarketBurst(t *testing.T) {
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	bidderCapacity = 60 // a bidder checks capacity when it bids; 50 at once must fit one bidder
+	defer func() { bidderCapacity = 8 }()
+	env := marketEnv(t)
+	bs := []*runningBidder{startBidder(t, env, "b10.test", 10), startBidder(t, env, "b20.test", 20), startBidder(t, env, "b30.test", 30)}
+	const n = 50
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		newContract(t, env, fmt.Sprintf("burst-%02d", i))
+	}
+	all := func(phase v1alpha1.ComputeContractPhase) {
+		testenv.Eventually(t, 5*time.Minute, fmt.Sprintf("all %d %s", n, phase), func() (bool, error) {
+			var list v1alpha1.ComputeContractList
+			if err := env.Client.List(context.Background(), &list); err != nil {
+				return false, err
+			}
+			k := 0
+			for _, c := range list.Items {
+				if c.Status.Phase == v1alpha1.ComputeContractFailed {
+					t.Fatalf("%s Failed: %s", c.Name, c.Status.Message)
+				}
+				if c.Status.Phase == phase {
+					k++
+				}
+			}
+			return k == n, fmt.Errorf("%d of %d %s", k, n, phase)
+		})
+	}
+	all(v1alpha1.ComputeContractHeld)
+	heldAt := time.Since(start)
+	relStart := time.Now()
+	for i := 0; i < n; i++ {
+		release(t, env, fmt.Sprintf("burst-%02d", i))
+	}
+	all(v1alpha1.ComputeContractReleased)
+	relAt := time.Since(relStart)
+	left := 0
+	for _, b := range bs {
+		waitNoProcs(t, b.stateDir)
+		left += len(substratetest.Procs(b.stateDir))
+	}
+	t.Logf("%d contracts, 3 bidders: all Held in %s, all Released in %s, guest processes left %d",
+		n, heldAt.Round(time.Millisecond), relAt.Round(time.Millisecond), left)
 }

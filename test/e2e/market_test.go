@@ -60,6 +60,9 @@ func runBidder(t *testing.T, env *testenv.Env, handle string, cost int64, dir st
 	return runBidderOn(t, env, handle, cost, sub, dir)
 }
 
+// bidderCapacity is the capacity of the bidders the tests start.
+var bidderCapacity = 8
+
 // runBidderOn runs a bidder for an existing account with guests on sub (state in dir).
 func runBidderOn(t *testing.T, env *testenv.Env, handle string, cost int64, sub substrate.Substrate, dir string) *runningBidder {
 	t.Helper()
@@ -68,7 +71,7 @@ func runBidderOn(t *testing.T, env *testenv.Env, handle string, cost int64, sub 
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: cost,
+	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: cost, Capacity: bidderCapacity,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

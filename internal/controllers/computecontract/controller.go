@@ -177,6 +177,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: retry}, werr
 	}
 	r.Index.Follow(r.runCtx(), repo.Endpoint(), repo.Events())
+	if !r.Index.CaughtUp(repo.Endpoint()) {
+		// A restarted requester must not close a window on an index still replaying.
+		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
 	key := req.NamespacedName
 	s.Policy = market.Policy{NSID: policyNSID, RequesterDID: repo.DID()}
 	s.RFPAt = at(lastEvent(st, evRFP))

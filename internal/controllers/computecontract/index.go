@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -24,7 +25,7 @@ type Index struct {
 	Wake func(types.NamespacedName)
 
 	mu        sync.Mutex
-	following map[string]bool
+	following map[string]*follower
 	offerings map[string]bool                  // DID -> live offering for compute.vm
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
@@ -38,21 +39,65 @@ type seenEvent struct {
 	Address string
 }
 
+// catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
+const catchUpQuiet = 250 * time.Millisecond
+
+// follower is one PDS followed. It is caught up once it has handled an event committed
+// after it started, or once the replay has been quiet for catchUpQuiet: until then what the
+// index holds may miss records, and no contract decides on it.
+type follower struct {
+	start time.Time
+	ready chan struct{}
+	once  sync.Once
+	timer *time.Timer
+}
+
+func (f *follower) markReady() { f.once.Do(func() { close(f.ready) }) }
+
+func (f *follower) isReady() bool {
+	select {
+	case <-f.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // Follow starts following src (keyed by its PDS endpoint) unless it is followed already.
 func (x *Index) Follow(ctx context.Context, endpoint string, src repos.EventSource) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.init()
-	if x.following[endpoint] {
+	if x.following[endpoint] != nil {
 		return
 	}
-	x.following[endpoint] = true
-	go feed.Follow(ctx, src, 0, func(ev repos.Event) { x.handle(ctx, ev) })
+	f := &follower{start: time.Now(), ready: make(chan struct{})}
+	f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
+	x.following[endpoint] = f
+	go feed.Follow(ctx, src, 0, func(ev repos.Event) {
+		x.handle(ctx, ev)
+		if !f.isReady() {
+			if ev.Time.After(f.start) {
+				f.markReady()
+			} else {
+				f.timer.Reset(catchUpQuiet)
+			}
+		}
+	})
+}
+
+// CaughtUp says whether the follower of endpoint has replayed what the PDS held when it
+// started.
+func (x *Index) CaughtUp(endpoint string) bool {
+	x.mu.Lock()
+	f := x.following[endpoint]
+	x.mu.Unlock()
+	return f != nil && f.isReady()
 }
 
 func (x *Index) init() {
 	if x.following == nil {
-		x.following, x.offerings = map[string]bool{}, map[string]bool{}
+		x.following, x.offerings = map[string]*follower{}, map[string]bool{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
 	}
