@@ -403,3 +403,37 @@ func TestACC_MarketRequesterRestart(t *testing.T) {
 	waitContract(t, env, "c1", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, b.stateDir)
 }
+
+// A bidder bids only within its capacity, counting bids not yet answered: with room for one
+// guest, of two contracts requested together one is Held and the other gets no bid.
+func TestACC_MarketCapacity(t *testing.T) {
+	bidderCapacity = 1
+	defer func() { bidderCapacity = 8 }()
+	env := marketEnv(t)
+	b := startBidder(t, env, "bidder1.test", 5)
+	for _, name := range []string{"a", "b"} {
+		newContract(t, env, name, func(c *v1alpha1.ComputeContract) { c.Spec.PolicyArgs["bidWindowSec"] = "3" })
+	}
+	phases := map[v1alpha1.ComputeContractPhase]int{}
+	testenv.Eventually(t, 30*time.Second, "one Held, one Failed", func() (bool, error) {
+		phases = map[v1alpha1.ComputeContractPhase]int{}
+		for _, name := range []string{"a", "b"} {
+			var c v1alpha1.ComputeContract
+			if err := env.Client.Get(context.Background(), key(name), &c); err != nil {
+				return false, err
+			}
+			phases[c.Status.Phase]++
+			if c.Status.Phase == v1alpha1.ComputeContractFailed && !strings.HasPrefix(c.Status.Message, "NoBids: ") {
+				t.Fatalf("%s: %s", name, c.Status.Message)
+			}
+		}
+		return phases[v1alpha1.ComputeContractHeld] == 1 && phases[v1alpha1.ComputeContractFailed] == 1, fmt.Errorf("%v", phases)
+	})
+	if running(t, b) != 1 {
+		t.Fatalf("%d guests, want 1", running(t, b))
+	}
+	for _, name := range []string{"a", "b"} {
+		release(t, env, name)
+	}
+	waitNoProcs(t, b.stateDir)
+}

@@ -52,7 +52,10 @@ type Bidder struct {
 	receipts map[string]atrepo.StrongRef // accept uri -> our receipt
 	ended    map[string]bool             // receipt uri -> our final event written
 	active   map[string]bool             // receipt uri -> guest held
-	wg       sync.WaitGroup
+	// pending are bids not yet accepted (bid uri -> when), each holding a place for
+	// BidHold so that a burst of rfps is not bid on beyond capacity.
+	pending map[string]time.Time
+	wg      sync.WaitGroup
 }
 
 // New returns a bidder; Run starts it.
@@ -71,7 +74,7 @@ func New(cfg Config) *Bidder {
 	}
 	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}}
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}}
 }
 
 // DID is the bidder's DID.
@@ -243,13 +246,28 @@ func (b *Bidder) evaluate(ctx context.Context, rfp *mk.RFP) (*mk.ComputeVM, erro
 	if err := readPolicy(ctx, b.cfg.Fetch, rfp.Policy.URI).Allows(market.Candidate{Bidder: b.DID(), CPUs: vm.Cpus}); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	n := len(b.active)
-	b.mu.Unlock()
-	if n >= b.cfg.Capacity {
-		return nil, fmt.Errorf("at capacity (%d guests)", n)
+	if n := b.load(); n >= b.cfg.Capacity {
+		return nil, fmt.Errorf("at capacity (%d guests and open bids of %d)", n, b.cfg.Capacity)
 	}
 	return vm, nil
+}
+
+// BidHold is how long an unanswered bid holds a place of the bidder's capacity.
+const BidHold = 2 * time.Minute
+
+// load is the guests held plus the bids still holding a place.
+func (b *Bidder) load() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.active)
+	for uri, at := range b.pending {
+		if time.Since(at) > BidHold {
+			delete(b.pending, uri)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // readPolicy reads an rfp's policy record; any failure is a Policy that denies.
@@ -312,6 +330,7 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 	}
 	b.mu.Lock()
 	b.bids[uri], b.bidURIs[ref.URI] = ref, true
+	b.pending[ref.URI] = time.Now()
 	b.mu.Unlock()
 	b.log.Info("market_bid", "rfp", uri, "bid", ref.URI)
 	return nil
@@ -337,6 +356,7 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	}
 	b.mu.Lock()
 	ours := b.bidURIs[acc.Bid.URI]
+	delete(b.pending, acc.Bid.URI) // its place becomes the guest's (or is freed)
 	b.mu.Unlock()
 	if !ours {
 		return nil
