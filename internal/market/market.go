@@ -24,8 +24,6 @@ const (
 	// ArgBidWindow, ArgAnswerWait: policyArgs keys, in seconds.
 	ArgBidWindow  = "bidWindowSec"
 	ArgAnswerWait = "answerTimeoutSec"
-	// ArgMaxCPUs: policyArgs key of the CPU bound policy (a bid's guest may have at most this many CPUs).
-	ArgMaxCPUs = "maxCpus"
 )
 
 // Reasons a contract ends Failed (the Ready condition reason and the first word of the message).
@@ -209,7 +207,8 @@ type Policy struct {
 	NSID string
 	// RequesterDID is onlyMe's requesterDid.
 	RequesterDID string
-	// MaxCPUs, when > 0, bounds the CPUs of the guest asked for.
+	// MaxCPUs, when > 0, bounds the CPUs of the guest asked for. No policy record carries it
+	// yet (the lexicons have no CPU-bound policy); it is here for the rule and its test.
 	MaxCPUs int64
 	// Err is set when the policy record could not be read or decoded: it denies.
 	Err error
