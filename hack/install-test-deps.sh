@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine of this project's kind (Debian, Go, Node,
 # npm and kubectl come with it): curl for the reference PDS harness, iproute2 for the network
-# namespace and veth pair the tenant apiservers advertise (the tenant rows run as root). Idempotent.
+# namespace and veth pair the tenant apiservers advertise (the tenant rows run as root), Deno
+# (from npm, into .cache/deno) for the guests. Idempotent.
 set -euo pipefail
 missing=()
 command -v curl >/dev/null || missing+=(curl)

@@ -24,6 +24,8 @@ const (
 	FinalizerNodeClaimRelease = "nodeclaim.socialweb.computer/release"
 	// FinalizerClusterTeardown holds a Cluster until its nodes and control plane are gone.
 	FinalizerClusterTeardown = "cluster.socialweb.computer/teardown"
+	// FinalizerComputeContractRelease holds a ComputeContract until the guest it won is released.
+	FinalizerComputeContractRelease = "computecontract.socialweb.computer/release"
 )
 
 // ConditionType is the type of a metav1.Condition in a status of this API.

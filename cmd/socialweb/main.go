@@ -32,7 +32,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand())
+	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand(), newBidderCommand())
 	return root
 }
 

@@ -13,9 +13,11 @@ import (
 	"socialweb.computer/internal/controllers/atprotorecordwatch"
 	"socialweb.computer/internal/controllers/atprotorepo"
 	"socialweb.computer/internal/controllers/cluster"
+	"socialweb.computer/internal/controllers/computecontract"
 	"socialweb.computer/internal/controllers/infra"
 	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
@@ -78,6 +80,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	unavailable := o.TenantsUnavailable

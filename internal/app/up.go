@@ -103,6 +103,9 @@ func Up(ctx context.Context, o UpOptions) error {
 
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()
+	if err := startLocalBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
+		return err
+	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why})
 	if err != nil {
 		return err

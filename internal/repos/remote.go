@@ -108,3 +108,23 @@ func (r *remoteRepo) err(err error) error {
 	}
 	return err
 }
+
+// Login opens a password session for identifier on the PDS at service and returns its repo.
+// It is for a process that runs without a Resolver (`socialweb bidder`); the session is
+// refreshed by atclient, and a refused refresh surfaces as ErrLoginFailed.
+func Login(ctx context.Context, service, identifier, password string) (Repo, error) {
+	rr, err := login(ctx, service, identifier, password)
+	if err != nil {
+		return nil, err
+	}
+	return rr, nil
+}
+
+// GetPublic reads a record of any repo hosted by the PDS at service, without a session.
+func GetPublic(ctx context.Context, service, did, collection, rkey string) (*Record, error) {
+	rec, err := atclient.New(service).GetRecord(ctx, did, collection, rkey)
+	if err != nil {
+		return nil, remoteErr(err)
+	}
+	return &Record{URI: rec.URI, CID: rec.CID, Value: rec.Value}, nil
+}

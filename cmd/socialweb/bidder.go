@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/app"
+	"socialweb.computer/internal/market/bidder"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate/deno"
+)
+
+func newBidderCommand() *cobra.Command {
+	var pdsURL, identifier, passwordFile, stateDir, level, currency string
+	var cost int64
+	var free bool
+	var capacity int
+	cmd := &cobra.Command{
+		Use:   "bidder",
+		Short: "Bid on compute rfps from an account on any PDS and run won guests on Deno",
+		Long: "Bid on the market from an account on any PDS: write an offering, bid on rfps the\n" +
+			"policy and capacity allow, run accepted guests with Deno and report them in events.\n" +
+			"Guests and their state live in --state-dir; a restarted bidder finds them again.\n" +
+			"The password is read from --password-file or $SOCIALWEB_BIDDER_PASSWORD.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := parseLevel(level)
+			if err != nil {
+				return err
+			}
+			if pdsURL == "" || identifier == "" {
+				return errors.New("--pds and --identifier are required")
+			}
+			pw := os.Getenv("SOCIALWEB_BIDDER_PASSWORD")
+			if passwordFile != "" {
+				b, err := os.ReadFile(passwordFile)
+				if err != nil {
+					return err
+				}
+				pw = strings.TrimSpace(string(b))
+			}
+			if pw == "" {
+				return errors.New("no password: give --password-file or set SOCIALWEB_BIDDER_PASSWORD")
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			sub, err := deno.New(deno.Config{StateDir: filepath.Join(stateDir, "guests")})
+			if err != nil {
+				return err
+			}
+			repo, err := repos.Login(cmd.Context(), pdsURL, identifier, pw)
+			if err != nil {
+				return fmt.Errorf("login to %s as %s: %w", pdsURL, identifier, err)
+			}
+			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
+				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log})
+			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
+			err = b.Run(cmd.Context())
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pdsURL, "pds", "", "URL of the PDS hosting the bidder's account")
+	f.StringVar(&identifier, "identifier", "", "handle or DID of the bidder's account")
+	f.StringVar(&passwordFile, "password-file", "", "file holding the account's (app) password")
+	f.StringVar(&stateDir, "state-dir", filepath.Join(app.DefaultDataDir(), "bidder"), "where guests and their state live")
+	f.Int64Var(&cost, "cost", 0, "price per hour in the currency's smallest unit")
+	f.StringVar(&currency, "currency", "USD", "currency of --cost")
+	f.BoolVar(&free, "free", false, "bid free (bids.free) instead of a price")
+	f.IntVar(&capacity, "capacity", 8, "guests run at once")
+	f.StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	return cmd
+}

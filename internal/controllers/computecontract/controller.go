@@ -1,0 +1,422 @@
+// Package computecontract is the requester: it runs a ComputeContract through the market
+// from the requester's repo (spec.repoRef), learning of bids, receipts and events from the
+// firehose, and records the outcome in the status. The decisions are market.Next.
+package computecontract
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/atproto/atrepo"
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/repos"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "computecontract"
+
+// Event types kept in status.events for the requester's own records.
+const (
+	evRFP    = "rfp"
+	evAccept = "accept"
+	evDelete = "delete"
+)
+
+// Reconciler reconciles ComputeContracts.
+type Reconciler struct {
+	Client   client.Client
+	Resolver *repos.Resolver
+	Index    *Index
+	Log      *slog.Logger
+	Now      func() time.Time
+
+	mu  sync.Mutex
+	ctx context.Context // the manager's: the index's followers live as long as it
+}
+
+// Setup registers the controller. Records of other repos are read through fetch.
+func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Logger, obs manager.ReconcileObserver) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("controller", ControllerName)
+	wake := make(chan event.GenericEvent, 1024)
+	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now}
+	r.Index = &Index{Fetch: fetch, Log: log, Wake: func(k types.NamespacedName) {
+		o := &v1alpha1.ComputeContract{}
+		o.Namespace, o.Name = k.Namespace, k.Name
+		wake <- event.GenericEvent{Object: o}
+	}}
+	// The index's followers live as long as the manager.
+	if err := m.Add(runnableFunc(func(ctx context.Context) error {
+		r.mu.Lock()
+		r.ctx = ctx
+		r.mu.Unlock()
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(m).
+		Named(ControllerName).
+		For(&v1alpha1.ComputeContract{}).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		WithOptions(manager.ControllerOptions(16)).
+		Complete(manager.Observed(ControllerName, r, obs))
+}
+
+type runnableFunc func(context.Context) error
+
+func (f runnableFunc) Start(ctx context.Context) error { return f(ctx) }
+
+func (r *Reconciler) runCtx() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx != nil {
+		return r.ctx
+	}
+	return context.Background()
+}
+
+func lastEvent(st *v1alpha1.ComputeContractStatus, typ string) *v1alpha1.ContractEvent {
+	for i := len(st.Events) - 1; i >= 0; i-- {
+		if st.Events[i].Type == typ {
+			return &st.Events[i]
+		}
+	}
+	return nil
+}
+
+func at(e *v1alpha1.ContractEvent) time.Time {
+	if e == nil || e.At == nil {
+		return time.Time{}
+	}
+	return e.At.Time
+}
+
+// Reconcile moves one contract on.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var obj v1alpha1.ComputeContract
+	if err := r.Client.Get(ctx, req.NamespacedName, &obj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	deleting := obj.DeletionTimestamp != nil
+	if deleting && !controllerutil.ContainsFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease) {
+		return reconcile.Result{}, nil
+	}
+	if !deleting && !controllerutil.ContainsFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease) {
+		patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease)
+		if err := r.Client.Patch(ctx, &obj, patch); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	orig := obj.DeepCopy()
+	st := &obj.Status
+	now := r.Now()
+	if st.Phase == "" {
+		st.Phase = v1alpha1.ComputeContractPending
+	}
+	final := st.Phase == v1alpha1.ComputeContractReleased || st.Phase == v1alpha1.ComputeContractFailed
+	if deleting && final {
+		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
+	}
+
+	s := market.State{Now: now, Phase: st.Phase, Release: deleting || obj.Spec.Release != nil,
+		BidderDids: obj.Spec.BidderDids, Deny: obj.Spec.DenyBidderDids}
+	var specErr error
+	s.Window, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgBidWindow, market.DefaultBidWindow)
+	if specErr == nil {
+		s.AnswerWait, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgAnswerWait, market.DefaultAnswerWait)
+	}
+	s.ReadyTimeout = market.DefaultReadyTimeout
+	if obj.Spec.VMReadyTimeoutSec != nil {
+		s.ReadyTimeout = time.Duration(*obj.Spec.VMReadyTimeoutSec) * time.Second
+	}
+	policyNSID, perr := market.PolicyName(obj.Spec.Policy)
+	if specErr == nil {
+		specErr = perr
+	}
+	if specErr == nil && obj.Spec.RepoRef == nil {
+		specErr = fmt.Errorf("spec.repoRef names no AtprotoRepo")
+	}
+	if specErr != nil && !final {
+		return r.write(ctx, orig, &obj, market.Decision{Phase: v1alpha1.ComputeContractFailed, Reason: market.ReasonBadSpec, Message: market.ReasonBadSpec + ": " + specErr.Error()})
+	}
+	if final {
+		return reconcile.Result{}, nil
+	}
+	repo, err := r.Resolver.ForRef(ctx, obj.Namespace, *obj.Spec.RepoRef)
+	if err != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "RepoUnavailable", Message: err.Error(), ObservedGeneration: obj.Generation})
+		_, werr := r.write(ctx, orig, &obj, market.Decision{Phase: st.Phase, Message: st.Message})
+		retry := repos.RetryAfter(err)
+		if retry == 0 {
+			retry = 2 * time.Second
+		}
+		return reconcile.Result{RequeueAfter: retry}, werr
+	}
+	r.Index.Follow(r.runCtx(), repo.Endpoint(), repo.Events())
+	if !r.Index.CaughtUp(repo.Endpoint()) {
+		// A restarted requester must not close a window on an index still replaying.
+		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
+	key := req.NamespacedName
+	s.Policy = market.Policy{NSID: policyNSID, RequesterDID: repo.DID()}
+	s.RFPAt = at(lastEvent(st, evRFP))
+	s.AcceptAt = at(lastEvent(st, evAccept))
+	s.DeleteAt = at(lastEvent(st, evDelete))
+	if obj.Spec.Release != nil {
+		s.ReleaseAt = obj.Spec.Release.RequestedAt.Time
+	} else if deleting {
+		s.ReleaseAt = obj.DeletionTimestamp.Time
+	}
+	if st.RFP != "" {
+		r.Index.Own(st.RFP, key)
+		s.Bids = r.Index.Bids(st.RFP)
+	}
+	s.Bidders = market.Bidders(r.Index.Offerings(), obj.Spec.BidderDids, obj.Spec.DenyBidderDids)
+	s.Winner = st.Winner
+	if st.Accept != "" {
+		r.Index.Own(st.Accept, key)
+		_, coll, rkey, _ := feed.ParseURI(st.Accept)
+		rec, err := repo.Get(ctx, coll, rkey)
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("read our accept: %w", err)
+		}
+		s.Accept = market.Ref{URI: rec.URI, CID: rec.CID}
+		for _, rc := range r.Index.Receipts(st.Accept) {
+			if market.Binds(rc, s.Accept, st.Winner) == nil {
+				rc := rc
+				s.Receipt = &rc
+			}
+		}
+	}
+	if s.Receipt != nil {
+		st.Receipt = s.Receipt.URI
+		r.Index.Own(s.Receipt.URI, key)
+		for _, e := range r.Index.Events(s.Receipt.URI) {
+			if e.Author != st.Winner {
+				continue
+			}
+			switch e.Kind {
+			case mk.ComputeEventsVMStartedNSID:
+				s.Started = true
+			case mk.ComputeEventsVMOnNetworkNSID:
+				st.Guest = &v1alpha1.GuestStatus{Address: e.Address}
+			case mk.ComputeEventsVMDeleteNSID:
+				s.Ended = true
+			}
+			if lastEventURI(st, e.URI) {
+				continue
+			}
+			t := metav1.NewTime(now)
+			st.Events = append(st.Events, v1alpha1.ContractEvent{URI: e.URI, Type: shortKind(e.Kind), At: &t})
+		}
+	}
+	// Bids seen, for the status.
+	st.Bids = st.Bids[:0]
+	for _, b := range s.Bids {
+		cost := fmt.Sprint(b.Price())
+		st.Bids = append(st.Bids, v1alpha1.ContractBid{URI: b.URI, Bidder: b.Bidder, Cost: cost, Currency: b.Currency})
+	}
+
+	d := market.Next(s)
+	for _, ref := range d.Refused {
+		for i := range st.Bids {
+			if st.Bids[i].URI == ref.Bid.URI {
+				st.Bids[i].Refused = ref.Reason
+			}
+		}
+	}
+	switch d.Action {
+	case market.ActRFP:
+		uri, err := r.writeRFP(ctx, repo, &obj, policyNSID)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		st.RFP = uri
+		r.Index.Own(uri, key)
+		r.addEvent(st, evRFP, uri, now)
+		// The window starts now: decide again for a zero window.
+		d.RequeueAfter = s.Window
+		if d.RequeueAfter == 0 {
+			d.RequeueAfter = time.Millisecond
+		}
+	case market.ActAccept:
+		w := d.Winner
+		rfpRec, err := fetchOwn(ctx, repo, st.RFP)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		acc := mk.Accept{Bid: atrepo.StrongRef{URI: w.URI, CID: w.CID}, RFP: atrepo.StrongRef{URI: rfpRec.URI, CID: rfpRec.CID}}
+		res, err := put(ctx, repo, &obj, keyAccept, mk.AcceptNSID, acc)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		st.Accept, st.Winner = res.URI, w.Bidder
+		r.Index.Own(res.URI, key)
+		r.addEvent(st, evAccept, res.URI, now)
+	case market.ActDelete:
+		reason := "released"
+		if obj.Spec.Release != nil && obj.Spec.Release.Reason != "" {
+			reason = obj.Spec.Release.Reason
+		} else if d.Reason != "" {
+			reason = d.Reason
+		}
+		ev := mk.Event{Receipt: atrepo.StrongRef{URI: s.Receipt.URI, CID: s.Receipt.CID},
+			Payload: mk.EventPayload{ComputeEventsVMDelete: &mk.ComputeEventsVMDelete{Reason: &reason}}}
+		res, err := put(ctx, repo, &obj, keyDelete, mk.EventNSID, ev)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		r.addEvent(st, evDelete, res.URI, now)
+	}
+	if d.Phase == v1alpha1.ComputeContractReleased && st.ReleasedAt == nil {
+		t := metav1.NewTime(now)
+		st.ReleasedAt = &t
+	}
+	res, err := r.write(ctx, orig, &obj, d)
+	if err != nil {
+		return res, err
+	}
+	if deleting && (d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed) {
+		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
+	}
+	return res, nil
+}
+
+func lastEventURI(st *v1alpha1.ComputeContractStatus, uri string) bool {
+	for _, e := range st.Events {
+		if e.URI == uri {
+			return true
+		}
+	}
+	return false
+}
+
+func shortKind(nsid string) string {
+	const p = "com.publicdomainrelay.temp.market.compute.events."
+	if len(nsid) > len(p) && nsid[:len(p)] == p {
+		return nsid[len(p):]
+	}
+	return nsid
+}
+
+func (r *Reconciler) addEvent(st *v1alpha1.ComputeContractStatus, typ, uri string, now time.Time) {
+	t := metav1.NewTime(now)
+	st.Events = append(st.Events, v1alpha1.ContractEvent{Type: typ, URI: uri, At: &t})
+}
+
+// Record keys of a contract's records, derived from the object so a write repeated after a
+// stale read or a crash finds the record written before (feed.DerivedTID).
+const (
+	keyPayload = iota
+	keyPolicy
+	keyRFP
+	keyAccept
+	keyDelete
+)
+
+func put(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, n int, coll string, v any) (*repos.Record, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return feed.PutOnce(ctx, repo, coll, feed.DerivedTID(string(obj.UID), obj.CreationTimestamp.Time, n), raw)
+}
+
+func fetchOwn(ctx context.Context, repo repos.Repo, uri string) (*repos.Record, error) {
+	_, coll, rkey, err := feed.ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	return repo.Get(ctx, coll, rkey)
+}
+
+// writeRFP writes the compute.vm payload, the policy record and the rfp naming both.
+func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string) (string, error) {
+	kind := string(obj.Spec.ComputeKind)
+	if kind == "" {
+		kind = mk.ComputeVMComputeKindVM
+	}
+	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256}
+	if obj.Spec.UserData != "" {
+		ud := obj.Spec.UserData
+		vm.UserData = &ud
+	}
+	pay, err := put(ctx, repo, obj, keyPayload, mk.ComputeVMNSID, vm)
+	if err != nil {
+		return "", fmt.Errorf("compute.vm: %w", err)
+	}
+	var pol any = mk.PoliciesOpen{}
+	if policyNSID == mk.PoliciesOnlyMeNSID {
+		pol = mk.PoliciesOnlyMe{RequesterDID: repo.DID()}
+	}
+	pw, err := put(ctx, repo, obj, keyPolicy, policyNSID, pol)
+	if err != nil {
+		return "", fmt.Errorf("policy: %w", err)
+	}
+	rfp := mk.RFP{CreatedAt: r.Now().UTC().Format(time.RFC3339Nano), Payload: atrepo.StrongRef{URI: pay.URI, CID: pay.CID},
+		Policy: atrepo.StrongRef{URI: pw.URI, CID: pw.CID}}
+	res, err := put(ctx, repo, obj, keyRFP, mk.RFPNSID, rfp)
+	if err != nil {
+		return "", fmt.Errorf("rfp: %w", err)
+	}
+	return res.URI, nil
+}
+
+// write records the decided phase, reason and message once, and returns the requeue.
+func (r *Reconciler) write(ctx context.Context, orig, obj *v1alpha1.ComputeContract, d market.Decision) (reconcile.Result, error) {
+	st := &obj.Status
+	st.ObservedGeneration = obj.Generation
+	st.Phase = d.Phase
+	if d.Message != "" {
+		st.Message = d.Message
+	}
+	cond := metav1.Condition{Type: "Ready", ObservedGeneration: obj.Generation, Reason: string(d.Phase), Message: st.Message}
+	if d.Reason != "" {
+		cond.Reason = d.Reason
+	}
+	cond.Status = metav1.ConditionFalse
+	if d.Phase == v1alpha1.ComputeContractHeld {
+		cond.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if orig.Status.Phase != st.Phase {
+		r.Log.Info("computecontract_phase", "contract", obj.Namespace+"/"+obj.Name, "phase", st.Phase, "message", st.Message)
+	}
+	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
+}
+
+func (r *Reconciler) dropFinalizer(ctx context.Context, obj *v1alpha1.ComputeContract) error {
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(obj, v1alpha1.FinalizerComputeContractRelease)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, obj, patch))
+}

@@ -1,0 +1,253 @@
+package computecontract
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/repos"
+)
+
+// Index is what the requester has learnt from the firehoses it follows: offerings, bids by
+// rfp, receipts by accept, events by receipt. It follows each PDS once (from seq 0, so a
+// restarted process learns everything again) and wakes the contracts a record concerns.
+type Index struct {
+	Fetch feed.Fetcher
+	Log   *slog.Logger
+	// Wake is called with the contract a new record concerns.
+	Wake func(types.NamespacedName)
+
+	mu        sync.Mutex
+	following map[string]*follower
+	offerings map[string]bool                  // DID -> live offering for compute.vm
+	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
+	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
+	events    map[string][]seenEvent           // receipt uri -> events
+	owners    map[string]types.NamespacedName  // rfp/accept/receipt uri -> contract
+}
+
+type seenEvent struct {
+	URI, Author, Kind string
+	// Address is a vm.onNetwork event's address.
+	Address string
+}
+
+// catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
+const catchUpQuiet = 250 * time.Millisecond
+
+// follower is one PDS followed. It is caught up once it has handled an event committed
+// after it started, or once the replay has been quiet for catchUpQuiet: until then what the
+// index holds may miss records, and no contract decides on it.
+type follower struct {
+	start time.Time
+	ready chan struct{}
+	once  sync.Once
+	timer *time.Timer
+}
+
+func (f *follower) markReady() { f.once.Do(func() { close(f.ready) }) }
+
+func (f *follower) isReady() bool {
+	select {
+	case <-f.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Follow starts following src (keyed by its PDS endpoint) unless it is followed already.
+func (x *Index) Follow(ctx context.Context, endpoint string, src repos.EventSource) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.init()
+	if x.following[endpoint] != nil {
+		return
+	}
+	f := &follower{start: time.Now(), ready: make(chan struct{})}
+	f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
+	x.following[endpoint] = f
+	go feed.Follow(ctx, src, 0, func(ev repos.Event) {
+		x.handle(ctx, ev)
+		if !f.isReady() {
+			if ev.Time.After(f.start) {
+				f.markReady()
+			} else {
+				f.timer.Reset(catchUpQuiet)
+			}
+		}
+	})
+}
+
+// CaughtUp says whether the follower of endpoint has replayed what the PDS held when it
+// started.
+func (x *Index) CaughtUp(endpoint string) bool {
+	x.mu.Lock()
+	f := x.following[endpoint]
+	x.mu.Unlock()
+	return f != nil && f.isReady()
+}
+
+func (x *Index) init() {
+	if x.following == nil {
+		x.following, x.offerings = map[string]*follower{}, map[string]bool{}
+		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
+		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
+	}
+}
+
+// Own says that uri (an rfp, accept or receipt) belongs to contract key.
+func (x *Index) Own(uri string, key types.NamespacedName) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.init()
+	x.owners[uri] = key
+}
+
+func (x *Index) wake(uri string) {
+	x.mu.Lock()
+	key, ok := x.owners[uri]
+	x.mu.Unlock()
+	if ok && x.Wake != nil {
+		x.Wake(key)
+	}
+}
+
+func (x *Index) handle(ctx context.Context, ev repos.Event) {
+	for _, op := range ev.Ops {
+		uri := feed.URI(ev.DID, op.Collection, op.RKey)
+		switch op.Collection {
+		case mk.OfferingNSID:
+			x.onOffering(ctx, ev.DID, uri, op.Action)
+		case mk.BidNSID, mk.ReceiptNSID, mk.EventNSID:
+			if op.Action == "delete" {
+				continue
+			}
+			rec, err := x.Fetch.Get(ctx, uri)
+			if err != nil {
+				x.Log.Debug("market record unreadable", "uri", uri, "err", err)
+				continue
+			}
+			x.record(ev.DID, op.Collection, rec)
+		}
+	}
+}
+
+func (x *Index) onOffering(ctx context.Context, did, uri, action string) {
+	live := false
+	if action != "delete" {
+		if rec, err := x.Fetch.Get(ctx, uri); err == nil {
+			if o, err := mk.DecodeOffering(rec.Value); err == nil {
+				for _, a := range o.AppliesTo {
+					live = live || a == mk.ComputeVMNSID
+				}
+			}
+		}
+	}
+	x.mu.Lock()
+	x.offerings[did] = live
+	var keys []types.NamespacedName
+	for _, k := range x.owners { // the bidder set of every contract may have changed
+		keys = append(keys, k)
+	}
+	x.mu.Unlock()
+	for _, k := range keys {
+		if x.Wake != nil {
+			x.Wake(k)
+		}
+	}
+}
+
+func (x *Index) record(did, coll string, rec *repos.Record) {
+	switch coll {
+	case mk.BidNSID:
+		var b mk.Bid
+		if json.Unmarshal(rec.Value, &b) != nil {
+			return
+		}
+		seen := market.Bid{URI: rec.URI, CID: rec.CID, Bidder: did}
+		switch {
+		case b.Payload.BidsFree != nil:
+			seen.Free = true
+		case b.Payload.BidsPriced != nil:
+			seen.Cost, seen.Currency = b.Payload.BidsPriced.Cost, b.Payload.BidsPriced.Currency
+		default:
+			seen.Unknown = true
+		}
+		x.mu.Lock()
+		if x.bids[b.RFP.URI] == nil {
+			x.bids[b.RFP.URI] = map[string]market.Bid{}
+		}
+		x.bids[b.RFP.URI][rec.URI] = seen
+		x.mu.Unlock()
+		x.wake(b.RFP.URI)
+	case mk.ReceiptNSID:
+		var r mk.Receipt
+		if json.Unmarshal(rec.Value, &r) != nil {
+			return
+		}
+		x.mu.Lock()
+		x.receipts[r.Accept.URI] = append(x.receipts[r.Accept.URI], market.ReceiptSeen{URI: rec.URI, CID: rec.CID, Author: did,
+			Accept: market.Ref{URI: r.Accept.URI, CID: r.Accept.CID}, AcceptCID: r.CID})
+		x.mu.Unlock()
+		x.wake(r.Accept.URI)
+	case mk.EventNSID:
+		var e mk.Event
+		if json.Unmarshal(rec.Value, &e) != nil {
+			return
+		}
+		se := seenEvent{URI: rec.URI, Author: did, Kind: e.Payload.Type()}
+		if n := e.Payload.ComputeEventsVMOnNetwork; n != nil {
+			se.Address = n.Address
+		}
+		x.mu.Lock()
+		x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], se)
+		x.mu.Unlock()
+		x.wake(e.Receipt.URI)
+	}
+}
+
+// Offerings are the DIDs with a live compute.vm offering.
+func (x *Index) Offerings() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for d, live := range x.offerings {
+		if live {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Bids on an rfp.
+func (x *Index) Bids(rfp string) []market.Bid {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []market.Bid
+	for _, b := range x.bids[rfp] {
+		out = append(out, b)
+	}
+	return out
+}
+
+// Receipts for an accept.
+func (x *Index) Receipts(accept string) []market.ReceiptSeen {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]market.ReceiptSeen(nil), x.receipts[accept]...)
+}
+
+// Events on a receipt.
+func (x *Index) Events(receipt string) []seenEvent {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]seenEvent(nil), x.events[receipt]...)
+}

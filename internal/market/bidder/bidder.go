@@ -1,0 +1,502 @@
+// Package bidder is a market bidder: it offers compute from its own repo, bids on rfps its
+// policy and capacity allow, boots the guest of an accepted bid on a substrate, and reports
+// the guest's life in events on the receipt. Everything it knows is in its repo and its
+// substrate's state dir, so a restarted bidder carries on where it stopped.
+package bidder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"socialweb.computer/internal/atproto/atrepo"
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate"
+)
+
+// Config of a bidder.
+type Config struct {
+	// Repo is the bidder's own repo; Fetch reads the records of others.
+	Repo  repos.Repo
+	Fetch feed.Fetcher
+	// Substrate runs the guests (its Kind is the computeKind served).
+	Substrate substrate.Substrate
+	// Cost and Currency price a bid; Free bids bids.free.
+	Cost     int64
+	Currency string
+	Free     bool
+	// Capacity is how many guests it runs at once (0: 8).
+	Capacity int
+	// ReadyTimeout bounds the wait for a booted guest to run (0: 60 s).
+	ReadyTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// Bidder is one running bidder.
+type Bidder struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	bids     map[string]atrepo.StrongRef // rfp uri -> our bid
+	bidURIs  map[string]bool             // our bid uris
+	receipts map[string]atrepo.StrongRef // accept uri -> our receipt
+	ended    map[string]bool             // receipt uri -> our final event written
+	active   map[string]bool             // receipt uri -> guest held
+	// pending are bids not yet accepted (bid uri -> when), each holding a place for
+	// BidHold so that a burst of rfps is not bid on beyond capacity.
+	pending map[string]time.Time
+	wg      sync.WaitGroup
+}
+
+// New returns a bidder; Run starts it.
+func New(cfg Config) *Bidder {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 8
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.Currency == "" {
+		cfg.Currency = "USD"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
+		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}}
+}
+
+// DID is the bidder's DID.
+func (b *Bidder) DID() string { return b.cfg.Repo.DID() }
+
+// GuestID is the substrate id of the guest booted for an accept.
+func GuestID(acceptURI string) string {
+	h := sha256.Sum256([]byte(acceptURI))
+	return "g" + hex.EncodeToString(h[:8])
+}
+
+// Run writes the offering, recovers its state from its repo and the substrate, and follows
+// the firehose until ctx ends. Guests keep running after it returns (Stop ends them).
+func (b *Bidder) Run(ctx context.Context) error {
+	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: now(), EndpointURL: b.cfg.Repo.Endpoint()}
+	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
+		return fmt.Errorf("offering: %w", err)
+	}
+	if err := b.recover(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	feed.Follow(ctx, b.cfg.Repo.Events(), 0, func(ev repos.Event) { b.handle(ctx, ev) })
+	b.wg.Wait()
+	return ctx.Err()
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+func (b *Bidder) put(ctx context.Context, coll, rkey string, v any) error {
+	_, err := b.putRef(ctx, coll, rkey, v)
+	return err
+}
+
+func (b *Bidder) putRef(ctx context.Context, coll, rkey string, v any) (atrepo.StrongRef, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return atrepo.StrongRef{}, err
+	}
+	w, err := b.cfg.Repo.Put(ctx, coll, rkey, raw, nil)
+	if err != nil {
+		return atrepo.StrongRef{}, err
+	}
+	return atrepo.StrongRef{URI: w.URI, CID: w.CID}, nil
+}
+
+func (b *Bidder) list(ctx context.Context, coll string, fn func(repos.Record)) error {
+	cursor := ""
+	for {
+		recs, next, err := b.cfg.Repo.List(ctx, coll, cursor, 100)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			fn(r)
+		}
+		if next == "" || len(recs) == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// recover rebuilds what it bid, what it holds and what it ended from its own repo, then
+// reconciles the substrate's guests with that: a guest whose contract ended is stopped; a
+// held guest is watched again; a held guest that is gone is reported ended.
+func (b *Bidder) recover(ctx context.Context) error {
+	if err := b.list(ctx, mk.BidNSID, func(r repos.Record) {
+		var bid mk.Bid
+		if json.Unmarshal(r.Value, &bid) == nil {
+			b.bids[bid.RFP.URI] = atrepo.StrongRef{URI: r.URI, CID: r.CID}
+			b.bidURIs[r.URI] = true
+		}
+	}); err != nil {
+		return err
+	}
+	if err := b.list(ctx, mk.ReceiptNSID, func(r repos.Record) {
+		var rc mk.Receipt
+		if json.Unmarshal(r.Value, &rc) == nil {
+			b.receipts[rc.Accept.URI] = atrepo.StrongRef{URI: r.URI, CID: r.CID}
+		}
+	}); err != nil {
+		return err
+	}
+	if err := b.list(ctx, mk.EventNSID, func(r repos.Record) {
+		var ev mk.Event
+		if json.Unmarshal(r.Value, &ev) == nil && ev.Payload.ComputeEventsVMDelete != nil {
+			b.ended[ev.Receipt.URI] = true
+		}
+	}); err != nil {
+		return err
+	}
+	guests, err := b.cfg.Substrate.List(ctx)
+	if err != nil {
+		return err
+	}
+	byID := map[string]substrate.GuestStatus{}
+	for _, g := range guests {
+		byID[g.ID] = g
+	}
+	for acceptURI, rc := range b.receipts {
+		id := GuestID(acceptURI)
+		g, ok := byID[id]
+		delete(byID, id)
+		switch {
+		case b.ended[rc.URI]:
+			if ok && !g.Phase.Ended() {
+				b.stop(ctx, id)
+			}
+		case ok && !g.Phase.Ended():
+			b.active[rc.URI] = true
+			b.watchEnd(ctx, id, rc)
+		default:
+			b.finish(ctx, id, rc, "guest gone while the bidder was down")
+		}
+	}
+	for id, g := range byID { // guests with no receipt: a boot that never got its receipt written
+		if !g.Phase.Ended() {
+			b.stop(ctx, id)
+		}
+	}
+	return nil
+}
+
+func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
+	for _, op := range ev.Ops {
+		if op.Action == "delete" {
+			continue
+		}
+		uri := feed.URI(ev.DID, op.Collection, op.RKey)
+		switch op.Collection {
+		case mk.RFPNSID:
+			if err := b.onRFP(ctx, uri); err != nil {
+				b.log.Warn("rfp", "uri", uri, "err", err)
+			}
+		case mk.AcceptNSID:
+			if err := b.onAccept(ctx, uri); err != nil {
+				b.log.Warn("accept", "uri", uri, "err", err)
+			}
+		case mk.EventNSID:
+			if ev.DID == b.DID() {
+				continue
+			}
+			if err := b.onEvent(ctx, uri); err != nil {
+				b.log.Warn("event", "uri", uri, "err", err)
+			}
+		}
+	}
+}
+
+// evaluate says whether the bidder bids on rfp: its payload kind, its policy, capacity.
+func (b *Bidder) evaluate(ctx context.Context, rfp *mk.RFP) (*mk.ComputeVM, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	prec, err := b.cfg.Fetch.Get(ctx, rfp.Payload.URI)
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	vm, err := mk.DecodeComputeVM(prec.Value)
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	kind := mk.ComputeVMComputeKindVM
+	if vm.ComputeKind != nil {
+		kind = *vm.ComputeKind
+	}
+	if kind != b.cfg.Substrate.Kind() {
+		return nil, fmt.Errorf("computeKind %s not served (%s)", kind, b.cfg.Substrate.Kind())
+	}
+	if err := readPolicy(ctx, b.cfg.Fetch, rfp.Policy.URI).Allows(market.Candidate{Bidder: b.DID(), CPUs: vm.Cpus}); err != nil {
+		return nil, err
+	}
+	if n := b.load(); n >= b.cfg.Capacity {
+		return nil, fmt.Errorf("at capacity (%d guests and open bids of %d)", n, b.cfg.Capacity)
+	}
+	return vm, nil
+}
+
+// BidHold is how long an unanswered bid holds a place of the bidder's capacity.
+const BidHold = 2 * time.Minute
+
+// load is the guests held plus the bids still holding a place.
+func (b *Bidder) load() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.active)
+	for uri, at := range b.pending {
+		if time.Since(at) > BidHold {
+			delete(b.pending, uri)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// readPolicy reads an rfp's policy record; any failure is a Policy that denies.
+func readPolicy(ctx context.Context, f feed.Fetcher, uri string) market.Policy {
+	_, coll, _, err := feed.ParseURI(uri)
+	if err != nil {
+		return market.Policy{Err: err}
+	}
+	rec, err := f.Get(ctx, uri)
+	if err != nil {
+		return market.Policy{Err: err}
+	}
+	p := market.Policy{NSID: coll}
+	switch coll {
+	case mk.PoliciesOnlyMeNSID:
+		v, err := mk.DecodePoliciesOnlyMe(rec.Value)
+		if err != nil {
+			return market.Policy{Err: err}
+		}
+		p.RequesterDID = v.RequesterDID
+	case mk.PoliciesOpenNSID:
+		if _, err := mk.DecodePoliciesOpen(rec.Value); err != nil {
+			return market.Policy{Err: err}
+		}
+	}
+	return p
+}
+
+func (b *Bidder) onRFP(ctx context.Context, uri string) error {
+	b.mu.Lock()
+	_, done := b.bids[uri]
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	rec, err := b.cfg.Fetch.Get(ctx, uri)
+	if errors.Is(err, repos.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rfp, err := mk.DecodeRFP(rec.Value)
+	if err != nil {
+		return err
+	}
+	if _, err := b.evaluate(ctx, rfp); err != nil {
+		b.log.Info("market_no_bid", "rfp", uri, "reason", err.Error())
+		return nil
+	}
+	var pay mk.BidPayload
+	if b.cfg.Free {
+		pay.BidsFree = &mk.BidsFree{}
+	} else {
+		pay.BidsPriced = &mk.BidsPriced{Cost: b.cfg.Cost, Currency: b.cfg.Currency, Frequency: mk.BidsPricedFrequencyHour}
+	}
+	ref, err := b.putRef(ctx, mk.BidNSID, feed.TID(), mk.Bid{RFP: atrepo.StrongRef{URI: uri, CID: rec.CID}, Payload: pay})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.bids[uri], b.bidURIs[ref.URI] = ref, true
+	b.pending[ref.URI] = time.Now()
+	b.mu.Unlock()
+	b.log.Info("market_bid", "rfp", uri, "bid", ref.URI)
+	return nil
+}
+
+func (b *Bidder) onAccept(ctx context.Context, uri string) error {
+	b.mu.Lock()
+	_, done := b.receipts[uri]
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	rec, err := b.cfg.Fetch.Get(ctx, uri)
+	if errors.Is(err, repos.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	acc, err := mk.DecodeAccept(rec.Value)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	ours := b.bidURIs[acc.Bid.URI]
+	delete(b.pending, acc.Bid.URI) // its place becomes the guest's (or is freed)
+	b.mu.Unlock()
+	if !ours {
+		return nil
+	}
+	rfpRec, err := b.cfg.Fetch.Get(ctx, acc.RFP.URI)
+	if err != nil {
+		return err
+	}
+	rfp, err := mk.DecodeRFP(rfpRec.Value)
+	if err != nil {
+		return err
+	}
+	vm, err := b.evaluate(ctx, rfp)
+	if err != nil {
+		b.log.Warn("market_accept_declined", "accept", uri, "reason", err.Error())
+		return nil
+	}
+	id := GuestID(uri)
+	spec := substrate.GuestSpec{ID: id, CPUs: int(vm.Cpus), MemMiB: int(vm.Mem)}
+	if vm.UserData != nil {
+		spec.UserData = []byte(*vm.UserData)
+	}
+	if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
+		return fmt.Errorf("boot: %w", err)
+	}
+	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), mk.Receipt{
+		Accept: atrepo.StrongRef{URI: uri, CID: rec.CID}, Bid: acc.Bid, CID: rec.CID, RFP: acc.RFP})
+	if err != nil {
+		b.stop(ctx, id)
+		return fmt.Errorf("receipt: %w", err)
+	}
+	b.mu.Lock()
+	b.receipts[uri], b.active[rc.URI] = rc, true
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+		defer cancel()
+		gs, err := substrate.WaitRunning(wctx, b.cfg.Substrate, id)
+		if err != nil || gs.Phase != substrate.Running {
+			if ctx.Err() == nil {
+				b.finish(ctx, id, rc, fmt.Sprintf("guest did not start: %v %s", err, gs.Message))
+			}
+			return
+		}
+		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMStarted: &mk.ComputeEventsVMStarted{}}); err != nil {
+			b.log.Warn("event", "err", err)
+		}
+		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: &mk.ComputeEventsVMOnNetwork{Address: gs.Address}}); err != nil {
+			b.log.Warn("event", "err", err)
+		}
+		b.log.Info("market_started", "accept", uri, "guest", id)
+		b.watchEnd(ctx, id, rc)
+	}()
+	return nil
+}
+
+// watchEnd reports a guest that ends by itself.
+func (b *Bidder) watchEnd(ctx context.Context, id string, rc atrepo.StrongRef) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		gs, err := substrate.WaitEnded(ctx, b.cfg.Substrate, id)
+		if err != nil || ctx.Err() != nil {
+			return
+		}
+		b.finish(ctx, id, rc, fmt.Sprintf("guest ended by itself: %s (exit %d)", gs.Phase, gs.ExitCode))
+	}()
+}
+
+func (b *Bidder) event(ctx context.Context, rc atrepo.StrongRef, p mk.EventPayload) error {
+	return b.put(ctx, mk.EventNSID, feed.TID(), mk.Event{Receipt: rc, Payload: p})
+}
+
+func (b *Bidder) stop(ctx context.Context, id string) {
+	if err := b.cfg.Substrate.Stop(ctx, id); err != nil && !errors.Is(err, substrate.ErrNotFound) {
+		b.log.Warn("stop", "guest", id, "err", err)
+	}
+	_ = b.cfg.Substrate.Remove(ctx, id)
+}
+
+// finish stops the guest (if it runs) and writes the final vm.delete event once.
+func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, reason string) {
+	b.mu.Lock()
+	if b.ended[rc.URI] {
+		b.mu.Unlock()
+		return
+	}
+	b.ended[rc.URI] = true
+	delete(b.active, rc.URI)
+	b.mu.Unlock()
+	b.stop(ctx, id)
+	if len(reason) > 256 {
+		reason = reason[:256]
+	}
+	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMDelete: &mk.ComputeEventsVMDelete{Reason: &reason}}); err != nil {
+		b.log.Warn("final event", "receipt", rc.URI, "err", err)
+	}
+	b.log.Info("market_released", "receipt", rc.URI, "guest", id, "reason", reason)
+}
+
+func (b *Bidder) onEvent(ctx context.Context, uri string) error {
+	rec, err := b.cfg.Fetch.Get(ctx, uri)
+	if errors.Is(err, repos.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ev, err := mk.DecodeEvent(rec.Value)
+	if err != nil || ev.Payload.ComputeEventsVMDelete == nil {
+		return err
+	}
+	b.mu.Lock()
+	var acceptURI string
+	var rc atrepo.StrongRef
+	for a, r := range b.receipts {
+		if r.URI == ev.Receipt.URI {
+			acceptURI, rc = a, r
+		}
+	}
+	b.mu.Unlock()
+	if acceptURI == "" {
+		return nil
+	}
+	// Only the requester (the accept's author) may release.
+	adid, _, _, _ := feed.ParseURI(acceptURI)
+	edid, _, _, _ := feed.ParseURI(uri)
+	if adid != edid {
+		return nil
+	}
+	b.finish(ctx, GuestID(acceptURI), rc, "released on request")
+	return nil
+}
+
+// StopAll stops every guest of the substrate (for a bidder that is shutting its host down).
+func (b *Bidder) StopAll(ctx context.Context) {
+	gs, _ := b.cfg.Substrate.List(ctx)
+	for _, g := range gs {
+		b.stop(ctx, g.ID)
+	}
+}

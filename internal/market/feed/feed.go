@@ -1,0 +1,121 @@
+// Package feed is the I/O both market parties share: following a PDS's firehose from a
+// cursor, reading another party's record by at-uri, and minting record keys.
+package feed
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/repos"
+)
+
+// Fetcher reads a record of any repo.
+type Fetcher func(ctx context.Context, did, collection, rkey string) (*repos.Record, error)
+
+// Local reads records of accounts on the embedded PDS srv.
+func Local(srv *pds.Server) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		r, err := repos.Local(ctx, srv, did)
+		if err != nil {
+			return nil, err
+		}
+		return r.Get(ctx, collection, rkey)
+	}
+}
+
+// Get reads the record at an at-uri.
+func (f Fetcher) Get(ctx context.Context, uri string) (*repos.Record, error) {
+	did, coll, rkey, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	return f(ctx, did, coll, rkey)
+}
+
+// ParseURI splits at://did/collection/rkey.
+func ParseURI(uri string) (did, collection, rkey string, err error) {
+	rest, ok := strings.CutPrefix(uri, "at://")
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("not a record at-uri: %q", uri)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// URI builds at://did/collection/rkey.
+func URI(did, collection, rkey string) string { return "at://" + did + "/" + collection + "/" + rkey }
+
+var (
+	tidMu    sync.Mutex
+	tidClock = syntax.NewTIDClock(0)
+)
+
+// TID returns a new record key of the tid kind.
+func TID() string {
+	tidMu.Lock()
+	defer tidMu.Unlock()
+	return tidClock.Next().String()
+}
+
+// Follow calls fn for every event of src from cursor (0 replays what the PDS keeps) until
+// ctx ends, subscribing again from the last seq handled when the stream breaks. An error of
+// fn is logged by the caller's fn itself; Follow only stops with ctx.
+func Follow(ctx context.Context, src repos.EventSource, cursor int64, fn func(repos.Event)) {
+	last := cursor
+	for ctx.Err() == nil {
+		c := last
+		err := src.Subscribe(ctx, &c, func(ev repos.Event) error {
+			fn(ev)
+			last = ev.Seq
+			return nil
+		})
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// DerivedTID is a record key of the tid kind that is the same every time it is asked for with
+// the same seed, time and n: the requester's keys for one contract (seed: the object's UID,
+// at: its creation), so that writing a record again after a crash or a stale read finds the
+// one written before instead of adding a second.
+func DerivedTID(seed string, at time.Time, n int) string {
+	h := sha256.Sum256([]byte(seed))
+	v := binary.BigEndian.Uint64(h[:8])
+	micros := at.Unix()*1_000_000 + int64(v%100_000)*10 + int64(n)
+	return syntax.NewTID(micros, uint((v>>32)%1024)).String()
+}
+
+// PutOnce writes value at collection/rkey unless a record is there already, and returns
+// where the record is (the existing one, if any).
+func PutOnce(ctx context.Context, repo repos.Repo, collection, rkey string, value []byte) (*repos.Record, error) {
+	w, err := repo.Put(ctx, collection, rkey, value, new(string))
+	if err == nil {
+		return &repos.Record{URI: w.URI, CID: w.CID, Value: value}, nil
+	}
+	if !errors.Is(err, repos.ErrSwapMismatch) {
+		return nil, err
+	}
+	return repo.Get(ctx, collection, rkey)
+}
+
+// Remote reads records through the PDS at service (the one whose firehose is followed: the
+// records its events name are hosted there).
+func Remote(service string) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		return repos.GetPublic(ctx, service, did, collection, rkey)
+	}
+}

@@ -1,0 +1,442 @@
+// Package market holds the decisions of the compute market protocol
+// (com.publicdomainrelay.temp.market.*) as pure functions: who may bid, when the bid window
+// closes, which bid wins, whether a receipt binds to our accept, what a bidder's policy
+// says, and the requester's next phase. No I/O: the requester controller and the bidder
+// read records, call these, and write what they return. See docs/market.md.
+package market
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"socialweb.computer/api/v1alpha1"
+)
+
+// Defaults of the policyArgs the requester reads.
+const (
+	DefaultBidWindow    = 30 * time.Second
+	DefaultAnswerWait   = 60 * time.Second
+	DefaultReadyTimeout = 300 * time.Second
+	// ArgBidWindow, ArgAnswerWait: policyArgs keys, in seconds.
+	ArgBidWindow  = "bidWindowSec"
+	ArgAnswerWait = "answerTimeoutSec"
+)
+
+// Reasons a contract ends Failed (the Ready condition reason and the first word of the message).
+const (
+	ReasonNoBids         = "NoBids"
+	ReasonAllRefused     = "AllRefused"
+	ReasonWinnerSilent   = "WinnerSilent"
+	ReasonVMReadyTimeout = "VMReadyTimeout"
+	ReasonBidderLost     = "BidderLost"
+	ReasonBadSpec        = "InvalidSpec"
+)
+
+// SecondsArg reads a non-negative number of seconds from args[key], def when absent.
+func SecondsArg(args map[string]string, key string, def time.Duration) (time.Duration, error) {
+	v, ok := args[key]
+	if !ok || v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("policyArgs.%s: %q is not a non-negative number of seconds", key, v)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// Bidders is the set of bidders a requester waits for: the DIDs of the live offerings it has
+// seen plus spec.bidderDids, minus spec.denyBidderDids, sorted and without duplicates. When
+// bidderDids is set it is the whole set (offerings of others do not widen it).
+func Bidders(offerings, bidderDids, denyBidderDids []string) []string {
+	base := offerings
+	if len(bidderDids) > 0 {
+		base = bidderDids
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range base {
+		if d == "" || seen[d] || slices.Contains(denyBidderDids, d) {
+			continue
+		}
+		seen[d] = true
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Bid is a bid as the requester saw it.
+type Bid struct {
+	URI, CID string
+	Bidder   string
+	// Free is a bids.free bid (cost 0); else Cost and Currency are the priced bid's.
+	Free     bool
+	Cost     int64
+	Currency string
+	// Unknown is a bid payload of a kind we do not know; it is refused.
+	Unknown bool
+}
+
+// Price is the cost compared between bids: 0 for a free bid.
+func (b Bid) Price() int64 {
+	if b.Free {
+		return 0
+	}
+	return b.Cost
+}
+
+// WindowClose says whether the bid window of an rfp written at opened is closed at now: at
+// opened+window, or earlier once every bidder in bidders has a bid in answered. When it is
+// open, wait is how long until it closes by the deadline.
+func WindowClose(now, opened time.Time, window time.Duration, bidders []string, answered map[string]bool) (closed bool, wait time.Duration) {
+	deadline := opened.Add(window)
+	if !now.Before(deadline) {
+		return true, 0
+	}
+	if len(bidders) > 0 {
+		all := true
+		for _, d := range bidders {
+			if !answered[d] {
+				all = false
+				break
+			}
+		}
+		if all {
+			return true, 0
+		}
+	}
+	return false, deadline.Sub(now)
+}
+
+// Refusal is a bid not taken and why.
+type Refusal struct {
+	Bid    Bid
+	Reason string
+}
+
+// Choose picks the winner among bids: the lowest price among those whose bidder is allowed
+// (in bidderDids when that is set, not in denyBidderDids) and that the policy allows. Ties
+// go to the lexically smallest bidder DID, then bid URI, so every requester picks the same.
+// Bids of a currency other than the first allowed one's are refused (prices do not compare).
+func Choose(bids []Bid, bidderDids, deny []string, policy Policy) (winner *Bid, refused []Refusal) {
+	var ok []Bid
+	for _, b := range bids {
+		switch {
+		case slices.Contains(deny, b.Bidder):
+			refused = append(refused, Refusal{b, "bidder denied by denyBidderDids"})
+		case len(bidderDids) > 0 && !slices.Contains(bidderDids, b.Bidder):
+			refused = append(refused, Refusal{b, "bidder not in bidderDids"})
+		case b.Unknown:
+			refused = append(refused, Refusal{b, "unknown bid kind"})
+		default:
+			if err := policy.Allows(Candidate{Bidder: b.Bidder}); err != nil {
+				refused = append(refused, Refusal{b, err.Error()})
+			} else {
+				ok = append(ok, b)
+			}
+		}
+	}
+	sort.SliceStable(ok, func(i, j int) bool {
+		a, c := ok[i], ok[j]
+		if a.Price() != c.Price() {
+			return a.Price() < c.Price()
+		}
+		if a.Bidder != c.Bidder {
+			return a.Bidder < c.Bidder
+		}
+		return a.URI < c.URI
+	})
+	var cur string
+	for i := range ok {
+		b := ok[i]
+		if b.Free {
+			if winner == nil {
+				winner = &ok[i]
+			}
+			continue
+		}
+		if cur == "" {
+			cur = b.Currency
+		}
+		if b.Currency != cur {
+			refused = append(refused, Refusal{b, fmt.Sprintf("currency %s, not %s", b.Currency, cur)})
+			continue
+		}
+		if winner == nil {
+			winner = &ok[i]
+		}
+	}
+	return winner, refused
+}
+
+// Ref is a strong reference: a record's at-uri and CID.
+type Ref struct{ URI, CID string }
+
+// ReceiptSeen is a receipt as the requester read it.
+type ReceiptSeen struct {
+	URI, CID string
+	// Author is the DID of the repo holding the receipt.
+	Author string
+	// Accept is the receipt's accept strongRef, AcceptCID its cid field.
+	Accept    Ref
+	AcceptCID string
+}
+
+// Binds says whether a receipt binds to our accept: written by the winner, naming our accept
+// by URI and by the CID we wrote (both the strongRef's and the cid field).
+func Binds(r ReceiptSeen, accept Ref, winner string) error {
+	switch {
+	case r.Author != winner:
+		return fmt.Errorf("receipt by %s, not the winner %s", r.Author, winner)
+	case r.Accept.URI != accept.URI:
+		return fmt.Errorf("receipt names accept %s, not %s", r.Accept.URI, accept.URI)
+	case r.AcceptCID != accept.CID || r.Accept.CID != accept.CID:
+		return fmt.Errorf("receipt binds cid %s, our accept is %s", r.AcceptCID, accept.CID)
+	}
+	return nil
+}
+
+// Policy is an rfp's policy as read from its record.
+type Policy struct {
+	// NSID is the policy record's collection (policies.open, policies.onlyMe, ...).
+	NSID string
+	// RequesterDID is onlyMe's requesterDid.
+	RequesterDID string
+	// MaxCPUs, when > 0, bounds the CPUs of the guest asked for. No policy record carries it
+	// yet (the lexicons have no CPU-bound policy); it is here for the rule and its test.
+	MaxCPUs int64
+	// Err is set when the policy record could not be read or decoded: it denies.
+	Err error
+}
+
+// Candidate is what a policy judges: who would win, and what they would run.
+type Candidate struct {
+	Bidder string
+	CPUs   int64
+}
+
+// Policy NSIDs.
+const (
+	PolicyOpen   = "com.publicdomainrelay.temp.market.policies.open"
+	PolicyOnlyMe = "com.publicdomainrelay.temp.market.policies.onlyMe"
+)
+
+// Allows evaluates the policy: nil allows; any error (an unknown policy, a policy that could
+// not be read) denies, with the reason.
+func (p Policy) Allows(c Candidate) error {
+	if p.Err != nil {
+		return fmt.Errorf("policy unreadable: %v", p.Err)
+	}
+	if p.MaxCPUs > 0 && c.CPUs > p.MaxCPUs {
+		return fmt.Errorf("policy allows at most %d CPUs, asked %d", p.MaxCPUs, c.CPUs)
+	}
+	switch p.NSID {
+	case PolicyOpen:
+		return nil
+	case PolicyOnlyMe:
+		if p.RequesterDID == "" {
+			return fmt.Errorf("policy onlyMe names no requester")
+		}
+		if c.Bidder != p.RequesterDID {
+			return fmt.Errorf("policy onlyMe: only %s may win", p.RequesterDID)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown policy %q", p.NSID)
+	}
+}
+
+// PolicyName maps spec.policy to the policy record's NSID: "" and "open" are open,
+// "only_me"/"onlyMe" is onlyMe; anything else is an error.
+func PolicyName(spec string) (string, error) {
+	switch strings.TrimSpace(spec) {
+	case "", "open":
+		return PolicyOpen, nil
+	case "only_me", "onlyMe":
+		return PolicyOnlyMe, nil
+	}
+	return "", fmt.Errorf("unknown policy %q (open, only_me)", spec)
+}
+
+// Phase aliases the API's phases.
+type Phase = v1alpha1.ComputeContractPhase
+
+// Action is a write the requester makes before it records the decided phase.
+type Action string
+
+const (
+	ActNone Action = ""
+	// ActRFP writes the compute.vm payload, the policy record and the rfp.
+	ActRFP Action = "rfp"
+	// ActAccept writes the accept for Decision.Winner.
+	ActAccept Action = "accept"
+	// ActDelete writes an event with a compute.events.vm.delete payload on the receipt.
+	ActDelete Action = "delete"
+)
+
+// State is what the requester knows of one contract at Now.
+type State struct {
+	Now   time.Time
+	Phase Phase
+	// Release: spec.release is set or the object is being deleted.
+	Release bool
+
+	// RFPAt is when the rfp was written (zero: not yet).
+	RFPAt        time.Time
+	Window       time.Duration
+	AnswerWait   time.Duration
+	ReadyTimeout time.Duration
+	Bidders      []string
+	BidderDids   []string
+	Deny         []string
+	Policy       Policy
+	Bids         []Bid
+
+	// Accept is our accept (zero: none yet), Winner its bidder, AcceptAt when we wrote it.
+	Accept   Ref
+	Winner   string
+	AcceptAt time.Time
+	// Receipt is set once a receipt that Binds arrived.
+	Receipt *ReceiptSeen
+	// Started: the winner's vm.started event arrived. Ended: the winner's final event (a
+	// vm.delete on the receipt, written when it stopped the guest or the guest exited).
+	Started bool
+	Ended   bool
+	// DeleteAt is when we wrote our delete event (zero: not yet).
+	DeleteAt time.Time
+	// ReleaseAt is when the release was asked for (spec.release.requestedAt or the deletion).
+	ReleaseAt time.Time
+}
+
+// Decision is what to do next and the phase to record after doing it.
+type Decision struct {
+	Action Action
+	Winner *Bid
+	Phase  Phase
+	// Reason is a condition reason; Message a sentence naming the cause.
+	Reason, Message string
+	// Refused lists the bids not taken (when the window closed).
+	Refused []Refusal
+	// RequeueAfter is the next deadline (0: none; events requeue the contract).
+	RequeueAfter time.Duration
+}
+
+func fail(reason, format string, a ...any) Decision {
+	return Decision{Phase: v1alpha1.ComputeContractFailed, Reason: reason, Message: reason + ": " + fmt.Sprintf(format, a...)}
+}
+
+func until(now, t time.Time) time.Duration {
+	d := t.Sub(now)
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return d
+}
+
+// Next is the requester's state machine:
+//
+//	Pending -> Requesting (rfp written) -> Held (vm.started) -> Releasing (delete written) -> Released
+//
+// and Failed from any of them with a reason that names the cause: no bids, every bid refused,
+// a winner that never answered the accept, a guest not started within the ready timeout, a
+// bidder that never answered the delete. Released and Failed are final; a Failed contract
+// whose guest was won still has its delete written (ActDelete) before it is recorded.
+func Next(s State) Decision {
+	now := s.Now
+	switch s.Phase {
+	case v1alpha1.ComputeContractReleased, v1alpha1.ComputeContractFailed:
+		return Decision{Phase: s.Phase}
+	}
+	if s.Release {
+		return nextRelease(s)
+	}
+	if s.RFPAt.IsZero() {
+		return Decision{Action: ActRFP, Phase: v1alpha1.ComputeContractRequesting, Message: "rfp written; waiting for bids"}
+	}
+	if s.Accept.URI == "" {
+		answered := map[string]bool{}
+		for _, b := range s.Bids {
+			answered[b.Bidder] = true
+		}
+		closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
+		if !closed {
+			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders)), RequeueAfter: wait}
+		}
+		w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy)
+		if w == nil {
+			if len(s.Bids) == 0 {
+				d := fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID))
+				return d
+			}
+			parts := make([]string, 0, len(refused))
+			for _, r := range refused {
+				parts = append(parts, r.Bid.Bidder+": "+r.Reason)
+			}
+			d := fail(ReasonAllRefused, "every bid refused: %s", strings.Join(parts, "; "))
+			d.Refused = refused
+			return d
+		}
+		return Decision{Action: ActAccept, Winner: w, Refused: refused, Phase: v1alpha1.ComputeContractRequesting,
+			Message: fmt.Sprintf("accepted %s's bid; waiting for its receipt", w.Bidder), RequeueAfter: s.AnswerWait}
+	}
+	if s.Receipt == nil {
+		if dl := s.AcceptAt.Add(s.AnswerWait); now.Before(dl) {
+			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: fmt.Sprintf("waiting for %s's receipt", s.Winner), RequeueAfter: until(now, dl)}
+		}
+		return fail(ReasonWinnerSilent, "the winner %s wrote no receipt within %s of the accept", s.Winner, s.AnswerWait)
+	}
+	if s.Ended {
+		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "GuestEnded", Message: "the guest ended by itself and " + s.Winner + " reported it"}
+	}
+	if s.Started {
+		return Decision{Phase: v1alpha1.ComputeContractHeld, Reason: "Started", Message: "guest started by " + s.Winner}
+	}
+	if dl := s.AcceptAt.Add(s.ReadyTimeout); now.Before(dl) {
+		return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: "receipt bound; waiting for vm.started", RequeueAfter: until(now, dl)}
+	}
+	d := fail(ReasonVMReadyTimeout, "no vm.started from %s within vmReadyTimeoutSec (%s); guest released", s.Winner, s.ReadyTimeout)
+	if s.DeleteAt.IsZero() {
+		d.Action = ActDelete
+	}
+	return d
+}
+
+func nextRelease(s State) Decision {
+	now := s.Now
+	if s.Accept.URI == "" {
+		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "NothingHeld", Message: "released before any bid was accepted"}
+	}
+	if s.Ended {
+		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "Released", Message: s.Winner + " released the guest"}
+	}
+	if s.Receipt == nil {
+		// A receipt may still come for the accept: wait for it (bounded) so the delete can name it.
+		start := s.AcceptAt
+		if s.ReleaseAt.After(start) {
+			start = s.ReleaseAt
+		}
+		if dl := start.Add(s.AnswerWait); now.Before(dl) {
+			return Decision{Phase: v1alpha1.ComputeContractReleasing, Message: "release asked; waiting for the winner's receipt to name in the delete", RequeueAfter: until(now, dl)}
+		}
+		return fail(ReasonBidderLost, "release asked but %s wrote no receipt within %s", s.Winner, s.AnswerWait)
+	}
+	if s.DeleteAt.IsZero() {
+		return Decision{Action: ActDelete, Phase: v1alpha1.ComputeContractReleasing, Message: "delete written; waiting for " + s.Winner, RequeueAfter: s.AnswerWait}
+	}
+	if dl := s.DeleteAt.Add(s.AnswerWait); now.Before(dl) {
+		return Decision{Phase: v1alpha1.ComputeContractReleasing, Message: "delete written; waiting for " + s.Winner, RequeueAfter: until(now, dl)}
+	}
+	return fail(ReasonBidderLost, "%s did not answer the delete within %s", s.Winner, s.AnswerWait)
+}
+
+func shortPolicy(nsid string) string {
+	if i := strings.LastIndex(nsid, "."); i >= 0 {
+		return nsid[i+1:]
+	}
+	return nsid
+}
