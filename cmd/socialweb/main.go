@@ -13,9 +13,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
+	// The Kubernetes components linked in for `socialweb kube` register flags such as
+	// --version on pflag's global set at init; cobra would show them on every command. Each
+	// kube component parses its own flag sets, so the global one is not needed.
+	pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCommand()
