@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"time"
 )
@@ -254,4 +255,35 @@ func WaitFor(ctx context.Context, s Substrate, id string, cond func(GuestStatus)
 		case <-t.C:
 		}
 	}
+}
+
+// StatusFunc reads the status of one guest of a substrate.
+type StatusFunc func(ctx context.Context, id string) (GuestStatus, error)
+
+// ListStatuses is List for a substrate whose guests are the directories ids: the status of
+// every valid guest ID that status can read, in the order of ids.
+func ListStatuses(ctx context.Context, ids []string, status StatusFunc) []GuestStatus {
+	out := make([]GuestStatus, 0, len(ids))
+	for _, id := range ids {
+		if !ValidID(id) {
+			continue
+		}
+		if st, err := status(ctx, id); err == nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// RemoveEnded is Remove for a substrate that keeps a guest's state in dir: it deletes dir
+// once status says the guest has ended, and refuses a guest that still runs.
+func RemoveEnded(ctx context.Context, kind, id, dir string, status StatusFunc) error {
+	st, err := status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !st.Phase.Ended() {
+		return Errorf(kind, "remove", id, ErrRunning, "stop it first")
+	}
+	return os.RemoveAll(dir)
 }

@@ -360,14 +360,7 @@ func (s *Substrate) Stop(ctx context.Context, id string) error {
 
 // Remove implements substrate.Substrate.
 func (s *Substrate) Remove(ctx context.Context, id string) error {
-	st, err := s.Status(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !st.Phase.Ended() {
-		return substrate.Errorf(Kind, "remove", id, substrate.ErrRunning, "stop it first")
-	}
-	return os.RemoveAll(s.store.Dir(id))
+	return substrate.RemoveEnded(ctx, Kind, id, s.store.Dir(id), s.Status)
 }
 
 // List implements substrate.Substrate.
@@ -376,16 +369,5 @@ func (s *Substrate) List(ctx context.Context) ([]substrate.GuestStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]substrate.GuestStatus, 0, len(ids))
-	for _, id := range ids {
-		if !substrate.ValidID(id) {
-			continue
-		}
-		st, err := s.Status(ctx, id)
-		if err != nil {
-			continue
-		}
-		out = append(out, st)
-	}
-	return out, nil
+	return substrate.ListStatuses(ctx, ids, s.Status), nil
 }
