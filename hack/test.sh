@@ -22,5 +22,5 @@ go test -count=1 -timeout 40m ./...
 
 echo "== fuzz targets, briefly"
 for target in FuzzXRPCInput FuzzRecordCBOR FuzzCARRead FuzzSessionToken; do
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s ./internal/pds
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime 20000x ./internal/pds
 done
