@@ -22,7 +22,8 @@ import (
 //  2. the record's final write (phase ended, endedAt, endReason deleted) through the child,
 //     with swapCid the cid just read, and wait for the child to report it;
 //  3. the index at self: the entry leaves live for recentEnded;
-//  4. the child forced to Retain and deleted (the record stays), the watch released;
+//  4. the watch released, the child forced to Retain and deleted (the record stays) and
+//     waited for;
 //  5. the finalizer removed.
 func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, error) {
 	o := p.obj
@@ -66,15 +67,20 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	} else if child != nil {
 		repoRef = &child.Spec.RepoRef
 	}
-	if child != nil {
-		if err := r.deleteChild(ctx, child); err != nil {
-			return done(err)
-		}
-	}
 	if repoRef != nil {
 		if err := r.releaseWatch(ctx, o, *repoRef); err != nil {
 			return done(err)
 		}
+	}
+	if child != nil {
+		// The child has its own finalizer: wait until it is gone (its deletion wakes this
+		// object through the owner watch), so a released deployment leaves nothing behind.
+		if child.DeletionTimestamp.IsZero() {
+			if err := r.deleteChild(ctx, child); err != nil {
+				return done(err)
+			}
+		}
+		return reconcile.Result{}, nil
 	}
 	patch := client.MergeFromWithOptions(o.obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(o.obj, v1alpha1.FinalizerInfraRelease)
