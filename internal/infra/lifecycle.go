@@ -498,3 +498,21 @@ func FinalizePlan(existing []ExistingContract) Finalize {
 	f.Done = len(existing) == 0
 	return f
 }
+
+// NeedsReleaseFinalizer reports whether a deployment has, or is about to have, something the
+// release finalizer must clean up: a record binding (the final write, the index end) or a
+// contract past Staged (a ComputeContract). A deployment of only staged contracts and no
+// record owns nothing, so it goes without the finalizer and costs one write instead of two;
+// the finalizer goes on in the pass that first needs it, before that pass's first side
+// effect, and stays until deletion.
+func NeedsReleaseFinalizer(spec v1alpha1.InfraSpec) bool {
+	if spec.Record != nil {
+		return true
+	}
+	for _, c := range spec.Contracts {
+		if c.State != "" && c.State != v1alpha1.ContractStaged {
+			return true
+		}
+	}
+	return false
+}

@@ -432,3 +432,23 @@ func TestFinalizePlan(t *testing.T) {
 		})
 	}
 }
+
+func TestNeedsReleaseFinalizer(t *testing.T) {
+	repo := &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "me"}}
+	tests := []struct {
+		name string
+		spec v1alpha1.InfraSpec
+		want bool
+	}{
+		{"empty", v1alpha1.InfraSpec{}, false},
+		{"only staged contracts", v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "a"}, {Name: "b", State: v1alpha1.ContractStaged}}}, false},
+		{"a requested contract", v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "a"}, {Name: "b", State: v1alpha1.ContractRequested}}}, true},
+		{"a released contract", v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractReleased}}}, true},
+		{"a record binding", v1alpha1.InfraSpec{Record: repo}, true},
+	}
+	for _, tt := range tests {
+		if got := NeedsReleaseFinalizer(tt.spec); got != tt.want {
+			t.Errorf("%s: NeedsReleaseFinalizer = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -138,8 +138,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	// Karpenter's order: the finalizer goes on before anything is created, or a deletion
-	// in between would leak a ComputeContract or a record child.
-	if !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) {
+	// in between would leak a ComputeContract or a record child. A deployment that owns
+	// nothing yet (only staged contracts, no record) does without it.
+	if !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) && infra.NeedsReleaseFinalizer(*p.obj.spec) {
 		patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(o, v1alpha1.FinalizerInfraRelease)
 		if err := r.Client.Patch(ctx, o, patch); err != nil {
