@@ -226,16 +226,30 @@ func (s *Server) checkValidateFlag(validate *bool, collection string) error {
 	return errInvalidRequest("Lexicon not found: lex:%s", collection)
 }
 
+// recordWriteInput is the input of createRecord and putRecord (createRecord has no
+// swapRecord; a client that sends one anyway has it ignored, as the reference PDS does).
+type recordWriteInput struct {
+	Repo       string          `json:"repo"`
+	Collection string          `json:"collection"`
+	RKey       string          `json:"rkey"`
+	Validate   *bool           `json:"validate"`
+	Record     json.RawMessage `json:"record"`
+	SwapRecord json.RawMessage `json:"swapRecord"`
+	SwapCommit *string         `json:"swapCommit"`
+}
+
 func (s *Server) hPutRecord(ctx context.Context, r *http.Request) (any, error) {
-	var in struct {
-		Repo       string          `json:"repo"`
-		Collection string          `json:"collection"`
-		RKey       string          `json:"rkey"`
-		Validate   *bool           `json:"validate"`
-		Record     json.RawMessage `json:"record"`
-		SwapRecord json.RawMessage `json:"swapRecord"`
-		SwapCommit *string         `json:"swapCommit"`
-	}
+	return s.writeOneRecord(ctx, r, ActionUpdate)
+}
+
+func (s *Server) hCreateRecord(ctx context.Context, r *http.Request) (any, error) {
+	return s.writeOneRecord(ctx, r, ActionCreate)
+}
+
+// writeOneRecord is createRecord (ActionCreate) and putRecord (ActionUpdate): decode, the
+// caller owns the repo, the validate flag, one write, and the written record's reference.
+func (s *Server) writeOneRecord(ctx context.Context, r *http.Request, action Action) (any, error) {
+	var in recordWriteInput
 	if err := decodeInput(r, &in); err != nil {
 		return nil, err
 	}
@@ -243,15 +257,19 @@ func (s *Server) hPutRecord(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	swap, err := swapField(in.SwapRecord, true)
-	if err != nil {
-		return nil, err
+	w := Write{Action: action, Collection: in.Collection, RKey: in.RKey, Raw: in.Record}
+	mode := modeBatch
+	if action == ActionUpdate {
+		// putRecord: swapRecord null means "must not exist", and the single-write mode.
+		if w.SwapRecord, err = swapField(in.SwapRecord, true); err != nil {
+			return nil, err
+		}
+		mode = modeSingle
 	}
 	if err := s.checkValidateFlag(in.Validate, in.Collection); err != nil {
 		return nil, err
 	}
-	commit, res, err := s.applyWrites(ctx, did, []Write{{Action: ActionUpdate, Collection: in.Collection, RKey: in.RKey,
-		Raw: in.Record, SwapRecord: swap}}, deref(in.SwapCommit), modeSingle)
+	commit, res, err := s.applyWrites(ctx, did, []Write{w}, deref(in.SwapCommit), mode)
 	if err != nil {
 		return nil, err
 	}
@@ -263,33 +281,6 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
-}
-
-func (s *Server) hCreateRecord(ctx context.Context, r *http.Request) (any, error) {
-	var in struct {
-		Repo       string          `json:"repo"`
-		Collection string          `json:"collection"`
-		RKey       string          `json:"rkey"`
-		Validate   *bool           `json:"validate"`
-		Record     json.RawMessage `json:"record"`
-		SwapCommit *string         `json:"swapCommit"`
-	}
-	if err := decodeInput(r, &in); err != nil {
-		return nil, err
-	}
-	did, err := s.authRepo(r, in.Repo)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkValidateFlag(in.Validate, in.Collection); err != nil {
-		return nil, err
-	}
-	commit, res, err := s.applyWrites(ctx, did, []Write{{Action: ActionCreate, Collection: in.Collection, RKey: in.RKey,
-		Raw: in.Record}}, deref(in.SwapCommit), modeBatch)
-	if err != nil {
-		return nil, err
-	}
-	return recordOut{URI: res[0].URI, CID: res[0].CID, Commit: commit, ValidationStatus: statusFor(in.Validate, res[0].ValidationStatus)}, nil
 }
 
 func (s *Server) hDeleteRecord(ctx context.Context, r *http.Request) (any, error) {
