@@ -47,6 +47,8 @@ type Reconciler struct {
 	Log      *slog.Logger
 	// Now is the clock; tests drive an EphemeralInfra's deadline through it.
 	Now func() time.Time
+	// Index coalesces the writes to each account's index at self; both kinds share one.
+	Index *IndexWriter
 }
 
 // Setup registers the Infra and EphemeralInfra controllers with m. broker, when not nil,
@@ -58,12 +60,13 @@ func Setup(m ctrl.Manager, res *repos.Resolver, broker *watch.Broker, log *slog.
 	if err := setupIndexes(m); err != nil {
 		return err
 	}
+	index := NewIndexWriter()
 	for _, kind := range []infra.Kind{infra.KindInfra, infra.KindEphemeralInfra} {
 		name := ControllerName
 		if kind == infra.KindEphemeralInfra {
 			name = EphemeralControllerName
 		}
-		r := &Reconciler{Kind: kind, Client: m.GetClient(), Resolver: res, Log: log.With("controller", name), Now: time.Now}
+		r := &Reconciler{Kind: kind, Client: m.GetClient(), Resolver: res, Log: log.With("controller", name), Now: time.Now, Index: index}
 		b := ctrl.NewControllerManagedBy(m).
 			Named(name).
 			For(newObject(kind)).

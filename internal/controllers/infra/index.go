@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -44,26 +45,104 @@ func (r *Reconciler) indexEntry(o *object, b *binding) atinfra.InfraIndexEntry {
 	return infra.IndexEntryFor(r.Kind, b.rkey, created, exp, Writer)
 }
 
-// indexUpdate reads the index at computer.socialweb.infra/self, applies change, and writes
-// the result with a swap on the cid it read (createRecord, must-not-exist, when there is no
-// index yet), retrying on a swap mismatch. Nothing but the index is written at self.
-func (r *Reconciler) indexUpdate(ctx context.Context, repo repos.Repo, now time.Time, change func(*atinfra.InfraIndex) (*atinfra.InfraIndex, bool)) error {
+// indexChange is one reconcile's change to the index at self.
+type indexChange func(*atinfra.InfraIndex) (*atinfra.InfraIndex, bool)
+
+// IndexWriter coalesces the changes to the index at self of each account. A thousand
+// deployments bound to one repo would otherwise each read self, change it and swap it in
+// turn, every loser of a swap starting again, so that the index cost grew with the square of
+// the deployments. Here the first caller for an account becomes its writer: it reads self once,
+// applies every change queued so far in order, writes once with a swap on the cid it read,
+// answers every caller of that batch, and goes on while more are queued. The Infra and
+// EphemeralInfra reconcilers share one (both kinds are listed in the same index).
+type IndexWriter struct {
+	mu     sync.Mutex
+	queues map[string]*indexQueue // by DID
+}
+
+type indexQueue struct {
+	writing bool
+	waiting []*queuedChange
+}
+
+type queuedChange struct {
+	change indexChange
+	done   chan error // buffered: the writer never waits on a caller
+}
+
+// NewIndexWriter returns an IndexWriter with no account queued.
+func NewIndexWriter() *IndexWriter { return &IndexWriter{queues: map[string]*indexQueue{}} }
+
+// Update applies change to the index of repo's account and returns once a write that
+// includes it has landed (or failed: the caller's reconcile is retried).
+func (w *IndexWriter) Update(ctx context.Context, repo repos.Repo, now time.Time, change indexChange) error {
 	if repo == nil {
 		return nil
 	}
+	c := &queuedChange{change: change, done: make(chan error, 1)}
+	did := repo.DID()
+	w.mu.Lock()
+	q := w.queues[did]
+	if q == nil {
+		q = &indexQueue{}
+		w.queues[did] = q
+	}
+	q.waiting = append(q.waiting, c)
+	if q.writing {
+		w.mu.Unlock()
+		select {
+		case err := <-c.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	q.writing = true
+	w.mu.Unlock()
+
+	for {
+		w.mu.Lock()
+		batch := q.waiting
+		q.waiting = nil
+		if len(batch) == 0 {
+			q.writing = false
+			delete(w.queues, did)
+			w.mu.Unlock()
+			break
+		}
+		w.mu.Unlock()
+		err := writeIndex(ctx, repo, now, batch)
+		for _, b := range batch {
+			b.done <- err
+		}
+	}
+	return <-c.done
+}
+
+// writeIndex reads the index at computer.socialweb.infra/self, applies the batch's changes
+// in order, and writes the result with a swap on the cid it read (createRecord,
+// must-not-exist, when there is no index yet), retrying on a swap mismatch. Nothing but the
+// index is written at self.
+func writeIndex(ctx context.Context, repo repos.Repo, now time.Time, batch []*queuedChange) error {
 	for i := 0; i < indexRetries; i++ {
 		idx, createdAt, swap, err := ReadIndex(ctx, repo)
 		if err != nil {
 			return err
 		}
-		next, changed := change(idx)
+		changed := false
+		for _, b := range batch {
+			next, ch := b.change(idx)
+			if ch {
+				idx, changed = next, true
+			}
+		}
 		if !changed {
 			return nil
 		}
 		if createdAt == "" {
 			createdAt = now.UTC().Format(time.RFC3339)
 		}
-		value, err := json.Marshal(atinfra.Infra{CreatedAt: createdAt, Index: next})
+		value, err := json.Marshal(atinfra.Infra{CreatedAt: createdAt, Index: idx})
 		if err != nil {
 			return err
 		}
@@ -74,6 +153,16 @@ func (r *Reconciler) indexUpdate(ctx context.Context, repo repos.Repo, now time.
 		return err
 	}
 	return fmt.Errorf("index at self: still losing the swap after %d tries", indexRetries)
+}
+
+// indexUpdate hands change to the shared IndexWriter (a reconciler built without one, as in
+// unit tests, writes alone).
+func (r *Reconciler) indexUpdate(ctx context.Context, repo repos.Repo, now time.Time, change indexChange) error {
+	w := r.Index
+	if w == nil {
+		w = NewIndexWriter()
+	}
+	return w.Update(ctx, repo, now, change)
 }
 
 // ReadIndex reads the account's index at computer.socialweb.infra/self: the index (nil when
