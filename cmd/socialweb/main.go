@@ -12,8 +12,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func main() {
@@ -21,6 +23,9 @@ func main() {
 	// --version on pflag's global set at init; cobra would show them on every command. Each
 	// kube component parses its own flag sets, so the global one is not needed.
 	pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
+	// controller-runtime's clients log through its global logger; a command that uses one
+	// without a manager would otherwise get a stack trace 30 s in saying it was never set.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.Default().Handler()))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCommand()

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"socialweb.computer/config/crd"
@@ -109,6 +111,9 @@ func Start(t TB, o Options) *Env {
 		e.PDS, e.Account = StartPDS(t, t.TempDir(), "")
 	}
 	t.Cleanup(e.Stop)
+	// controller-runtime's client logs through its global logger; unset, it prints a
+	// stack trace 30 s into the run to say so.
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	e.Client, err = client.New(c.RESTConfig, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		t.Fatalf("client: %v", err)
