@@ -314,9 +314,12 @@ func (r *Reconciler) applyChild(ctx context.Context, o *object, child *v1alpha1.
 		Record: runtime.RawExtension{Raw: value}, SwapCID: swapCID, DeletionPolicy: v1alpha1.DeletionPolicyRetain}
 	if child == nil {
 		k := r.childKey(o)
+		// Created with the AtprotoRecord controller's finalizer already on: it would add it
+		// as its first write anyway, and one write fewer per deployment counts at scale.
 		child = &v1alpha1.AtprotoRecord{ObjectMeta: metav1.ObjectMeta{Name: k.Name, Namespace: k.Namespace,
 			Labels:          map[string]string{v1alpha1.LabelInfraKind: string(r.Kind), v1alpha1.LabelInfraName: infra.LabelValue(o.obj.GetName())},
-			OwnerReferences: []metav1.OwnerReference{r.ownerRef(o, true)}}, Spec: spec}
+			OwnerReferences: []metav1.OwnerReference{r.ownerRef(o, true)},
+			Finalizers:      []string{v1alpha1.FinalizerAtprotoRecord}}, Spec: spec}
 		if err := r.Client.Create(ctx, child); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("atprotorecords").GroupResource(), k.Name, err)
@@ -338,19 +341,21 @@ func (r *Reconciler) applyChild(ctx context.Context, o *object, child *v1alpha1.
 	return nil
 }
 
+// sameJSON reports whether a and b hold the same JSON value.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
 // sameChildSpec compares two child specs, the records as JSON values (the API server
 // re-encodes what it stores).
 func sameChildSpec(a, b v1alpha1.AtprotoRecordSpec) bool {
 	ra, rb := a.Record, b.Record
 	a.Record, b.Record = runtime.RawExtension{}, runtime.RawExtension{}
-	if !reflect.DeepEqual(a, b) {
-		return false
-	}
-	var va, vb any
-	if json.Unmarshal(ra.Raw, &va) != nil || json.Unmarshal(rb.Raw, &vb) != nil {
-		return false
-	}
-	return reflect.DeepEqual(va, vb)
+	return reflect.DeepEqual(a, b) && sameJSON(ra.Raw, rb.Raw)
 }
 
 // unbind handles an object whose spec.record was removed: the child goes (forced Retain),
