@@ -1,10 +1,16 @@
 package tenant
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // NodeBundleTTL is how long a node's join credentials are valid. A guest that has not
@@ -78,4 +84,29 @@ func (m *Manager) MintNodeBundle(k Key, nodeName string) (NodeBundle, error) {
 		return NodeBundle{}, fmt.Errorf("cluster %s: %w: it is not running here", k, ErrNoCA)
 	}
 	return MintNodeBundle(m.cfg.Root, k, nodeName, s.Server, 0)
+}
+
+// NodeReady reports whether node name is registered in cluster k with condition Ready True.
+func (m *Manager) NodeReady(ctx context.Context, k Key, name string) (bool, error) {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return false, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
 }
