@@ -508,3 +508,34 @@ func TestNodeClaims_ResyncDropsStaleEntriesAndOrphanInfras(t *testing.T) {
 		t.Error("the Infra of a gone Cluster survived the resync")
 	}
 }
+
+// Registered with every other controller in a process that runs no tenant control planes
+// (as testenv and `socialweb controllers` do): a claim's entry is declared Staged, no
+// ComputeContract is created, and the claim says why it waits.
+func TestNodeClaims_NoTenantPlanesStaysStaged(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Controllers: true})
+	r := &rig{t: t, env: env, c: env.Client, root: t.TempDir()}
+	r.cluster("web")
+	c := r.claim("node-a", "web")
+	r.eventually("a Staged entry and a Pending claim that says why", func() (bool, string) {
+		inf, ok := r.infraOf("web")
+		got, _ := r.nodeClaim("node-a")
+		if !ok {
+			return false, "no Infra"
+		}
+		s := entryState(inf, infra.NodeEntryName(string(c.UID)))
+		return s == v1alpha1.ContractStaged && got.Status.Phase == v1alpha1.NodeClaimPending && got.Status.Message == nodeclaim.ErrNoBundler.Error(),
+			fmt.Sprintf("entry %q claim %q %q", s, got.Status.Phase, got.Status.Message)
+	})
+	if _, ok := r.contract(contractOf("web", c)); ok {
+		t.Fatal("a Staged entry has a ComputeContract")
+	}
+	if err := r.c.Delete(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually("the claim gone and the Infra with it", func() (bool, string) {
+		_, hc := r.nodeClaim("node-a")
+		_, hi := r.infraOf("web")
+		return !hc && !hi, fmt.Sprintf("claim %v infra %v", hc, hi)
+	})
+}
