@@ -60,9 +60,15 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func newRig(t *testing.T, manual bool) *rig {
 	env := testenv.Start(t, testenv.Options{})
 	r := &rig{t: t, env: env, c: env.Client, root: t.TempDir()}
-	if manual {
-		return r
+	if !manual {
+		r.start()
 	}
+	return r
+}
+
+// start runs the Infra and NodeClaim controllers in one manager until the test ends.
+func (r *rig) start() {
+	t, env := r.t, r.env
 	m, err := ctrlmanager.New(env.Config, ctrlmanager.Options{SkipNameValidation: true, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,6 @@ func newRig(t *testing.T, manual bool) *rig {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = m.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	return r
 }
 
 func (r *rig) cluster(name string) *v1alpha1.Cluster {
@@ -537,5 +542,33 @@ func TestNodeClaims_NoTenantPlanesStaysStaged(t *testing.T) {
 		_, hc := r.nodeClaim("node-a")
 		_, hi := r.infraOf("web")
 		return !hc && !hi, fmt.Sprintf("claim %v infra %v", hc, hi)
+	})
+}
+
+// What happened while no controller ran is swept up when the controllers start: an entry
+// whose claim is gone is dropped (its Infra, left with no entry, is deleted) and an Infra
+// whose Cluster is gone is deleted.
+func TestNodeClaims_RestartResync(t *testing.T) {
+	r := newRig(t, true)
+	r.cluster("web")
+	ctx := context.Background()
+	stale := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: gateway, Name: infra.ClusterInfraName(home, "web"),
+		Labels: map[string]string{v1alpha1.LabelInfraCluster: "web"}},
+		Spec: infra.ComposeNodeEntry(v1alpha1.InfraSpec{}, infra.ClusterInfra{Cluster: v1alpha1.ObjectRef{Namespace: home, Name: "web"}}, infra.NodeEntryName("gone-uid"),
+			&infra.NodeEntry{Name: infra.NodeEntryName("gone-uid"), State: v1alpha1.ContractStaged,
+				Node: v1alpha1.InfraContractNode{NodeClaimRef: &v1alpha1.ObjectRef{Namespace: home, Name: "gone"}}})}
+	orphan := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: gateway, Name: infra.ClusterInfraName(home, "old"),
+		Labels: map[string]string{v1alpha1.LabelInfraCluster: "old"}},
+		Spec: v1alpha1.InfraSpec{ClusterRef: &v1alpha1.ObjectRef{Namespace: home, Name: "old"}, Contracts: []v1alpha1.InfraContract{{Name: "node-000000000000"}}}}
+	for _, o := range []*v1alpha1.Infra{stale, orphan} {
+		if err := r.c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.start()
+	r.eventually("both Infras gone", func() (bool, string) {
+		_, hw := r.infraOf("web")
+		_, ho := r.infraOf("old")
+		return !hw && !ho, fmt.Sprintf("web %v old %v", hw, ho)
 	})
 }
