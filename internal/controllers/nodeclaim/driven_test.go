@@ -572,3 +572,43 @@ func TestNodeClaims_RestartResync(t *testing.T) {
 		return !hw && !ho, fmt.Sprintf("web %v old %v", hw, ho)
 	})
 }
+
+// A contract that fails makes its claim Failed and the entry Released, with the node fields
+// and bundle it was made with; deleting the claim then lets go at once, and the Infra goes
+// with its last entry. A guest released without being asked makes its claim Lost.
+func TestNodeClaims_DrivenStatus_FailedAndLost(t *testing.T) {
+	r := newRig(t, false)
+	r.cluster("web")
+	a, b := r.claim("node-a", "web"), r.claim("node-b", "web")
+	ccA, ccB := contractOf("web", a), contractOf("web", b)
+	for _, n := range []string{ccA, ccB} {
+		r.eventually("ComputeContract "+n, func() (bool, string) { _, ok := r.contract(n); return ok, "absent" })
+	}
+	r.drive(ccA, v1alpha1.ComputeContractFailed, false)
+	r.drive(ccB, v1alpha1.ComputeContractHeld, true)
+	r.drive(ccB, v1alpha1.ComputeContractReleased, false)
+	r.eventually("a Failed, b Lost, both entries Released with their node fields", func() (bool, string) {
+		ga, _ := r.nodeClaim("node-a")
+		gb, _ := r.nodeClaim("node-b")
+		inf, _ := r.infraOf("web")
+		ea, _ := infra.NodeEntryOf(inf.Spec, infra.NodeEntryName(string(a.UID)))
+		eb, _ := infra.NodeEntryOf(inf.Spec, infra.NodeEntryName(string(b.UID)))
+		ok := ga.Status.Phase == v1alpha1.NodeClaimFailed && gb.Status.Phase == v1alpha1.NodeClaimLost &&
+			ea != nil && ea.State == v1alpha1.ContractReleased && ea.Node.NodeJoin != nil && ea.Bundle != nil &&
+			eb != nil && eb.State == v1alpha1.ContractReleased && eb.Node.NodeJoin != nil && eb.Bundle != nil
+		return ok, fmt.Sprintf("%s %s %+v %+v", ga.Status.Phase, gb.Status.Phase, ea, eb)
+	})
+	for _, c := range []*v1alpha1.NodeClaim{a, b} {
+		if err := r.c.Delete(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.eventually("the claims, contracts and Infra gone", func() (bool, string) {
+		_, ha := r.nodeClaim("node-a")
+		_, hb := r.nodeClaim("node-b")
+		_, hca := r.contract(ccA)
+		_, hcb := r.contract(ccB)
+		_, hi := r.infraOf("web")
+		return !ha && !hb && !hca && !hcb && !hi, fmt.Sprintf("claims %v %v contracts %v %v infra %v", ha, hb, hca, hcb, hi)
+	})
+}

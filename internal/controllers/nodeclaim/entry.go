@@ -37,10 +37,14 @@ func (l *locks) lock(k types.NamespacedName) func() {
 	return m.Unlock
 }
 
-// declare composes the claim's entry (Staged until its bundle is written, then Requested; a
-// claim that ended is Released) and writes it.
+// declare composes the claim's entry (Staged until its bundle is written, then Requested)
+// and writes it. A claim that ended only sets its entry, if it has one, Released: the entry
+// keeps the node fields and bundle its contract was made with.
 func (r *Reconciler) declare(ctx context.Context, p *pass) error {
 	state := infra.NodeEntryState(false, p.claim.Status.Phase, p.bundle != nil)
+	if state == v1alpha1.ContractReleased {
+		return r.setEntryState(ctx, p, state)
+	}
 	return r.writeEntry(ctx, p, r.entryOf(p, state))
 }
 
