@@ -46,11 +46,21 @@ func (b pkiBundler) MintNodeBundle(k tenant.Key, node string) (tenant.NodeBundle
 	return tenant.MintNodeBundle(b.root, k, node, server, 0)
 }
 
+// drivenNodes answers whether a tenant node is Ready from what the test set: a node would
+// register from the guest, which is a later step.
+type drivenNodes struct{ ready sync.Map }
+
+func (d *drivenNodes) NodeReady(_ context.Context, _ tenant.Key, name string) (bool, error) {
+	_, ok := d.ready.Load(name)
+	return ok, nil
+}
+
 type rig struct {
-	t    *testing.T
-	env  *testenv.Env
-	c    client.Client
-	root string
+	t     *testing.T
+	env   *testenv.Env
+	c     client.Client
+	root  string
+	nodes drivenNodes
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -76,7 +86,7 @@ func (r *rig) start() {
 	if err := infractl.Setup(m, &repos.Resolver{Client: m.GetClient()}, nil, quiet(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Log: quiet()}); err != nil {
+	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, Log: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,6 +270,11 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 	r.eventually("the Infra Deployed", func() (bool, string) {
 		got, _ := r.infraOf("web")
 		return got.Status.Phase == v1alpha1.InfraDeployed && got.Status.ContractsReady == "2/2", string(got.Status.Phase) + " " + got.Status.ContractsReady
+	})
+	r.nodes.ready.Store("node-b", true)
+	r.eventually("b Running once its node is Ready", func() (bool, string) {
+		gb, _ := r.nodeClaim("node-b")
+		return gb.Status.Phase == v1alpha1.NodeClaimRunning && gb.Status.NodeName == "node-b" && gb.Status.JoinedAt != nil, string(gb.Status.Phase)
 	})
 }
 
