@@ -150,10 +150,10 @@ type InfraContract struct {
 	// +optional
 	VMName string `json:"vmName,omitempty"`
 
-	// computeKind is the kind of guest: vm (a qemu microVM) or deno (a deno sandbox running userData).
+	// computeKind is the kind of guest: vm (a qemu microVM), deno (a deno sandbox running userData) or node (a tenant-cluster node, declared with a spec.nodes entry by the NodeClaim controller).
 	// +optional
 	// +kubebuilder:default=vm
-	// +kubebuilder:validation:Enum=vm;deno
+	// +kubebuilder:validation:Enum=vm;deno;node
 	ComputeKind ComputeKind `json:"computeKind,omitempty"`
 
 	// userData is cloud-init user_data for a vm, or the program for deno; public, never a secret.

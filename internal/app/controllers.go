@@ -17,6 +17,7 @@ import (
 	"socialweb.computer/internal/controllers/infra"
 	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -83,6 +84,13 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
+		return nil, err
+	}
+	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer}
+	if o.Tenants != nil {
+		nco.Bundler, nco.Nodes = o.Tenants, o.Tenants
+	}
+	if err := nodeclaim.Setup(m, nco); err != nil {
 		return nil, err
 	}
 	unavailable := o.TenantsUnavailable

@@ -1,0 +1,73 @@
+package nodeclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/infra"
+)
+
+// finalize is the release finalizer of a deleted claim:
+//
+//  1. its entry is set Released (the Infra controller sets spec.release on the contract);
+//  2. while the contract is not finished (Released or Failed) the claim waits, woken by the
+//     contract's events; a claim that had already ended (Failed, Lost) does not wait: the
+//     Infra keeps the release going after the entry is dropped;
+//  3. the entry is dropped (the Infra controller deletes the finished contract; the last
+//     entry deletes the Infra), the join bundle is deleted, the claim's status says Released
+//     (or Failed), and the finalizer goes.
+//
+// An Infra being deleted (its Cluster went) is not written: its own finalizer releases the
+// contract, and the claim waits for that the same way.
+func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(p.claim, v1alpha1.FinalizerNodeClaimRelease) {
+		return reconcile.Result{}, nil
+	}
+	if err := r.readCluster(ctx, p); err != nil {
+		return done(err)
+	}
+	if err := r.setEntryState(ctx, p, v1alpha1.ContractReleased); err != nil && !errors.Is(err, ErrInfraDeleting) {
+		return done(err)
+	}
+	cc, err := r.contract(ctx, p)
+	if err != nil {
+		return done(err)
+	}
+	ended := p.claim.Status.Phase == v1alpha1.NodeClaimFailed || p.claim.Status.Phase == v1alpha1.NodeClaimLost
+	if cc != nil && !infra.Finished(cc.Status.Phase) && !ended {
+		p.message = "releasing the node's guest"
+		if err := r.writeStatus(ctx, p); err != nil {
+			return done(err)
+		}
+		return reconcile.Result{}, nil
+	}
+	if err := r.writeEntry(ctx, p, nil); err != nil && !errors.Is(err, ErrInfraDeleting) {
+		return done(err)
+	}
+	if err := r.removeBundle(ctx, p); err != nil {
+		return done(err)
+	}
+	// The entry is gone; the claim reports how its release ended.
+	p.state, p.message = v1alpha1.ContractReleased, ""
+	if err := r.writeStatus(ctx, p); err != nil {
+		return done(err)
+	}
+	patch := client.MergeFromWithOptions(p.claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(p.claim, v1alpha1.FinalizerNodeClaimRelease)
+	if err := r.Client.Patch(ctx, p.claim, patch); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("removing finalizer of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
+	}
+	r.log().Info("nodeclaim_released", "claim", p.claim.Namespace+"/"+p.claim.Name, "entry", p.entry, "phase", p.claim.Status.Phase)
+	r.index.forget(p)
+	return reconcile.Result{}, nil
+}

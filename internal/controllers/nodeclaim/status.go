@@ -1,0 +1,107 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/infra"
+)
+
+// nodeReadyPoll is how often a claim whose guest is up asks the tenant cluster whether its
+// node is Ready (node registration wakes nothing here).
+const nodeReadyPoll = 5 * time.Second
+
+// contract reads the entry's ComputeContract by name; nil when there is none.
+func (r *Reconciler) contract(ctx context.Context, p *pass) (*v1alpha1.ComputeContract, error) {
+	var cc v1alpha1.ComputeContract
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.infraKey.Namespace, Name: p.contract}, &cc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading ComputeContract %s: %w", p.contract, err)
+	}
+	if ref := metav1.GetControllerOf(&cc); p.infra != nil && ref != nil && ref.UID != p.infra.UID {
+		return nil, nil // a deleted namesake's leftover
+	}
+	return &cc, nil
+}
+
+// observe maps the entry, its ComputeContract and the tenant node onto the claim's status.
+func (r *Reconciler) observe(ctx context.Context, p *pass) error {
+	cc, err := r.contract(ctx, p)
+	if err != nil {
+		return err
+	}
+	o := infra.NodeClaimObservation{Entry: p.state, Adopt: p.claim.Spec.Adopt, Previous: p.claim.Status.Phase}
+	st := &p.claim.Status
+	loc := &v1alpha1.NodeClaimInfra{Workspace: p.infraKey.Namespace, Name: p.infraKey.Name, Contract: p.entry}
+	if p.infra != nil {
+		for _, c := range p.infra.Status.Contracts {
+			if c.Name == p.entry {
+				o.Observed = c.Phase
+				loc.ComputeContract = c.ComputeContract
+			}
+		}
+	}
+	msg := p.message
+	if cc != nil {
+		o.Contract = &cc.Status
+		loc.ComputeContract = cc.Name
+		if msg == "" {
+			msg = cc.Status.Message
+		}
+		if cc.Status.Phase == v1alpha1.ComputeContractHeld && r.Nodes != nil && p.cluster != nil {
+			ready, err := r.Nodes.NodeReady(ctx, p.clusterKey(), p.claim.Spec.NodeName)
+			if err != nil {
+				r.log().Info("nodeclaim_node_unknown", "claim", p.claim.Namespace+"/"+p.claim.Name, "error", err)
+			}
+			o.NodeReady = ready
+		}
+	}
+	st.Phase = infra.NodeClaimPhaseOf(o)
+	st.Infra, st.Message = loc, msg
+	if st.Phase == v1alpha1.NodeClaimRunning {
+		st.NodeName = p.claim.Spec.NodeName
+		if st.JoinedAt == nil {
+			now := metav1.Now()
+			st.JoinedAt = &now
+		}
+	}
+	if r.Nodes != nil && (st.Phase == v1alpha1.NodeClaimProvisioning || st.Phase == v1alpha1.NodeClaimJoining) {
+		p.requeueAfter = nodeReadyPoll
+	}
+	return nil
+}
+
+// writeStatus observes and writes the claim's status once: copy, change, compare, patch with
+// an optimistic lock.
+func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+	if err := r.observe(ctx, p); err != nil {
+		return err
+	}
+	p.claim.Status.ObservedGeneration = p.claim.Generation
+	if equality.Semantic.DeepEqual(p.stored.Status, p.claim.Status) {
+		return nil
+	}
+	base := p.stored.DeepCopy()
+	base.ResourceVersion = p.claim.ResourceVersion
+	if err := r.Client.Status().Patch(ctx, p.claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing status of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
+	}
+	if p.stored.Status.Phase != p.claim.Status.Phase {
+		r.log().Info("nodeclaim_phase", "claim", p.claim.Namespace+"/"+p.claim.Name, "phase", p.claim.Status.Phase, "entry", p.entry)
+	}
+	return nil
+}

@@ -1,0 +1,284 @@
+package scale
+
+import (
+	"sort"
+	"time"
+)
+
+// Batching of pending pods, as Karpenter batches them: the decision acts once no new pending
+// pod has appeared for BatchIdle, and at the latest BatchMax after the first one.
+const (
+	BatchIdle = time.Second
+	BatchMax  = 10 * time.Second
+)
+
+// Pod is one pod of the tenant cluster, as the decision needs it.
+type Pod struct {
+	// Name identifies the pod (namespace/name); only used in tests and logs.
+	Name string
+	// Node is spec.nodeName; empty while the pod is not bound.
+	Node string
+	// Unschedulable is true for a Pending pod whose PodScheduled condition is False with
+	// reason Unschedulable: the scheduler found no node for it.
+	Unschedulable bool
+	// PendingSince is when it became unschedulable (the condition's lastTransitionTime);
+	// zero means now.
+	PendingSince time.Time
+	// Finished is true for a pod that Succeeded or Failed: it holds no node.
+	Finished bool
+	// Daemon is true for a pod of a DaemonSet: it runs on every node, so it neither asks
+	// for a node nor keeps one.
+	Daemon bool
+	// Job is true for a pod owned by a Job (or another run-to-completion owner).
+	Job bool
+}
+
+// Node is one Node of the tenant cluster.
+type Node struct {
+	Name string
+}
+
+// Claim is one NodeClaim of the cluster.
+type Claim struct {
+	// Name of the NodeClaim.
+	Name string
+	// NodeName is the node the claim provides (spec.nodeName).
+	NodeName string
+	// Deleting is true once the claim has a deletionTimestamp: its node is on its way out.
+	Deleting bool
+}
+
+// State is what the decision remembers between two calls: when each node was first seen
+// with no non-daemon pod. The caller keeps the Decision's State and passes it back.
+type State struct {
+	EmptySince map[string]time.Time
+}
+
+// Input is everything one decision looks at.
+type Input struct {
+	Now    time.Time
+	Pods   []Pod
+	Nodes  []Node
+	Claims []Claim
+	// MaxNodes bounds nodes plus claims in flight.
+	MaxNodes int
+	// PodsPerNode is how many non-daemon pods one node is sized for (at least 1).
+	PodsPerNode int
+	// Hold is how long a node must stay empty before it is released.
+	Hold  time.Duration
+	State State
+}
+
+// Action is what the decision asks for.
+type Action string
+
+const (
+	// Provision asks for Decision.Provision more nodes (NodeClaims).
+	Provision Action = "Provision"
+	// Release asks for the claims of Decision.Release to be deleted.
+	Release Action = "Release"
+	// Hold asks for nothing now.
+	Hold Action = "Hold"
+)
+
+// Reasons, one per rule that decided.
+const (
+	ReasonIntentNoNode     = "intent and no node"
+	ReasonIntentBeyond     = "intent beyond capacity"
+	ReasonBatching         = "batching pending pods"
+	ReasonAtMax            = "at maxNodes"
+	ReasonCapacity         = "capacity available for pending pods"
+	ReasonEmptyPastHold    = "empty past hold"
+	ReasonEmptyWithinHold  = "empty within hold"
+	ReasonBusy             = "every node busy"
+	ReasonNoIntent         = "no intent and no node"
+	ReasonInFlight         = "claims in flight"
+	ReasonNoNodesAllowed   = "maxNodes is 0"
+	ReasonReleaseUnclaimed = "empty nodes have no claim to release"
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Action Action
+	// Provision is how many nodes to add (Action Provision).
+	Provision int
+	// Release are the nodes whose claims to delete (Action Release), sorted.
+	Release []string
+	// ReleaseClaims are the claims of Release, in the same order.
+	ReleaseClaims []string
+	Reason        string
+	// RequeueAfter is when to decide again without an event (a batch closing, a hold
+	// ending); 0 means only on the next event.
+	RequeueAfter time.Duration
+	// State is what to pass back in the next Input.
+	State State
+}
+
+// Decide is the scale decision.
+//
+//  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
+//     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
+//     after the oldest; before that the decision is Hold (ReasonBatching) with RequeueAfter
+//     the closing time.
+//  2. Capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
+//     yet) plus the free slots of each node that is not being released (PodsPerNode minus
+//     its running non-daemon pods). Pending pods that fit are Hold (ReasonCapacity). The
+//     rest need ceil(rest/PodsPerNode) nodes, bounded by MaxNodes minus nodes and claims in
+//     flight (deleting ones included: they still exist); 0 left is Hold (ReasonAtMax).
+//  3. Without pending pods, a node with a claim, not being released, with no non-daemon pod
+//     (a running Job pod is a non-daemon pod) since at least Hold is released; several are
+//     released together, the rest stay. A node that became empty more recently is Hold
+//     (ReasonEmptyWithinHold) until the earliest hold ends.
+func Decide(in Input) Decision {
+	perNode := in.PodsPerNode
+	if perNode < 1 {
+		perNode = 1
+	}
+	claimOf := map[string]Claim{}
+	for _, c := range in.Claims {
+		if c.NodeName != "" {
+			claimOf[c.NodeName] = c
+		}
+	}
+	joined := map[string]bool{}
+	for _, n := range in.Nodes {
+		joined[n.Name] = true
+	}
+	busy := map[string]int{}
+	var pending []Pod
+	for _, p := range in.Pods {
+		switch {
+		case p.Finished || p.Daemon:
+		case p.Node != "":
+			busy[p.Node]++
+		case p.Unschedulable:
+			pending = append(pending, p)
+		}
+	}
+
+	// Emptiness carried over: a node keeps its first empty time while it stays empty.
+	st := State{EmptySince: map[string]time.Time{}}
+	for _, n := range in.Nodes {
+		if busy[n.Name] > 0 {
+			continue
+		}
+		since, ok := in.State.EmptySince[n.Name]
+		if !ok || since.After(in.Now) {
+			since = in.Now
+		}
+		st.EmptySince[n.Name] = since
+	}
+	d := Decision{Action: Hold, State: st}
+
+	inFlight, total := 0, len(in.Nodes)
+	for _, c := range in.Claims {
+		if !joined[c.NodeName] {
+			total++
+			if !c.Deleting {
+				inFlight++
+			}
+		}
+	}
+
+	if len(pending) > 0 {
+		first, last := in.Now, time.Time{}
+		for _, p := range pending {
+			at := p.PendingSince
+			if at.IsZero() || at.After(in.Now) {
+				at = in.Now
+			}
+			if at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		closes := last.Add(BatchIdle)
+		if m := first.Add(BatchMax); m.Before(closes) {
+			closes = m
+		}
+		if in.Now.Before(closes) {
+			d.Reason, d.RequeueAfter = ReasonBatching, closes.Sub(in.Now)
+			return d
+		}
+		free := inFlight * perNode
+		for _, n := range in.Nodes {
+			if c, ok := claimOf[n.Name]; ok && c.Deleting {
+				continue
+			}
+			if f := perNode - busy[n.Name]; f > 0 {
+				free += f
+			}
+		}
+		rest := len(pending) - free
+		if rest <= 0 {
+			d.Reason = ReasonCapacity
+			return d
+		}
+		need := (rest + perNode - 1) / perNode
+		room := in.MaxNodes - total
+		if need > room {
+			need = room
+		}
+		if need <= 0 {
+			d.Reason = ReasonAtMax
+			if in.MaxNodes <= 0 {
+				d.Reason = ReasonNoNodesAllowed
+			}
+			return d
+		}
+		d.Action, d.Provision = Provision, need
+		d.Reason = ReasonIntentBeyond
+		if total == 0 {
+			d.Reason = ReasonIntentNoNode
+		}
+		return d
+	}
+
+	var soonest time.Duration
+	unclaimed := false
+	for _, n := range in.Nodes {
+		since, empty := st.EmptySince[n.Name]
+		if !empty {
+			continue
+		}
+		c, ok := claimOf[n.Name]
+		if !ok {
+			unclaimed = true
+			continue
+		}
+		if c.Deleting {
+			continue
+		}
+		if left := since.Add(in.Hold).Sub(in.Now); left > 0 {
+			if soonest == 0 || left < soonest {
+				soonest = left
+			}
+			continue
+		}
+		d.Release = append(d.Release, n.Name)
+	}
+	if len(d.Release) > 0 {
+		sort.Strings(d.Release)
+		for _, n := range d.Release {
+			d.ReleaseClaims = append(d.ReleaseClaims, claimOf[n].Name)
+		}
+		d.Action, d.Reason = Release, ReasonEmptyPastHold
+		d.RequeueAfter = soonest
+		return d
+	}
+	switch {
+	case soonest > 0:
+		d.Reason, d.RequeueAfter = ReasonEmptyWithinHold, soonest
+	case inFlight > 0:
+		d.Reason = ReasonInFlight
+	case unclaimed:
+		d.Reason = ReasonReleaseUnclaimed
+	case len(in.Nodes) == 0:
+		d.Reason = ReasonNoIntent
+	default:
+		d.Reason = ReasonBusy
+	}
+	return d
+}

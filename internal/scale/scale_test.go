@@ -1,0 +1,325 @@
+package scale
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func pending(name string, ago time.Duration) Pod {
+	return Pod{Name: name, Unschedulable: true, PendingSince: t0.Add(-ago)}
+}
+
+func TestDecide(t *testing.T) {
+	hold := 2 * time.Minute
+	cases := []struct {
+		name string
+		in   Input
+		want Decision
+	}{
+		{
+			name: "nothing at all",
+			in:   Input{Now: t0, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonNoIntent},
+		},
+		{
+			name: "one pending pod within the idle window waits for the batch",
+			in:   Input{Now: t0, Pods: []Pod{pending("a", 300*time.Millisecond)}, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonBatching, RequeueAfter: 700 * time.Millisecond},
+		},
+		{
+			name: "pending pods keep coming: the batch closes 10 s after the first",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 9500*time.Millisecond), pending("b", 100*time.Millisecond)},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonBatching, RequeueAfter: 500 * time.Millisecond},
+		},
+		{
+			name: "batch closed at the 10 s bound although a pod is newer than 1 s",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 10*time.Second), pending("b", 100*time.Millisecond)},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
+		},
+		{
+			name: "intent and no node: three pods, one per node, three nodes",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 3, Reason: ReasonIntentNoNode},
+		},
+		{
+			name: "bounded by maxNodes",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
+				MaxNodes: 2, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 2, Reason: ReasonIntentNoNode},
+		},
+		{
+			name: "a claim in flight covers the pending pods",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second)},
+				Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonCapacity},
+		},
+		{
+			name: "claims in flight count against maxNodes",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
+				Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 2, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
+		},
+		{
+			name: "a deleting claim counts against maxNodes but offers no capacity",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second)},
+				Claims: []Claim{{Name: "c1", NodeName: "n1", Deleting: true}}, MaxNodes: 1, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonAtMax},
+		},
+		{
+			name: "maxNodes 0",
+			in:   Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second)}, MaxNodes: 0, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonNoNodesAllowed},
+		},
+		{
+			name: "a free slot on a joined node takes the pending pod",
+			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n1"}, pending("a", 2*time.Second)},
+				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonCapacity},
+		},
+		{
+			name: "a full node: one more",
+			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n1"}, {Name: "d", Node: "n1", Daemon: true}, pending("a", 2*time.Second)},
+				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
+		},
+		{
+			name: "a pending daemon pod asks for no node",
+			in:   Input{Now: t0, Pods: []Pod{{Name: "d", Unschedulable: true, Daemon: true, PendingSince: t0.Add(-time.Minute)}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonNoIntent},
+		},
+		{
+			name: "a node empty past the hold is released, a busy one stays",
+			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n2"}, {Name: "d", Node: "n1", Daemon: true}, {Name: "done", Node: "n1", Finished: true}},
+				Nodes: []Node{{Name: "n1"}, {Name: "n2"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-3 * time.Minute)}}},
+			want: Decision{Action: Release, Release: []string{"n1"}, ReleaseClaims: []string{"c1"}, Reason: ReasonEmptyPastHold},
+		},
+		{
+			name: "a node just emptied waits out the hold",
+			in: Input{Now: t0, Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-30 * time.Second)}}},
+			want: Decision{Action: Hold, Reason: ReasonEmptyWithinHold, RequeueAfter: 90 * time.Second},
+		},
+		{
+			name: "a node seen empty for the first time starts its hold now",
+			in:   Input{Now: t0, Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonEmptyWithinHold, RequeueAfter: hold},
+		},
+		{
+			name: "a running job pod keeps its node",
+			in: Input{Now: t0, Pods: []Pod{{Name: "j", Node: "n1", Job: true}}, Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}}},
+			want: Decision{Action: Hold, Reason: ReasonBusy},
+		},
+		{
+			name: "pending pods block a release",
+			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n2"}, pending("a", 2*time.Second)},
+				Nodes: []Node{{Name: "n1"}, {Name: "n2"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}},
+				MaxNodes: 2, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}}},
+			want: Decision{Action: Hold, Reason: ReasonCapacity},
+		},
+		{
+			name: "a node being released is not released again",
+			in: Input{Now: t0, Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1", Deleting: true}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}}},
+			want: Decision{Action: Hold, Reason: ReasonBusy},
+		},
+		{
+			name: "an empty node without a claim cannot be released",
+			in:   Input{Now: t0, Nodes: []Node{{Name: "byhand"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"byhand": t0.Add(-time.Hour)}}},
+			want: Decision{Action: Hold, Reason: ReasonReleaseUnclaimed},
+		},
+		{
+			name: "a claim in flight and no pods: hold",
+			in:   Input{Now: t0, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonInFlight},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(tc.in)
+			got.State = State{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecideKeepsEmptySince(t *testing.T) {
+	in := Input{Now: t0, Nodes: []Node{{Name: "n1"}, {Name: "n2"}}, Pods: []Pod{{Name: "r", Node: "n2"}},
+		Claims: []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}}, MaxNodes: 2, PodsPerNode: 1, Hold: time.Minute,
+		State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-10 * time.Second), "n2": t0.Add(-time.Hour), "gone": t0}}}
+	got := Decide(in).State.EmptySince
+	want := map[string]time.Time{"n1": t0.Add(-10 * time.Second)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("EmptySince (-want +got):\n%s", diff)
+	}
+}
+
+// randomInput draws a cluster: up to 6 nodes (some claimed, some of those deleting), claims
+// in flight, pods of every sort on nodes or pending, and a remembered empty time per node.
+func randomInput(r *rand.Rand) Input {
+	in := Input{Now: t0, MaxNodes: r.Intn(7), PodsPerNode: 1 + r.Intn(4), Hold: time.Duration(r.Intn(180)) * time.Second,
+		State: State{EmptySince: map[string]time.Time{}}}
+	for i := 0; i < r.Intn(7); i++ {
+		n := fmt.Sprintf("n%d", i)
+		in.Nodes = append(in.Nodes, Node{Name: n})
+		if r.Intn(5) > 0 {
+			in.Claims = append(in.Claims, Claim{Name: "c-" + n, NodeName: n, Deleting: r.Intn(6) == 0})
+		}
+		if r.Intn(2) == 0 {
+			in.State.EmptySince[n] = t0.Add(-time.Duration(r.Intn(400)) * time.Second)
+		}
+	}
+	for i := 0; i < r.Intn(4); i++ {
+		in.Claims = append(in.Claims, Claim{Name: fmt.Sprintf("f%d", i), NodeName: fmt.Sprintf("f%d", i), Deleting: r.Intn(5) == 0})
+	}
+	for i := 0; i < r.Intn(12); i++ {
+		p := Pod{Name: fmt.Sprintf("p%d", i), Daemon: r.Intn(5) == 0, Job: r.Intn(3) == 0, Finished: r.Intn(6) == 0}
+		if len(in.Nodes) > 0 && r.Intn(2) == 0 {
+			p.Node = in.Nodes[r.Intn(len(in.Nodes))].Name
+		} else {
+			p.Unschedulable = r.Intn(4) > 0
+			p.PendingSince = t0.Add(-time.Duration(r.Intn(15000)) * time.Millisecond)
+		}
+		in.Pods = append(in.Pods, p)
+	}
+	return in
+}
+
+// TestDecideProperties checks, over many random clusters, the rules no decision may break.
+func TestDecideProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(31))
+	counts := map[Action]int{}
+	for i := 0; i < 20000; i++ {
+		in := randomInput(r)
+		d := Decide(in)
+		counts[d.Action]++
+		fail := func(format string, a ...any) {
+			t.Helper()
+			t.Fatalf("case %d: %s\ninput: %+v\ndecision: %+v", i, fmt.Sprintf(format, a...), in, d)
+		}
+		joined := map[string]bool{}
+		for _, n := range in.Nodes {
+			joined[n.Name] = true
+		}
+		total, freeSlots, pendingPods := len(in.Nodes), 0, 0
+		for _, c := range in.Claims {
+			if !joined[c.NodeName] {
+				total++
+				if !c.Deleting {
+					freeSlots += in.PodsPerNode
+				}
+			}
+		}
+		busy := map[string]int{}
+		jobOn := map[string]bool{}
+		for _, p := range in.Pods {
+			if p.Finished || p.Daemon {
+				continue
+			}
+			if p.Node != "" {
+				busy[p.Node]++
+				jobOn[p.Node] = jobOn[p.Node] || p.Job
+			} else if p.Unschedulable {
+				pendingPods++
+			}
+		}
+		claimOf := map[string]Claim{}
+		for _, c := range in.Claims {
+			claimOf[c.NodeName] = c
+		}
+		for _, n := range in.Nodes {
+			if c, ok := claimOf[n.Name]; ok && c.Deleting {
+				continue
+			}
+			if f := in.PodsPerNode - busy[n.Name]; f > 0 {
+				freeSlots += f
+			}
+		}
+		switch d.Action {
+		case Provision:
+			if d.Provision <= 0 {
+				fail("provision of %d", d.Provision)
+			}
+			if total+d.Provision > in.MaxNodes {
+				fail("above maxNodes: %d existing + %d > %d", total, d.Provision, in.MaxNodes)
+			}
+			if pendingPods <= freeSlots {
+				fail("provision although %d pending pods fit %d free slots", pendingPods, freeSlots)
+			}
+			if (d.Provision-1)*in.PodsPerNode >= pendingPods-freeSlots {
+				fail("provisions more nodes than the pending pods need")
+			}
+			if len(d.Release) > 0 {
+				fail("provision and release together")
+			}
+		case Release:
+			if pendingPods > 0 {
+				fail("release with %d pending pods", pendingPods)
+			}
+			if len(d.Release) == 0 || len(d.Release) != len(d.ReleaseClaims) {
+				fail("release of nothing")
+			}
+			for i, n := range d.Release {
+				if busy[n] > 0 {
+					fail("releases %s with %d non-daemon pods", n, busy[n])
+				}
+				if jobOn[n] {
+					fail("releases %s with a running job pod", n)
+				}
+				c, ok := claimOf[n]
+				if !ok || c.Deleting || c.Name != d.ReleaseClaims[i] {
+					fail("releases %s through claim %q", n, d.ReleaseClaims[i])
+				}
+				since, ok := d.State.EmptySince[n]
+				if prev, had := in.State.EmptySince[n]; had && prev.Before(since) {
+					fail("forgot that %s was empty since %s", n, prev)
+				}
+				if !ok || in.Now.Sub(since) < in.Hold {
+					fail("releases %s before its hold", n)
+				}
+			}
+		case Hold:
+			if d.Provision != 0 || len(d.Release) != 0 {
+				fail("hold with an action")
+			}
+		}
+		if d.RequeueAfter < 0 || d.RequeueAfter > BatchMax && d.Reason == ReasonBatching {
+			fail("requeue after %s", d.RequeueAfter)
+		}
+		for n, since := range d.State.EmptySince {
+			if busy[n] > 0 || !joined[n] || since.After(in.Now) {
+				fail("empty since %s for %s", since, n)
+			}
+		}
+		// A second decision a moment later with the returned state never releases a node
+		// the first one saw busy.
+		again := in
+		again.State = d.State
+		again.Now = in.Now.Add(time.Millisecond)
+		if d2 := Decide(again); d2.Action == Release {
+			for _, n := range d2.Release {
+				if busy[n] > 0 {
+					fail("second pass releases busy %s", n)
+				}
+			}
+		}
+	}
+	for _, a := range []Action{Provision, Release, Hold} {
+		if counts[a] < 500 {
+			t.Fatalf("the generator reached %s only %d times: %v", a, counts[a], counts)
+		}
+	}
+	t.Logf("actions over 20000 random clusters: %v", counts)
+}

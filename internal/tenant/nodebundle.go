@@ -1,0 +1,112 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// NodeBundleTTL is how long a node's join credentials are valid. A guest that has not
+// joined by then gets a new bundle when its claim is composed again; certificate rotation
+// of a joined kubelet comes with the node guest.
+const NodeBundleTTL = 24 * time.Hour
+
+// Keys of a join bundle Secret.
+const (
+	BundleKeyServer     = "server"
+	BundleKeyCA         = "ca.crt"
+	BundleKeyKubeconfig = "kubelet.kubeconfig"
+	BundleKeyNotAfter   = "notAfter"
+)
+
+// ErrNoCA says the cluster has no certificate authority yet (it never started): no bundle
+// can be minted until it has.
+var ErrNoCA = errors.New("tenant cluster has no certificate authority yet")
+
+// NodeBundle is what a guest needs to join a tenant cluster as node NodeName: the server to
+// dial, the cluster CA and a kubelet kubeconfig with a client certificate for
+// system:node:<name> in group system:nodes (what the Node authorizer and NodeRestriction
+// expect).
+type NodeBundle struct {
+	Server     string
+	CAPEM      []byte
+	Kubeconfig []byte
+	NotAfter   time.Time
+}
+
+// Data is the bundle as the data of a Secret.
+func (b NodeBundle) Data() map[string][]byte {
+	return map[string][]byte{
+		BundleKeyServer:     []byte(b.Server),
+		BundleKeyCA:         b.CAPEM,
+		BundleKeyKubeconfig: b.Kubeconfig,
+		BundleKeyNotAfter:   []byte(b.NotAfter.UTC().Format(time.RFC3339)),
+	}
+}
+
+// MintNodeBundle mints the join bundle of nodeName from the CA of the cluster k kept under
+// root, for server. An error wraps ErrNoCA when the cluster never started.
+func MintNodeBundle(root string, k Key, nodeName, server string, ttl time.Duration) (NodeBundle, error) {
+	if ttl == 0 {
+		ttl = NodeBundleTTL
+	}
+	l := LayoutFor(root, k.Namespace, k.Name)
+	if _, err := os.Stat(l.PKI()); err != nil {
+		return NodeBundle{}, fmt.Errorf("cluster %s: %w: %v", k, ErrNoCA, err)
+	}
+	p, err := loadPKI(l.PKI())
+	if err != nil {
+		return NodeBundle{}, fmt.Errorf("cluster %s: %w: %v", k, ErrNoCA, err)
+	}
+	crt, key, notAfter, err := p.IssueClient("system:node:"+nodeName, []string{"system:nodes"}, ttl)
+	if err != nil {
+		return NodeBundle{}, err
+	}
+	kc, err := kubeconfig(k.Name, server, p.CAPEM, crt, key)
+	if err != nil {
+		return NodeBundle{}, err
+	}
+	return NodeBundle{Server: server, CAPEM: p.CAPEM, Kubeconfig: kc, NotAfter: notAfter}, nil
+}
+
+// MintNodeBundle mints a join bundle for a cluster this manager runs; the server is the
+// cluster's gate until the node guest settles the address a node dials.
+func (m *Manager) MintNodeBundle(k Key, nodeName string) (NodeBundle, error) {
+	s := m.Status(k)
+	if s.Server == "" {
+		return NodeBundle{}, fmt.Errorf("cluster %s: %w: it is not running here", k, ErrNoCA)
+	}
+	return MintNodeBundle(m.cfg.Root, k, nodeName, s.Server, 0)
+}
+
+// NodeReady reports whether node name is registered in cluster k with condition Ready True.
+func (m *Manager) NodeReady(ctx context.Context, k Key, name string) (bool, error) {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return false, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}
