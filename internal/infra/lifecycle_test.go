@@ -260,6 +260,17 @@ func TestPlanContractsCreatesFromSpec(t *testing.T) {
 	if d := cmp.Diff(want, plan.Actions[0].Spec); d != "" || plan.Actions[0].ComputeContract != "einfra-ci-a" {
 		t.Errorf("%s (-want +got):\n%s", plan.Actions[0].ComputeContract, d)
 	}
+	// A bound deployment's contracts run the market from its record's repo.
+	spec.Record = &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "me", Namespace: "acct-x"}}
+	plan = PlanContracts(ContractsInput{Kind: KindEphemeralInfra, ObjectName: "ci", Spec: spec, Now: t0})
+	want.RepoRef = &v1alpha1.ObjectRef{Name: "me", Namespace: "acct-x"}
+	if d := cmp.Diff(want, plan.Actions[0].Spec); d != "" {
+		t.Errorf("bound (-want +got):\n%s", d)
+	}
+	spec.Record.RepoRef.Name = "changed"
+	if plan.Actions[0].Spec.RepoRef.Name != "me" {
+		t.Error("the repoRef aliases the spec")
+	}
 }
 
 func TestDeploymentPhase(t *testing.T) {
