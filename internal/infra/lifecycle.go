@@ -344,6 +344,7 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		Policy:            c.Policy,
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
+		Ports:             c.Ports,
 	}
 	if secretRef != nil {
 		r := *secretRef

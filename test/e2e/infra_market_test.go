@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -70,10 +72,14 @@ func deref(s *string) string {
 
 // deployInfra creates the Infra web with a staged deno contract api, moves api to Requested,
 // and waits until the Infra is Deployed with b as the winner and its record says so.
-func deployInfra(t *testing.T, env *testenv.Env, b *runningBidder) *v1alpha1.Infra {
+func deployInfra(t *testing.T, env *testenv.Env, b *runningBidder, mut ...func(*v1alpha1.InfraContract)) *v1alpha1.Infra {
 	t.Helper()
 	newInfra(t, env, "web", "a deno api", nil, func(inf *v1alpha1.Infra) {
-		inf.Spec.Contracts = []v1alpha1.InfraContract{denoContract("api", v1alpha1.ContractStaged, foreverGuest)}
+		c := denoContract("api", v1alpha1.ContractStaged, foreverGuest)
+		for _, m := range mut {
+			m(&c)
+		}
+		inf.Spec.Contracts = []v1alpha1.InfraContract{c}
 	})
 	waitInfra(t, env, "web", "staged and in sync", func(inf *v1alpha1.Infra) bool {
 		return inf.Status.Phase == v1alpha1.InfraStaged && inSync(v1alpha1.RecordInSync)(inf)
@@ -110,12 +116,41 @@ func deployInfra(t *testing.T, env *testenv.Env, b *runningBidder) *v1alpha1.Inf
 
 // ACC29 REQUEST-DEPLOY: moving a staged contract to Requested creates its ComputeContract,
 // owned by the Infra; a bidder wins and runs a deno guest; the Infra reports Deployed with
-// the winner, and so does its record.
+// the winner, and so does its record. The contract declares a port: the ComputeContract's
+// status.guest says where it is forwarded, and the guest answers there.
 func TestACC29_RequestDeploy(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Controllers: true, PDS: true})
+	ctx := context.Background()
 	localRepo(t, env, "me")
 	b := startBidder(t, env, "bidder1.test", 5)
-	deployInfra(t, env, b)
+	deployInfra(t, env, b, func(c *v1alpha1.InfraContract) {
+		c.UserData = httpGuest
+		c.Ports = []v1alpha1.ContractPort{{Name: "http", Port: 8080}}
+	})
+	if rec := pdsRecord(t, env, infraNSID, "web"); len(rec.Contracts[0].Ports) != 1 || rec.Contracts[0].Ports[0].Port != 8080 {
+		t.Fatalf("record contract %s, want the port declared", statusJSON(rec.Contracts[0]))
+	}
+	ccName := infra.ContractName(infra.KindInfra, "web", "api")
+	var g *v1alpha1.GuestStatus
+	testenv.Eventually(t, 10*time.Second, "guest ports in the ComputeContract", func() (bool, error) {
+		var cc v1alpha1.ComputeContract
+		if err := env.Client.Get(ctx, key(ccName), &cc); err != nil {
+			return false, err
+		}
+		g = cc.Status.Guest
+		return g != nil && len(g.Ports) == 1 && g.Ports[0].Name == "http" && g.Ports[0].GuestPort == 8080 && g.Ports[0].HostPort > 0,
+			fmt.Errorf("guest %+v", g)
+	})
+	url := fmt.Sprintf("http://%s:%d/", g.Address, g.Ports[0].HostPort)
+	testenv.Eventually(t, 10*time.Second, "the guest answers at "+url, func() (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body) == "hi", fmt.Errorf("%d %q", resp.StatusCode, body)
+	})
 
 	// Back to Released: the guest goes, the deployment reports Released.
 	editInfra(t, env, "web", func(inf *v1alpha1.Infra) { inf.Spec.Contracts[0].State = v1alpha1.ContractReleased })
