@@ -107,11 +107,13 @@ func lastEvent(st *v1alpha1.ComputeContractStatus, typ string) *v1alpha1.Contrac
 	return nil
 }
 
+// at is the deadline origin of an event recorded in status (market.Origin: the API keeps its
+// time to the second).
 func at(e *v1alpha1.ContractEvent) time.Time {
 	if e == nil || e.At == nil {
 		return time.Time{}
 	}
-	return e.At.Time
+	return market.Origin(e.At.Time)
 }
 
 // Reconcile moves one contract on.
@@ -187,9 +189,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	s.AcceptAt = at(lastEvent(st, evAccept))
 	s.DeleteAt = at(lastEvent(st, evDelete))
 	if obj.Spec.Release != nil {
-		s.ReleaseAt = obj.Spec.Release.RequestedAt.Time
+		s.ReleaseAt = market.Origin(obj.Spec.Release.RequestedAt.Time)
 	} else if deleting {
-		s.ReleaseAt = obj.DeletionTimestamp.Time
+		s.ReleaseAt = market.Origin(obj.DeletionTimestamp.Time)
 	}
 	if st.RFP != "" {
 		r.Index.Own(st.RFP, key)
