@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/substrate"
@@ -62,6 +64,9 @@ func TestACC_MarketVMReadyTimeout(t *testing.T) {
 	c := waitContract(t, env, "slow", v1alpha1.ComputeContractFailed)
 	if !strings.HasPrefix(c.Status.Message, "VMReadyTimeout: ") || !strings.Contains(c.Status.Message, b.DID()) {
 		t.Fatalf("message %q, want VMReadyTimeout naming %s", c.Status.Message, b.DID())
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, "Ready"); cond == nil || cond.Reason != "VMReadyTimeout" {
+		t.Fatalf("conditions %+v, want Ready False VMReadyTimeout", c.Status.Conditions)
 	}
 	if c.Status.Receipt == "" || lastEvent(c, "delete") == nil {
 		t.Fatalf("status %s: want the receipt bound and the delete written", statusJSON(c.Status))
