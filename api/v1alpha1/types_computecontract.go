@@ -69,6 +69,13 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	VMReadyTimeoutSec *int32 `json:"vmReadyTimeoutSec,omitempty"`
 
+	// ports are guest ports the winner forwards from its host; status.guest.ports says where.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Ports []ContractPort `json:"ports,omitempty"`
+
 	// secretsRef names a Secret whose data is handed to the guest privately, never through a record.
 	// +optional
 	SecretsRef *SecretKeyRef `json:"secretsRef,omitempty"`
@@ -216,6 +223,22 @@ type GuestStatus struct {
 	// +optional
 	// +listType=atomic
 	Ports []GuestPort `json:"ports,omitempty"`
+}
+
+// ContractPort is a port the guest listens on, asked to be reachable from outside it.
+type ContractPort struct {
+	// name identifies the port (a DNS-1123 label); a deno guest reads its host port from SOCIALWEB_PORT_<NAME>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// port is the port inside the guest.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
 }
 
 // GuestPort maps one guest port to a host port.

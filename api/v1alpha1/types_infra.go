@@ -188,6 +188,13 @@ type InfraContract struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	VMReadyTimeoutSec *int32 `json:"vmReadyTimeoutSec,omitempty"`
+
+	// ports are guest ports the winner forwards from its host; the ComputeContract's status.guest.ports says where.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Ports []ContractPort `json:"ports,omitempty"`
 }
 
 // InfraContractSecret gives one declared contract a Secret; never published to a record.

@@ -51,6 +51,7 @@ const (
 	maxDescriptionChars = 3000
 	maxContracts        = 64
 	maxVMReadyTimeout   = 86400
+	maxPorts            = 16
 )
 
 // Declaration is the part of a deployment that both kcp and the record may change: the
@@ -240,6 +241,24 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 		return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".policyArgs", "%v", err)
 	}
 	c.PolicyArgs = args
+	if len(rc.Ports) > maxPorts {
+		return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".ports", "more than %d ports", maxPorts)
+	}
+	seenPort := map[string]bool{}
+	for j, p := range rc.Ports {
+		pp := fmt.Sprintf("%s.ports[%d]", path, j)
+		if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, pp+".name", "%q: %s", p.Name, strings.Join(errs, "; "))
+		}
+		if seenPort[p.Name] {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, pp+".name", "%q appears twice", p.Name)
+		}
+		seenPort[p.Name] = true
+		if p.Port < 1 || p.Port > 65535 {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, pp+".port", "%d is outside 1..65535", p.Port)
+		}
+		c.Ports = append(c.Ports, v1alpha1.ContractPort{Name: p.Name, Port: int32(p.Port)})
+	}
 	return c, nil
 }
 
@@ -304,6 +323,9 @@ func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 		b, _ := json.Marshal(c.PolicyArgs) // a map of strings always marshals
 		rc.PolicyArgs = b
 	}
+	for _, p := range c.Ports {
+		rc.Ports = append(rc.Ports, atinfra.InfraPort{Name: p.Name, Port: int64(p.Port)})
+	}
 	return rc
 }
 
@@ -326,12 +348,18 @@ type canonicalContract struct {
 	Name               string            `json:"name"`
 	Policy             string            `json:"policy,omitempty"`
 	PolicyArgs         map[string]string `json:"policyArgs,omitempty"`
+	Ports              []canonicalPort   `json:"ports,omitempty"`
 	ReleaseRequestedAt string            `json:"releaseRequestedAt,omitempty"`
 	SSHAuthorizedKeys  []string          `json:"sshAuthorizedKeys,omitempty"`
 	State              string            `json:"state"`
 	UserData           string            `json:"userData,omitempty"`
 	VMName             string            `json:"vmName,omitempty"`
 	VMReadyTimeoutSec  *int32            `json:"vmReadyTimeoutSec,omitempty"`
+}
+
+type canonicalPort struct {
+	Name string `json:"name"`
+	Port int32  `json:"port"`
 }
 
 type canonicalDeclaration struct {
@@ -355,6 +383,10 @@ func CanonicalJSON(d Declaration) []byte {
 		if c.ReleaseRequestedAt != nil {
 			cc.ReleaseRequestedAt = formatTime(c.ReleaseRequestedAt.Time)
 		}
+		for _, p := range c.Ports { // a map keyed by name: its order is not an edit
+			cc.Ports = append(cc.Ports, canonicalPort{Name: p.Name, Port: p.Port})
+		}
+		sort.Slice(cc.Ports, func(i, j int) bool { return cc.Ports[i].Name < cc.Ports[j].Name })
 		doc.Contracts = append(doc.Contracts, cc)
 	}
 	sort.SliceStable(doc.Contracts, func(i, j int) bool { return doc.Contracts[i].Name < doc.Contracts[j].Name })

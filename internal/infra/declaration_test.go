@@ -56,6 +56,11 @@ func TestDeclarationFromRecord(t *testing.T) {
 			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractReleased, ReleaseRequestedAt: mtime(time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC))}}}},
 		{name: "policyArgs scalars", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","policyArgs":{"s":"x","b":true,"n":null,"f":1.5}}]}`,
 			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, PolicyArgs: map[string]string{"s": "x", "b": "true", "n": "", "f": "1.5"}}}}},
+		{name: "ports", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":8080},{"name":"ssh","port":22}]}]}`,
+			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}, {Name: "ssh", Port: 22}}}}}},
+		{name: "duplicate port names", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":80},{"name":"http","port":81}]}]}`, reason: InvalidBadField},
+		{name: "port out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":70000}]}]}`, reason: InvalidBadField},
+		{name: "port name not a label", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"HTTP","port":80}]}]}`, reason: InvalidBadField},
 		{name: "not json", kind: KindInfra, in: `{`, reason: InvalidMalformed},
 		{name: "not an object", kind: KindInfra, in: `[1]`, reason: InvalidMalformed},
 		{name: "no $type", kind: KindInfra, in: `{"createdAt":"2026-11-30T11:00:00Z"}`, reason: InvalidBadType},
@@ -161,6 +166,12 @@ func randomDeclaration(r *rand.Rand) Declaration {
 		}
 		if r.Intn(3) == 0 {
 			c.VMReadyTimeoutSec = i32(int32(1 + r.Intn(600)))
+		}
+		if r.Intn(3) == 0 {
+			c.Ports = []v1alpha1.ContractPort{{Name: "http", Port: int32(1 + r.Intn(65535))}}
+			if r.Intn(2) == 0 {
+				c.Ports = append(c.Ports, v1alpha1.ContractPort{Name: pick("api", "ssh"), Port: 22})
+			}
 		}
 		if r.Intn(4) == 0 {
 			c.ReleaseRequestedAt = mtime(t0.Add(time.Duration(r.Intn(1000)) * time.Second))

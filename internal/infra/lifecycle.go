@@ -206,6 +206,7 @@ func PlanContracts(in ContractsInput) ContractPlan {
 		case v1alpha1.ContractRequested:
 			if cc == nil && !existedBefore {
 				spec := ContractSpec(c, secretFor(in.Spec, c.Name), nodeFor(in.Spec, c.Name))
+				spec.RepoRef = RequesterRepo(in.Spec)
 				act.Op, act.Spec = OpCreate, &spec
 			}
 		case v1alpha1.ContractReleased:
@@ -312,6 +313,18 @@ func nodeFor(spec v1alpha1.InfraSpec, contract string) *v1alpha1.InfraContractNo
 	return nil
 }
 
+// RequesterRepo is the repo a deployment's contracts run the market from: the AtprotoRepo
+// its record lives in (spec.record.repoRef). The deployment and its contracts speak for one
+// account. An unbound deployment has none, and its requested contracts fail with InvalidSpec
+// naming spec.repoRef.
+func RequesterRepo(spec v1alpha1.InfraSpec) *v1alpha1.ObjectRef {
+	if spec.Record == nil {
+		return nil
+	}
+	r := spec.Record.RepoRef
+	return &r
+}
+
 // ContractSpec is the ComputeContract spec of one declared contract: its publishable fields,
 // the Secret from spec.secrets as secretsRef, and from spec.nodes the node fields (ownerDid,
 // adopt, nodeJoin). Nothing else: no repoRef, no release.
@@ -331,6 +344,7 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		Policy:            c.Policy,
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
+		Ports:             c.Ports,
 	}
 	if secretRef != nil {
 		r := *secretRef

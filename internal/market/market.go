@@ -36,6 +36,17 @@ const (
 	ReasonBadSpec        = "InvalidSpec"
 )
 
+// Origin is the time a deadline counts from, for a time read back from the API: status and
+// spec keep metav1.Time to the second, so the event happened somewhere in [t, t+1s). Counting
+// from the end of that second, a deadline never falls before its nominal length after the
+// event; it may fall up to a second after. The zero time stays zero (no event yet).
+func Origin(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Truncate(time.Second).Add(time.Second)
+}
+
 // SecondsArg reads a non-negative number of seconds from args[key], def when absent.
 func SecondsArg(args map[string]string, key string, def time.Duration) (time.Duration, error) {
 	v, ok := args[key]

@@ -223,3 +223,32 @@ func TestSecondsArg(t *testing.T) {
 		t.Fatal("negative accepted")
 	}
 }
+
+func TestOrigin(t *testing.T) {
+	sec := time.Date(2026, 11, 30, 12, 0, 7, 0, time.UTC)
+	tests := []struct {
+		name string
+		in   time.Time
+		want time.Time
+	}{
+		{"zero stays zero", time.Time{}, time.Time{}},
+		{"a whole second (read back from the API) counts from its end", sec, sec.Add(time.Second)},
+		{"a finer time counts from the end of its second", sec.Add(900 * time.Millisecond), sec.Add(time.Second)},
+		{"just after a second", sec.Add(time.Nanosecond), sec.Add(time.Second)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Origin(tc.in); !got.Equal(tc.want) {
+				t.Errorf("Origin(%s) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+	// Whatever the true time in the second the API kept, a deadline from Origin is never early.
+	for ns := time.Duration(0); ns < time.Second; ns += 97 * time.Millisecond {
+		truth := sec.Add(ns)
+		kept := truth.Truncate(time.Second) // what a metav1.Time round trip keeps
+		if dl := Origin(kept).Add(3 * time.Second); dl.Before(truth.Add(3*time.Second)) || dl.After(truth.Add(4*time.Second)) {
+			t.Errorf("event at %s: deadline %s is not within [3s, 4s] after it", truth, dl)
+		}
+	}
+}

@@ -135,25 +135,32 @@ func TestACC29_RemoteDelete(t *testing.T) {
 // writer of the repo does.
 func addIndexEntry(t *testing.T, env *testenv.Env, rkey, writer string) {
 	t.Helper()
+	addIndexEntryOf(t, env, infra.KindInfra, rkey, time.Now(), nil, writer)
+}
+
+// addIndexEntryOf adds a live entry of kind to the index at self (createdAt, and expiresAt
+// for an ephemeral record).
+func addIndexEntryOf(t *testing.T, env *testenv.Env, kind infra.Kind, rkey string, createdAt time.Time, expiresAt *time.Time, writer string) {
+	t.Helper()
 	ctx := context.Background()
 	repo, err := repos.Local(ctx, env.PDS, env.Account.DID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		idx, createdAt, swap, err := infractl.ReadIndex(ctx, repo)
+		idx, selfCreatedAt, swap, err := infractl.ReadIndex(ctx, repo)
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		next, changed := infra.IndexPass(idx, infra.IndexEntryFor(infra.KindInfra, rkey, now, nil, writer), true, now)
+		next, changed := infra.IndexPass(idx, infra.IndexEntryFor(kind, rkey, createdAt, expiresAt, writer), true, now)
 		if !changed {
 			return
 		}
-		if createdAt == "" {
-			createdAt = now.UTC().Format(time.RFC3339)
+		if selfCreatedAt == "" {
+			selfCreatedAt = now.UTC().Format(time.RFC3339)
 		}
-		b, _ := json.Marshal(atinfra.Infra{CreatedAt: createdAt, Index: next})
+		b, _ := json.Marshal(atinfra.Infra{CreatedAt: selfCreatedAt, Index: next})
 		if _, err := repo.Put(ctx, infraNSID, "self", b, &swap); err == nil {
 			return
 		} else if !errors.Is(err, repos.ErrSwapMismatch) {

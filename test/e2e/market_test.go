@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -435,5 +436,46 @@ func TestACC_MarketCapacity(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		release(t, env, name)
 	}
+	waitNoProcs(t, b.stateDir)
+}
+
+// A guest that serves "hi" on its port named http.
+const httpGuest = `Deno.serve({ hostname: "127.0.0.1", port: Number(Deno.env.get("SOCIALWEB_PORT_HTTP")) }, () => new Response("hi"));`
+
+// A contract asking for a guest port: the winner forwards it, says where in its vm.onNetwork
+// event, and status.guest carries the address and the binding; the guest answers there.
+func TestACC_MarketGuestPorts(t *testing.T) {
+	env := marketEnv(t)
+	b := startBidder(t, env, "bidder1.test", 5)
+	newContract(t, env, "web", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = httpGuest
+		c.Spec.Ports = []v1alpha1.ContractPort{{Name: "http", Port: 8080}}
+	})
+	waitContract(t, env, "web", v1alpha1.ComputeContractHeld)
+	var g *v1alpha1.GuestStatus
+	testenv.Eventually(t, 10*time.Second, "guest address and ports", func() (bool, error) {
+		var c v1alpha1.ComputeContract
+		if err := env.Client.Get(context.Background(), key("web"), &c); err != nil {
+			return false, err
+		}
+		g = c.Status.Guest
+		return g != nil && g.Address == "127.0.0.1" && len(g.Ports) == 1, fmt.Errorf("guest %+v", g)
+	})
+	p := g.Ports[0]
+	if p.Name != "http" || p.GuestPort != 8080 || p.HostPort <= 0 {
+		t.Fatalf("port %+v, want http 8080 on some host port", p)
+	}
+	url := fmt.Sprintf("http://%s:%d/", g.Address, p.HostPort)
+	testenv.Eventually(t, 10*time.Second, "the guest answers at "+url, func() (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body) == "hi", fmt.Errorf("%d %q", resp.StatusCode, body)
+	})
+	release(t, env, "web")
+	waitContract(t, env, "web", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, b.stateDir)
 }

@@ -197,6 +197,8 @@ type InfraContract struct {
 	Policy *string `json:"policy,omitempty"`
 	// An object of arguments for the policy. (a JSON object)
 	PolicyArgs json.RawMessage `json:"policyArgs,omitempty"`
+	// Guest ports the winner forwards from its host. (at most 16 items)
+	Ports []InfraPort `json:"ports,omitzero"`
 	// With state released: a newer time asks a failed release again. (format
 	// datetime)
 	ReleaseRequestedAt *string `json:"releaseRequestedAt,omitempty"`
@@ -270,6 +272,14 @@ type InfraIndexEntry struct {
 	// Who added the entry, e.g. page:<origin host>, ios, gateway:<host>, cli,
 	// core, embedded. (at most 64 bytes)
 	Writer *string `json:"writer,omitempty"`
+}
+
+// InfraPort is computer.socialweb.infra#port.
+type InfraPort struct {
+	// A DNS-1123 label naming the port. (Required; at most 63 bytes)
+	Name string `json:"name"`
+	// The port the guest listens on. (Required; minimum 1; maximum 65535)
+	Port int64 `json:"port"`
 }
 
 // InfraStatus is computer.socialweb.infra#status. The observed state of the

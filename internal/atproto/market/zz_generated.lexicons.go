@@ -303,6 +303,8 @@ type ComputeEventsVMOnNetwork struct {
 	// Where the guest is reachable: an IP address or a URL. (Required; at most
 	// 2048 bytes)
 	Address string `json:"address"`
+	// Where each requested guest port is reachable at address. (at most 16 items)
+	Ports []ComputeEventsVMOnNetworkPortBinding `json:"ports,omitzero"`
 }
 
 // LexiconType is the $type of ComputeEventsVMOnNetwork in a union.
@@ -334,6 +336,17 @@ func (o *ComputeEventsVMOnNetwork) UnmarshalJSON(b []byte) error {
 	}
 	*o = ComputeEventsVMOnNetwork(v.plain)
 	return nil
+}
+
+// ComputeEventsVMOnNetworkPortBinding is
+// com.publicdomainrelay.temp.market.compute.events.vm.onNetwork#portBinding.
+type ComputeEventsVMOnNetworkPortBinding struct {
+	// The port the guest listens on. (Required; minimum 1; maximum 65535)
+	Guest int64 `json:"guest"`
+	// The port at address that reaches it. (Required; minimum 1; maximum 65535)
+	Host int64 `json:"host"`
+	// (Required; at most 63 bytes)
+	Name string `json:"name"`
 }
 
 // ComputeEventsVMStarted is
@@ -386,6 +399,9 @@ type ComputeVM struct {
 	Mem int64 `json:"mem"`
 	// The network the guest joins. (at most 64 bytes)
 	Network *string `json:"network,omitempty"`
+	// Guest ports the bidder forwards from the host; its vm.onNetwork event says
+	// where. (at most 16 items)
+	Ports []ComputeVMPort `json:"ports,omitzero"`
 	// What the guest is for, e.g. node for a tenant-cluster node. (at most 64
 	// bytes)
 	Role *string `json:"role,omitempty"`
@@ -440,6 +456,14 @@ func (r *ComputeVM) Validate() error {
 		return err
 	}
 	return lexicons.ValidateJSON(ComputeVMNSID, b)
+}
+
+// ComputeVMPort is com.publicdomainrelay.temp.market.compute.vm#port.
+type ComputeVMPort struct {
+	// A DNS-1123 label naming the port. (Required; at most 63 bytes)
+	Name string `json:"name"`
+	// The port the guest listens on. (Required; minimum 1; maximum 65535)
+	Port int64 `json:"port"`
 }
 
 // Event is a com.publicdomainrelay.temp.market.event record (key tid).

@@ -107,11 +107,13 @@ func lastEvent(st *v1alpha1.ComputeContractStatus, typ string) *v1alpha1.Contrac
 	return nil
 }
 
+// at is the deadline origin of an event recorded in status (market.Origin: the API keeps its
+// time to the second).
 func at(e *v1alpha1.ContractEvent) time.Time {
 	if e == nil || e.At == nil {
 		return time.Time{}
 	}
-	return e.At.Time
+	return market.Origin(e.At.Time)
 }
 
 // Reconcile moves one contract on.
@@ -187,9 +189,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	s.AcceptAt = at(lastEvent(st, evAccept))
 	s.DeleteAt = at(lastEvent(st, evDelete))
 	if obj.Spec.Release != nil {
-		s.ReleaseAt = obj.Spec.Release.RequestedAt.Time
+		s.ReleaseAt = market.Origin(obj.Spec.Release.RequestedAt.Time)
 	} else if deleting {
-		s.ReleaseAt = obj.DeletionTimestamp.Time
+		s.ReleaseAt = market.Origin(obj.DeletionTimestamp.Time)
 	}
 	if st.RFP != "" {
 		r.Index.Own(st.RFP, key)
@@ -223,7 +225,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			case mk.ComputeEventsVMStartedNSID:
 				s.Started = true
 			case mk.ComputeEventsVMOnNetworkNSID:
-				st.Guest = &v1alpha1.GuestStatus{Address: e.Address}
+				st.Guest = &v1alpha1.GuestStatus{Address: e.Address, Ports: guestPorts(e.Ports)}
 			case mk.ComputeEventsVMDeleteNSID:
 				s.Ended = true
 			}
@@ -306,6 +308,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return res, nil
 }
 
+// guestPorts are a vm.onNetwork event's port bindings as status.guest.ports.
+func guestPorts(ps []mk.ComputeEventsVMOnNetworkPortBinding) []v1alpha1.GuestPort {
+	var out []v1alpha1.GuestPort
+	for _, p := range ps {
+		out = append(out, v1alpha1.GuestPort{Name: p.Name, GuestPort: int32(p.Guest), HostPort: int32(p.Host)})
+	}
+	return out
+}
+
 func lastEventURI(st *v1alpha1.ComputeContractStatus, uri string) bool {
 	for _, e := range st.Events {
 		if e.URI == uri {
@@ -364,6 +375,9 @@ func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha
 	if obj.Spec.UserData != "" {
 		ud := obj.Spec.UserData
 		vm.UserData = &ud
+	}
+	for _, p := range obj.Spec.Ports {
+		vm.Ports = append(vm.Ports, mk.ComputeVMPort{Name: p.Name, Port: int64(p.Port)})
 	}
 	pay, err := put(ctx, repo, obj, keyPayload, mk.ComputeVMNSID, vm)
 	if err != nil {

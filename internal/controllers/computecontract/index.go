@@ -35,8 +35,9 @@ type Index struct {
 
 type seenEvent struct {
 	URI, Author, Kind string
-	// Address is a vm.onNetwork event's address.
+	// Address and Ports are a vm.onNetwork event's.
 	Address string
+	Ports   []mk.ComputeEventsVMOnNetworkPortBinding
 }
 
 // catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
@@ -205,7 +206,7 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 		}
 		se := seenEvent{URI: rec.URI, Author: did, Kind: e.Payload.Type()}
 		if n := e.Payload.ComputeEventsVMOnNetwork; n != nil {
-			se.Address = n.Address
+			se.Address, se.Ports = n.Address, n.Ports
 		}
 		x.mu.Lock()
 		x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], se)

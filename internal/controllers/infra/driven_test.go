@@ -1,9 +1,9 @@
 package infra_test
 
-// The rows that need a guest (REQUEST-DEPLOY, DELETE-RELEASES, EPHEMERAL-END) are finished in
-// the market issue. Until a ComputeContract controller exists, these suites drive
-// ComputeContract status from the test and call the reconciler directly against the real
-// embedded core, with an injected clock for the ephemeral deadline.
+// The rows that need a guest (REQUEST-DEPLOY, DELETE-RELEASES, EPHEMERAL-END) run end to end
+// with a real bidder in test/e2e/infra_market_test.go. These suites drive ComputeContract
+// status from the test and call the reconciler directly against the real embedded core, with
+// an injected clock for the ephemeral deadline (which no e2e row can wait for).
 
 import (
 	"context"

@@ -379,6 +379,9 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	if vm.UserData != nil {
 		spec.UserData = []byte(*vm.UserData)
 	}
+	for _, p := range vm.Ports {
+		spec.Ports = append(spec.Ports, substrate.Port{Name: p.Name, Guest: int(p.Port)})
+	}
 	if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
 		return fmt.Errorf("boot: %w", err)
 	}
@@ -406,13 +409,23 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMStarted: &mk.ComputeEventsVMStarted{}}); err != nil {
 			b.log.Warn("event", "err", err)
 		}
-		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: &mk.ComputeEventsVMOnNetwork{Address: gs.Address}}); err != nil {
+		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: onNetwork(gs)}); err != nil {
 			b.log.Warn("event", "err", err)
 		}
 		b.log.Info("market_started", "accept", uri, "guest", id)
 		b.watchEnd(ctx, id, rc)
 	}()
 	return nil
+}
+
+// onNetwork is the vm.onNetwork event of a running guest: its address and where each of its
+// ports is forwarded.
+func onNetwork(gs substrate.GuestStatus) *mk.ComputeEventsVMOnNetwork {
+	n := &mk.ComputeEventsVMOnNetwork{Address: gs.Address}
+	for _, p := range gs.Ports {
+		n.Ports = append(n.Ports, mk.ComputeEventsVMOnNetworkPortBinding{Name: p.Name, Guest: int64(p.Guest), Host: int64(p.Host)})
+	}
+	return n
 }
 
 // watchEnd reports a guest that ends by itself.
