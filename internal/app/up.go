@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"socialweb.computer/config/crd"
 	"socialweb.computer/internal/core"
 	"socialweb.computer/internal/logsink"
+	"socialweb.computer/internal/procmem"
 )
 
 // UpOptions configure `socialweb up`.
@@ -116,10 +116,11 @@ func Up(ctx context.Context, o UpOptions) error {
 		return errors.New("controllers: caches did not sync")
 	}
 	phase("controllers started")
-	// Start-up builds OpenAPI documents and decodes every CRD once; hand that garbage back to
-	// the OS now rather than letting the idle process hold it until the scavenger gets to it.
-	debug.FreeOSMemory()
 	fmt.Fprintf(o.Out, "socialweb is ready in %.2fs: kubeconfig %s (export KUBECONFIG=%s)\n", time.Since(t0).Seconds(), c.KubeconfigPath, c.KubeconfigPath)
+	// Start-up builds OpenAPI documents, decodes every CRD once and runs the initialisers of
+	// every component linked into the binary: hand that heap and those pages back now rather
+	// than letting the idle process hold them (what it touches again faults back in).
+	procmem.Settle()
 
 	var runErr error
 	select {
