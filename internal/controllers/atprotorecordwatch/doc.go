@@ -9,5 +9,7 @@
 // a follower (re)starts from the cursor in the status. A PDS restart (the stream breaks and
 // is resumed from the cursor) or a process restart therefore neither loses a change nor
 // applies one twice. Events of other repos and collections advance the cursor in memory
-// and are checkpointed lazily; replaying them after a restart changes nothing.
+// and are checkpointed lazily; replaying them after a restart changes nothing. Events that
+// queue up while a checkpoint is being written are folded in together under the next one,
+// so a burst of changes costs a few status writes, not one (of the whole list) per change.
 package atprotorecordwatch

@@ -14,6 +14,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/watch"
 )
 
 // checkpointEvery is how often a cursor advanced only by other repos' events is written.
@@ -72,11 +73,7 @@ func (f *follower) run(ctx context.Context) {
 			sleep(ctx, repos.Backoff(failures, streamBackoffBase, streamBackoffMax))
 			continue
 		}
-		progressed := false
-		err := f.src.Subscribe(ctx, &cursor, func(ev repos.Event) error {
-			progressed = true
-			return f.handle(ctx, ev)
-		})
+		progressed, err := f.follow(ctx, cursor)
 		if ctx.Err() != nil || errors.Is(err, errGone) {
 			return
 		}
@@ -112,9 +109,76 @@ func (f *follower) load(ctx context.Context) error {
 	return nil
 }
 
-// handle folds one event in; a change of the collection is checkpointed and then published.
-func (f *follower) handle(ctx context.Context, ev repos.Event) error {
-	changes := f.st.apply(ev, f.key.did, f.key.collection)
+// maxBatch bounds how many queued events one checkpoint covers.
+const maxBatch = 1024
+
+// follow subscribes from cursor and folds the events in, in batches: the subscription queues
+// events as they arrive, and each turn takes every event queued so far, applies them in order,
+// writes one checkpoint and then publishes their changes. One change costs one status write
+// as before; a burst (a thousand records written at once) costs a handful instead of one
+// write of the whole record list per event. It returns whether any event arrived and why
+// the subscription ended.
+func (f *follower) follow(ctx context.Context, cursor int64) (bool, error) {
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan repos.Event, maxBatch)
+	ended := make(chan error, 1)
+	go func() {
+		ended <- f.src.Subscribe(subCtx, &cursor, func(ev repos.Event) error {
+			select {
+			case queue <- ev:
+				return nil
+			case <-subCtx.Done():
+				return subCtx.Err()
+			}
+		})
+	}()
+	progressed, done := false, false
+	var subErr error
+	for {
+		var batch []repos.Event
+		endedCh := ended
+		if done {
+			endedCh = nil // already ended: only the queue is left to fold in
+		}
+		select {
+		case ev := <-queue:
+			batch = append(batch, ev)
+		case subErr = <-endedCh:
+			done = true
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case ev := <-queue:
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		if len(batch) > 0 {
+			progressed = true
+			if err := f.handle(ctx, batch); err != nil {
+				cancel()
+				if !done {
+					<-ended
+				}
+				return progressed, err
+			}
+		}
+		if done && len(queue) == 0 {
+			return progressed, subErr
+		}
+	}
+}
+
+// handle folds a batch of events in, in order; when any changed the collection, the state is
+// checkpointed once and then every change is published.
+func (f *follower) handle(ctx context.Context, batch []repos.Event) error {
+	var changes []watch.Change
+	for _, ev := range batch {
+		changes = append(changes, f.st.apply(ev, f.key.did, f.key.collection)...)
+	}
 	if len(changes) == 0 {
 		if time.Since(f.lastWrite) > checkpointEvery && f.st.cursor != f.obj.Status.Cursor {
 			return f.checkpoint(ctx, metav1.ConditionTrue, ReasonFollowing, "")
