@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
+
+	"socialweb.computer/internal/substrate/guestproc"
 )
 
 // Substrate runs guests of one kind.
@@ -286,4 +289,21 @@ func RemoveEnded(ctx context.Context, kind, id, dir string, status StatusFunc) e
 		return Errorf(kind, "remove", id, ErrRunning, "stop it first")
 	}
 	return os.RemoveAll(dir)
+}
+
+// StateDirStatus is Status for a substrate that keeps each guest in a state dir of store:
+// ErrNotFound for an unknown ID, Failed when the guest's state file (a JSON T) does not read,
+// else what status makes of the state and the supervisor's pid record.
+func StateDirStatus[T any](store guestproc.Store, kind, id, stateFile string, status func(dir string, state T, rec guestproc.Record) GuestStatus) (GuestStatus, error) {
+	if !ValidID(id) || !store.Exists(id) {
+		return GuestStatus{}, Errorf(kind, "status", id, ErrNotFound, "")
+	}
+	dir := store.Dir(id)
+	var state T
+	if err := guestproc.ReadJSON(filepath.Join(dir, stateFile), &state); err != nil {
+		return GuestStatus{ID: id, Kind: kind, Phase: Failed, Message: "unreadable state: " + err.Error()}, nil
+	}
+	var rec guestproc.Record
+	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
+	return status(dir, state, rec), nil
 }

@@ -316,17 +316,9 @@ func (s *Substrate) start(dir string, spec substrate.GuestSpec, accel string) (s
 
 // Status implements substrate.Substrate.
 func (s *Substrate) Status(ctx context.Context, id string) (substrate.GuestStatus, error) {
-	if !substrate.ValidID(id) || !s.store.Exists(id) {
-		return substrate.GuestStatus{}, substrate.Errorf(Kind, "status", id, substrate.ErrNotFound, "")
-	}
-	dir := s.store.Dir(id)
-	var gs guestState
-	if err := guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs); err != nil {
-		return substrate.GuestStatus{ID: id, Kind: Kind, Phase: substrate.Failed, Message: "unreadable state: " + err.Error()}, nil
-	}
-	var rec guestproc.Record
-	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
-	return s.status(id, dir, gs, rec), nil
+	return substrate.StateDirStatus(s.store, Kind, id, guestFile, func(dir string, gs guestState, rec guestproc.Record) substrate.GuestStatus {
+		return s.status(id, dir, gs, rec)
+	})
 }
 
 func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) substrate.GuestStatus {
