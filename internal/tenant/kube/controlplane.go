@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	basecompatibility "k8s.io/component-base/compatibility"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	kubeversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -32,9 +34,39 @@ import (
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 
 	"socialweb.computer/internal/tenant"
 )
+
+// rbacPolicyMarker, in a cluster's directory, names the Kubernetes version whose default RBAC
+// policy the cluster's store holds.
+const rbacPolicyMarker = "rbac-policy-version"
+
+// runAPIServer is kube-apiserver's app.Run, with the RBAC bootstrap hook left out when the
+// stored policy is current.
+func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool) error {
+	config, err := apiserverapp.NewConfig(opts)
+	if err != nil {
+		return err
+	}
+	if policyCurrent {
+		config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks.Insert(rbacrest.PostStartHookName)
+	}
+	completed, err := config.Complete()
+	if err != nil {
+		return err
+	}
+	server, err := apiserverapp.CreateServerChain(completed)
+	if err != nil {
+		return err
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		return err
+	}
+	return prepared.Run(ctx)
+}
 
 func newControlPlaneCommand() *cobra.Command {
 	var specPath string
@@ -94,6 +126,15 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	ctrlCtx, stopCtrl := context.WithCancel(context.Background())
 	defer stopCtrl()
 
+	// The default RBAC policy is reconciled by a post-start hook on every start, which holds
+	// /readyz back by about a second on a restart. A store this version already bootstrapped
+	// holds the same policy, so a restart skips it (a new version reconciles again).
+	policyMarker := filepath.Join(filepath.Dir(spec.EtcdDir), rbacPolicyMarker)
+	policyCurrent := false
+	if b, err := os.ReadFile(policyMarker); err == nil && string(b) == kubeversion.Get().GitVersion {
+		policyCurrent = true
+	}
+
 	apiDone := make(chan error, 1)
 	if err := func() error {
 		s := apiserveroptions.NewServerRunOptions()
@@ -115,7 +156,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		if errs := completed.Validate(); len(errs) != 0 {
 			return utilerrors.NewAggregate(errs)
 		}
-		go func() { apiDone <- apiserverapp.Run(apiCtx, completed) }()
+		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent) }()
 		return nil
 	}(); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
@@ -123,6 +164,11 @@ func runControlPlane(spec tenant.ChildSpec) error {
 
 	if err := waitReady(spec, apiDone, sigs); err != nil {
 		return err
+	}
+	if !policyCurrent {
+		if err := os.WriteFile(policyMarker, []byte(kubeversion.Get().GitVersion), 0o600); err != nil {
+			klog.Warningf("recording the bootstrapped RBAC policy: %v", err)
+		}
 	}
 
 	ctrlDone := make(chan error, 2)
