@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,27 @@ type upProc struct {
 	cmd  *exec.Cmd
 	done chan error
 	dir  string
+
+	mu     sync.Mutex
+	phases []string // its stderr lines so far
+}
+
+// phase waits for a phase line containing prefix and returns the word after it (a URL, say).
+func (p *upProc) phase(t *testing.T, prefix string) string {
+	t.Helper()
+	var word string
+	testenv.Eventually(t, 10*time.Second, "phase line "+prefix, func() (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, l := range p.phases {
+			if _, rest, ok := strings.Cut(l, prefix); ok {
+				word, _, _ = strings.Cut(strings.TrimSpace(rest), " ")
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return word
 }
 
 func startUp(t *testing.T, dir string, args ...string) *upProc {
@@ -34,11 +57,25 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p := &upProc{cmd: cmd, done: make(chan error, 1), dir: dir}
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(os.Stderr, sc.Text())
+			p.mu.Lock()
+			p.phases = append(p.phases, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -47,6 +84,7 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 				ready <- sc.Text()
 			}
 		}
+		<-stderrDone // Wait closes the pipes: read them to the end first
 		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() { p.stop(t) })
