@@ -303,7 +303,8 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// The service DID document names the gateway's endpoint, and the DID is its host:port.
+// The service DID document names the gateway's endpoint, and the DID is its host:port
+// (localhost for a loopback address).
 func TestDIDDocument(t *testing.T) {
 	f := setup(t)
 	resp, err := http.Get(f.gw.URL() + "/.well-known/did.json")
@@ -321,7 +322,8 @@ func TestDIDDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := strings.TrimPrefix(f.gw.URL(), "http://")
-	if doc.ID != "did:web:"+strings.ReplaceAll(host, ":", "%3A") || doc.ID != f.gw.DID() ||
+	_, port, _ := strings.Cut(host, ":")
+	if doc.ID != "did:web:localhost%3A"+port || doc.ID != f.gw.DID() ||
 		len(doc.Service) != 1 || doc.Service[0].ServiceEndpoint != f.gw.URL() || doc.Service[0].ID != "#socialweb_gateway" {
 		t.Errorf("DID document %+v for %s", doc, f.gw.URL())
 	}
@@ -332,5 +334,22 @@ func TestDIDDocument(t *testing.T) {
 	tok := f.a.token(t, f.gw.DID()+"#socialweb_gateway", cluster.ListClustersNSID)
 	if got := call(t, f.gw, cluster.ListClustersNSID, tok, nil, nil); got != "" {
 		t.Errorf("aud with the service fragment: %s", got)
+	}
+}
+
+func TestDIDForURL(t *testing.T) {
+	for _, r := range []struct{ url, want string }{
+		{"http://127.0.0.1:8080", "did:web:localhost%3A8080"},
+		{"http://[::1]:8080/", "did:web:localhost%3A8080"},
+		{"http://localhost:1", "did:web:localhost%3A1"},
+		{"https://k8s.example.com", "did:web:k8s.example.com"},
+		{"https://k8s.example.com:8443", ""},
+		{"not a url", ""},
+		{"", ""},
+	} {
+		got, err := gateway.DIDForURL(r.url)
+		if got != r.want || (err == nil) != (r.want != "") {
+			t.Errorf("DIDForURL(%q) = %q, %v; want %q", r.url, got, err, r.want)
+		}
 	}
 }

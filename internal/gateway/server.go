@@ -69,13 +69,25 @@ func NewDirectory(plcURL string) *identity.CacheDirectory {
 	return identity.NewCacheDirectory(base, 100_000, time.Hour, time.Minute, time.Minute)
 }
 
-// DIDForURL is the did:web naming the host (and port) of u: did:web:127.0.0.1%3A8080.
+// DIDForURL is the did:web naming the host and port of u. atproto allows a port in a did:web
+// only for localhost, so a loopback address is named localhost: http://127.0.0.1:8080 gives
+// did:web:localhost%3A8080 (what the reference PDS accepts as an aud). Any other host must
+// come without a port: https://k8s.example.com gives did:web:k8s.example.com.
 func DIDForURL(u string) (string, error) {
 	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
+	if err != nil || p.Hostname() == "" {
 		return "", fmt.Errorf("gateway URL %q has no host", u)
 	}
-	return "did:web:" + strings.ReplaceAll(p.Host, ":", "%3A"), nil
+	host := p.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		host = "localhost"
+	} else if p.Port() != "" {
+		return "", fmt.Errorf("gateway URL %q: atproto allows a port in a did:web only for localhost; give a public URL without one", u)
+	}
+	if p.Port() != "" {
+		return "did:web:" + host + "%3A" + p.Port(), nil
+	}
+	return "did:web:" + host, nil
 }
 
 // Start listens and serves until Close.
