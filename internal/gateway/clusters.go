@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"sort"
 	"time"
 
@@ -35,7 +36,9 @@ const (
 
 func (s *Server) clusterMethods() map[string]method {
 	proc := func(f func(ctx context.Context, account string, in []byte) (any, error)) method {
-		return method{procedure: true, call: f}
+		return method{procedure: true, call: func(ctx context.Context, account string, in []byte, _ url.Values) (any, error) {
+			return f(ctx, account, in)
+		}}
 	}
 	return map[string]method{
 		cluster.CreateClusterNSID:    proc(s.createCluster),
@@ -256,7 +259,7 @@ func (s *Server) getKubeconfig(ctx context.Context, account string, in []byte) (
 	return out, nil
 }
 
-func (s *Server) listClusters(ctx context.Context, account string, _ []byte) (any, error) {
+func (s *Server) listClusters(ctx context.Context, account string, _ []byte, _ url.Values) (any, error) {
 	var list v1alpha1.ClusterList
 	if err := s.cfg.Client.List(ctx, &list, client.InNamespace(AccountNamespace(account))); err != nil {
 		return nil, err

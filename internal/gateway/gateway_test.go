@@ -186,6 +186,14 @@ func TestSecurityTable(t *testing.T) {
 			rows = append(rows, secRow{"A names B's cluster " + target + " in " + nsid, f.gw, func() string { return f.a.token(t, f.gw.DID(), nsid) }, nsid, name{target}, gateway.ErrClusterNotFound, ""})
 		}
 	}
+	for _, target := range []string{"b1", "planted"} {
+		apply := map[string]any{"cluster": target, "manifest": json.RawMessage(configMap)}
+		rows = append(rows,
+			secRow{"A names B's cluster " + target + " in kubectlApplyServerSide", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.KubectlApplyServerSideNSID) },
+				cluster.KubectlApplyServerSideNSID, apply, gateway.ErrClusterNotFound, ""},
+			secRow{"A names B's cluster " + target + " in getJob", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.GetJobNSID) },
+				cluster.GetJobNSID + "?cluster=" + target + "&namespace=default&name=j", nil, gateway.ErrClusterNotFound, ""})
+	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			before := f.snapshot(t)
@@ -250,6 +258,8 @@ func TestSecurityTable(t *testing.T) {
 	})
 }
 
+const configMap = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`
+
 // Bad input is refused with InvalidRequest (or BadExpiration, ClusterNotReady), never a
 // panic or a 500.
 func TestBadInput(t *testing.T) {
@@ -257,7 +267,8 @@ func TestBadInput(t *testing.T) {
 	f.do(t, f.a, cluster.CreateClusterNSID, name{"a1"}, nil)
 	raw := func(nsid, method, body string) (int, string) {
 		req, _ := http.NewRequest(method, f.gw.URL()+"/xrpc/"+nsid, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+f.a.token(t, f.gw.DID(), nsid))
+		lxm, _, _ := strings.Cut(nsid, "?")
+		req.Header.Set("Authorization", "Bearer "+f.a.token(t, f.gw.DID(), lxm))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -292,9 +303,25 @@ func TestBadInput(t *testing.T) {
 		{cluster.GetKubeconfigNSID, "POST", `{"name":"a1"}`, 400, gateway.ErrClusterNotReady},
 		{cluster.GetKubeconfigNSID, "POST", `{"name":"none"}`, 400, gateway.ErrClusterNotFound},
 		{"com.example.nothing", "POST", `{}`, 501, gateway.ErrMethodNotFound},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":` + configMap + `}`, 400, gateway.ErrClusterNotReady},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"none","manifest":` + configMap + `}`, 400, gateway.ErrClusterNotFound},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":"x"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":null}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":{"kind":"ConfigMap","metadata":{"name":"x"}}}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":{"apiVersion":"v1","kind":"ConfigMap"}}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":{"apiVersion":"v1","kind":"List","items":[]}}`, 400, gateway.ErrInvalidRequest},
+		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"Bad","manifest":` + configMap + `}`, 400, gateway.ErrInvalidRequest},
+		{cluster.GetJobNSID + "?cluster=a1&namespace=default&name=j", "GET", ``, 400, gateway.ErrClusterNotReady},
+		{cluster.GetJobNSID + "?cluster=none&namespace=default&name=j", "GET", ``, 400, gateway.ErrClusterNotFound},
+		{cluster.GetJobNSID + "?cluster=a1&namespace=default&name=j&tailLines=-1", "GET", ``, 400, gateway.ErrInvalidRequest},
+		{cluster.GetJobNSID + "?cluster=a1&namespace=default&name=j&tailLines=x", "GET", ``, 400, gateway.ErrInvalidRequest},
+		{cluster.GetJobNSID + "?cluster=a1&name=j", "GET", ``, 400, gateway.ErrInvalidRequest},
+		{cluster.GetJobNSID + "?cluster=a1&namespace=default", "GET", ``, 400, gateway.ErrInvalidRequest},
+		{cluster.GetJobNSID, "GET", ``, 400, gateway.ErrInvalidRequest},
 	}
 	for _, r := range rows {
-		t.Run(r.nsid+" "+r.method+" "+r.body[:min(len(r.body), 40)], func(t *testing.T) {
+		t.Run(r.nsid+" "+r.method+" "+r.body[:min(len(r.body), 60)], func(t *testing.T) {
 			status, name := raw(r.nsid, r.method, r.body)
 			if status != r.status || name != r.want {
 				t.Errorf("%d %s, want %d %s", status, name, r.status, r.want)

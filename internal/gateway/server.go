@@ -118,6 +118,9 @@ func Start(cfg Config) (*Server, error) {
 	s.auds = append([]string{s.did, s.did + "#" + ServiceID}, cfg.Audiences...)
 	s.verifier = serviceauth.New(serviceauth.Config{Directory: cfg.Directory, Audiences: s.auds, Now: cfg.Now})
 	s.methods = s.clusterMethods()
+	for nsid, m := range s.k8sMethods() {
+		s.methods[nsid] = m
+	}
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -147,8 +150,9 @@ func (s *Server) Close() error {
 // method is one XRPC method: a query (GET) or a procedure (POST with JSON input).
 type method struct {
 	procedure bool
-	// call runs with the verified account DID and the raw input (nil for a query).
-	call func(ctx context.Context, account string, in []byte) (any, error)
+	// call runs with the verified account DID and the raw input (nil for a query) or the
+	// query's parameters.
+	call func(ctx context.Context, account string, in []byte, params url.Values) (any, error)
 }
 
 func (s *Server) routes() http.Handler {
@@ -202,7 +206,7 @@ func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out, err := m.call(r.Context(), account, in)
+	out, err := m.call(r.Context(), account, in, r.URL.Query())
 	if err != nil {
 		var xe *Error
 		if !errors.As(err, &xe) {

@@ -35,7 +35,8 @@ type gwCaller struct {
 
 func (c *gwCaller) call(nsid string, in, out any) error {
 	c.t.Helper()
-	tok, err := c.pds.GetServiceAuth(context.Background(), c.aud, nsid, 0)
+	lxm, _, _ := strings.Cut(nsid, "?") // a query's parameters follow its NSID
+	tok, err := c.pds.GetServiceAuth(context.Background(), c.aud, lxm, 0)
 	if err != nil {
 		c.t.Fatalf("getServiceAuth %s: %v", nsid, err)
 	}
@@ -185,6 +186,73 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	for _, nsid := range []string{cluster.GetKubeconfigNSID, cluster.ControlPlaneDownNSID, cluster.DeleteClusterNSID} {
 		if got := errName(other.call(nsid, map[string]string{"name": "g1"}, nil)); got != gateway.ErrClusterNotFound {
 			t.Errorf("other account %s g1: %q, want ClusterNotFound", nsid, got)
+		}
+	}
+
+	// computer.socialweb.k8s: applies as the owner's ServiceAccount, and a Job read back.
+	rc, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc.Kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := json.RawMessage(`{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"hello"},
+		"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"registry.invalid/busybox:1","command":["echo","hi"]}]}}}}`)
+	var applied cluster.KubectlApplyServerSideOutput
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": job, "dryRun": true}, &applied)
+	if applied.Kind != "Job" || applied.Name != "hello" {
+		t.Errorf("dry run: %+v", applied)
+	}
+	if _, err := cs.BatchV1().Jobs("default").Get(ctx, "hello", metav1.GetOptions{}); err == nil {
+		t.Error("a dry run created the Job")
+	}
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": job}, &applied)
+	if applied.APIVersion != "batch/v1" || applied.Kind != "Job" || applied.UID == nil || applied.Generation == nil || len(applied.Object) == 0 {
+		t.Errorf("apply: %+v", applied)
+	}
+	stored, err := cs.BatchV1().Jobs("default").Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil || string(stored.UID) != *applied.UID || stored.ManagedFields[0].Manager != "socialweb-computer" ||
+		stored.ManagedFields[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Errorf("the applied Job as stored: %v %+v", err, stored)
+	}
+	cm := func(v string) json.RawMessage {
+		return json.RawMessage(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"owned","namespace":"default"},"data":{"a":"` + v + `"}}`)
+	}
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": cm("1"), "fieldManager": "first"}, nil)
+	if got := errName(a.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": cm("2"), "fieldManager": "second"}, nil)); got != gateway.ErrApplyConflict {
+		t.Errorf("a conflicting apply: %q, want ApplyConflict", got)
+	}
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": cm("2"), "fieldManager": "second", "force": true}, nil)
+	if got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "owned", metav1.GetOptions{}); err != nil || got.Data["a"] != "2" {
+		t.Errorf("after a forced apply: %v %v", err, got.Data)
+	}
+	if got := errName(a.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1",
+		"manifest": json.RawMessage(`{"apiVersion":"example.invalid/v1","kind":"Nothing","metadata":{"name":"x"}}`)}, nil)); got != gateway.ErrInvalidRequest {
+		t.Errorf("an unknown kind: %q, want InvalidRequest", got)
+	}
+	var jobOut cluster.GetJobOutput
+	testenv.Eventually(t, 30*time.Second, "getJob lists the Job's pod", func() (bool, error) {
+		a.must(cluster.GetJobNSID+"?cluster=g1&namespace=default&name=hello&tailLines=10", nil, &jobOut)
+		return len(jobOut.Pods) == 1, nil
+	})
+	if jobOut.Phase != "Pending" || jobOut.Counts == nil || len(jobOut.Pods[0].Containers) != 1 || jobOut.Pods[0].Containers[0].Name != "c" ||
+		jobOut.Pods[0].Phase == nil || *jobOut.Pods[0].Phase != "Pending" {
+		t.Errorf("getJob of a Job on a cluster without nodes: %+v", jobOut)
+	}
+	if got := errName(a.call(cluster.GetJobNSID+"?cluster=g1&namespace=default&name=absent", nil, nil)); got != gateway.ErrJobNotFound {
+		t.Errorf("getJob of a missing Job: %q", got)
+	}
+	for _, c := range []struct {
+		nsid string
+		in   any
+	}{
+		{cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": cm("3"), "force": true}},
+		{cluster.GetJobNSID + "?cluster=g1&namespace=default&name=hello", nil},
+	} {
+		if got := errName(other.call(c.nsid, c.in, nil)); got != gateway.ErrClusterNotFound {
+			t.Errorf("other account %s: %q, want ClusterNotFound", c.nsid, got)
 		}
 	}
 
