@@ -46,6 +46,7 @@ func (s *Server) clusterMethods() map[string]method {
 		cluster.ControlPlaneUpNSID:   proc(s.controlPlaneUp),
 		cluster.ControlPlaneDownNSID: proc(s.controlPlaneDown),
 		cluster.DeleteClusterNSID:    proc(s.deleteCluster),
+		cluster.SetPublishInfraNSID:  proc(s.setPublishInfra),
 		cluster.ListClustersNSID:     {call: s.listClusters},
 	}
 }
@@ -282,4 +283,40 @@ func (s *Server) listClusters(ctx context.Context, account string, _ []byte, _ u
 	}
 	sort.Slice(out.Clusters, func(i, j int) bool { return out.Clusters[i].Name < out.Clusters[j].Name })
 	return out, nil
+}
+
+// setPublishInfra sets spec.publishInfra: whether the cluster's node deployments are published
+// as records in the owner's repo. It answers its input.
+func (s *Server) setPublishInfra(ctx context.Context, account string, in []byte) (any, error) {
+	var v struct {
+		Name    string `json:"name"`
+		Publish *bool  `json:"publish"`
+	}
+	if err := decodeInput(in, &v); err != nil {
+		return nil, err
+	}
+	if err := checkName(v.Name); err != nil {
+		return nil, err
+	}
+	if v.Publish == nil {
+		return nil, invalidRequest("publish is required")
+	}
+	c, err := s.lookup(ctx, account, v.Name)
+	if err != nil {
+		return nil, err
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return nil, notReady("cluster %q is being deleted", v.Name)
+	}
+	if c.Spec.PublishInfra != *v.Publish {
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Spec.PublishInfra = *v.Publish
+		if err := s.cfg.Client.Patch(ctx, c, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, notFound(v.Name)
+			}
+			return nil, err
+		}
+	}
+	return cluster.SetPublishInfraOutput{Name: v.Name, Publish: *v.Publish}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/auth"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
@@ -178,12 +179,16 @@ func TestSecurityTable(t *testing.T) {
 		{"expired", skewedAhead, func() string { return f.a.token(t, skewedAhead.DID(), cluster.DeleteClusterNSID) }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "JwtExpired"},
 		{"future iat", skewedBehind, func() string { return f.a.token(t, skewedBehind.DID(), cluster.DeleteClusterNSID) }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "BadJwt: jwt issued in the future"},
 	}
-	for _, nsid := range []string{cluster.DeleteClusterNSID, cluster.ControlPlaneUpNSID, cluster.ControlPlaneDownNSID, cluster.GetKubeconfigNSID, cluster.CreateClusterNSID} {
+	for _, nsid := range []string{cluster.DeleteClusterNSID, cluster.ControlPlaneUpNSID, cluster.ControlPlaneDownNSID, cluster.GetKubeconfigNSID, cluster.CreateClusterNSID, cluster.SetPublishInfraNSID} {
 		for _, target := range []string{"b1", "planted"} {
 			if nsid == cluster.CreateClusterNSID && target == "b1" {
 				continue // A's own namespace has no b1: creating it there is A's own cluster
 			}
-			rows = append(rows, secRow{"A names B's cluster " + target + " in " + nsid, f.gw, func() string { return f.a.token(t, f.gw.DID(), nsid) }, nsid, name{target}, gateway.ErrClusterNotFound, ""})
+			var in any = name{target}
+			if nsid == cluster.SetPublishInfraNSID {
+				in = map[string]any{"name": target, "publish": true}
+			}
+			rows = append(rows, secRow{"A names B's cluster " + target + " in " + nsid, f.gw, func() string { return f.a.token(t, f.gw.DID(), nsid) }, nsid, in, gateway.ErrClusterNotFound, ""})
 		}
 	}
 	for _, target := range []string{"b1", "planted"} {
@@ -303,6 +308,9 @@ func TestBadInput(t *testing.T) {
 		{cluster.GetKubeconfigNSID, "POST", `{"name":"a1"}`, 400, gateway.ErrClusterNotReady},
 		{cluster.GetKubeconfigNSID, "POST", `{"name":"none"}`, 400, gateway.ErrClusterNotFound},
 		{"com.example.nothing", "POST", `{}`, 501, gateway.ErrMethodNotFound},
+		{cluster.SetPublishInfraNSID, "POST", `{"name":"a1"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.SetPublishInfraNSID, "POST", `{"name":"a1","publish":"yes"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.SetPublishInfraNSID, "POST", `{"name":"none","publish":true}`, 400, gateway.ErrClusterNotFound},
 		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1","manifest":` + configMap + `}`, 400, gateway.ErrClusterNotReady},
 		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"none","manifest":` + configMap + `}`, 400, gateway.ErrClusterNotFound},
 		{cluster.KubectlApplyServerSideNSID, "POST", `{"cluster":"a1"}`, 400, gateway.ErrInvalidRequest},
@@ -377,6 +385,23 @@ func TestDIDForURL(t *testing.T) {
 		got, err := gateway.DIDForURL(r.url)
 		if got != r.want || (err == nil) != (r.want != "") {
 			t.Errorf("DIDForURL(%q) = %q, %v; want %q", r.url, got, err, r.want)
+		}
+	}
+}
+
+// setPublishInfra writes spec.publishInfra of the caller's cluster and answers its input.
+func TestSetPublishInfra(t *testing.T) {
+	f := setup(t)
+	f.do(t, f.a, cluster.CreateClusterNSID, name{"a1"}, nil)
+	for _, publish := range []bool{true, true, false} {
+		var out cluster.SetPublishInfraOutput
+		f.do(t, f.a, cluster.SetPublishInfraNSID, map[string]any{"name": "a1", "publish": publish}, &out)
+		var c v1alpha1.Cluster
+		if err := f.env.Client.Get(context.Background(), client.ObjectKey{Namespace: gateway.AccountNamespace(f.a.did), Name: "a1"}, &c); err != nil {
+			t.Fatal(err)
+		}
+		if out.Name != "a1" || out.Publish != publish || c.Spec.PublishInfra != publish {
+			t.Errorf("publish %v: answered %+v, stored %v", publish, out, c.Spec.PublishInfra)
 		}
 	}
 }
