@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,5 +303,80 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	}
 	if got := errName(a.call(cluster.ControlPlaneUpNSID, map[string]string{"name": "g1"}, nil)); got != gateway.ErrClusterNotFound {
 		t.Errorf("controlPlaneUp of a deleted cluster: %q", got)
+	}
+}
+
+// `socialweb serve gateway` next to a running up: its own URL and DID, tokens from up's PDS,
+// Clusters written into up's core.
+func TestCLI_ServeGateway(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+	pdsURL := up.phase(t, "PDS serving at ")
+	plcURL := strings.TrimRight(up.phase(t, "(PLC "), "),")
+	cmd := exec.Command(socialwebBin, "serve", "gateway", "--data-dir", dir, "--plc-url", plcURL)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-done:
+		t.Fatalf("serve gateway exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve gateway printed nothing in 30s")
+	}
+	var gwURL, did string
+	if _, err := fmt.Sscanf(line, "gateway serving at %s (service DID %s", &gwURL, &did); err != nil || !strings.HasPrefix(gwURL, "http://127.0.0.1:") {
+		t.Fatalf("serve gateway printed %q (%v)", line, err)
+	}
+	did = strings.TrimRight(did, ",")
+	if want, _ := gateway.DIDForURL(gwURL); did != want {
+		t.Errorf("service DID %q, want %q", did, want)
+	}
+	var acct app.LocalAccount
+	b, _ := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
+	if err := json.Unmarshal(b, &acct); err != nil {
+		t.Fatal(err)
+	}
+	pa := atclient.New(pdsURL)
+	if _, err := pa.Login(context.Background(), acct.Handle, acct.Password); err != nil {
+		t.Fatal(err)
+	}
+	a := &gwCaller{t: t, pds: pa, gw: gwURL, aud: did}
+	a.must(cluster.CreateClusterNSID, map[string]string{"name": "s1"}, nil)
+	if _, ok := a.list()["s1"]; !ok {
+		t.Error("listClusters lacks the cluster just created")
+	}
+	out := up.kubectl(t, "", "get", "clusters", "-n", gateway.AccountNamespace(acct.DID), "-o", "jsonpath={.items[*].spec.account}/{.items[*].spec.name}")
+	if out != acct.DID+"/s1" {
+		t.Errorf("Cluster in up's core: %q", out)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve gateway after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Error("serve gateway did not stop within 15s of SIGTERM")
 	}
 }
