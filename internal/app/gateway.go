@@ -27,7 +27,7 @@ type GatewayOptions struct {
 
 // StartGateway starts the XRPC gateway for tenant clusters (docs/gateway.md).
 func StartGateway(o GatewayOptions) (*gateway.Server, error) {
-	c, err := client.New(o.Core, client.Options{Scheme: manager.Scheme()})
+	c, err := client.NewWithWatch(o.Core, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: core client: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/atproto/cluster"
+	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/gateway"
 	"socialweb.computer/internal/testenv"
 )
@@ -59,7 +60,22 @@ func login(t *testing.T, url, handle, password string) *account {
 // to its token checks.
 func startGateway(t *testing.T, env *testenv.Env, skew time.Duration) *gateway.Server {
 	t.Helper()
-	cfg := gateway.Config{Client: env.Client, Directory: gateway.NewDirectory(env.PDS.PLCURL()), TenantsRoot: t.TempDir()}
+	return startGatewayOpts(t, env, env.PDS.PLCURL(), skew)
+}
+
+// startGatewayWith starts a gateway whose callers' DIDs resolve through plcURL.
+func startGatewayWith(t *testing.T, env *testenv.Env, plcURL string) *gateway.Server {
+	t.Helper()
+	return startGatewayOpts(t, env, plcURL, 0)
+}
+
+func startGatewayOpts(t *testing.T, env *testenv.Env, plcURL string, skew time.Duration) *gateway.Server {
+	t.Helper()
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gateway.Config{Client: c, Directory: gateway.NewDirectory(plcURL), TenantsRoot: t.TempDir()}
 	if skew != 0 {
 		cfg.Now = func() time.Time { return time.Now().Add(skew) }
 	}

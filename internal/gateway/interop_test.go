@@ -17,11 +17,7 @@ import (
 func TestInterop_ReferencePDSToken(t *testing.T) {
 	peer := refpds.Require(t)
 	env := testenv.Start(t, testenv.Options{})
-	gw, err := gateway.Start(gateway.Config{Client: env.Client, Directory: gateway.NewDirectory(peer.PLCURL), TenantsRoot: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
+	gw := startGatewayWith(t, env, peer.PLCURL)
 	ctx := context.Background()
 	c := atclient.New(peer.PDSURL)
 	sess, err := c.CreateAccount(ctx, "gateway.test", "gateway-password", "gateway@example.test")

@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"socialweb.computer/internal/atproto/cluster"
 	"socialweb.computer/internal/serviceauth"
 )
 
@@ -28,8 +30,9 @@ const maxBody = 64 << 10
 
 // Config configures a Server.
 type Config struct {
-	// Client reaches the core's API server (Cluster objects).
-	Client client.Client
+	// Client reaches the core's API server (Cluster objects); subscribeClusters watches
+	// through it.
+	Client client.WithWatch
 	// Directory resolves token issuers' DIDs. It should cache (identity.CacheDirectory) and
 	// support Purge: a signature that fails against a cached key is checked once more
 	// against a fresh lookup, so a rotated key is picked up.
@@ -59,6 +62,9 @@ type Server struct {
 	verifier *serviceauth.Verifier
 	log      *slog.Logger
 	methods  map[string]method
+
+	streamsMu sync.Mutex
+	streams   map[*streamConn]struct{}
 }
 
 // NewDirectory is the DID directory a gateway uses: did:plc through plcURL (empty means
@@ -118,10 +124,12 @@ func Start(cfg Config) (*Server, error) {
 	s.auds = append([]string{s.did, s.did + "#" + ServiceID}, cfg.Audiences...)
 	s.verifier = serviceauth.New(serviceauth.Config{Directory: cfg.Directory, Audiences: s.auds, Now: cfg.Now})
 	s.methods = s.clusterMethods()
+	s.methods[cluster.SubscribeClustersNSID] = method{stream: s.subscribeClusters}
 	for nsid, m := range s.k8sMethods() {
 		s.methods[nsid] = m
 	}
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.srv.RegisterOnShutdown(s.closeStreams)
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("gateway serve", "err", err)
@@ -153,6 +161,9 @@ type method struct {
 	// call runs with the verified account DID and the raw input (nil for a query) or the
 	// query's parameters.
 	call func(ctx context.Context, account string, in []byte, params url.Values) (any, error)
+	// stream, for a subscription, takes over the connection (a WebSocket upgrade) once the
+	// caller is verified.
+	stream func(w http.ResponseWriter, r *http.Request, account string)
 }
 
 func (s *Server) routes() http.Handler {
@@ -182,6 +193,20 @@ func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
 	m, ok := s.methods[nsid]
 	if !ok {
 		writeError(w, xrpcErr(http.StatusNotImplemented, ErrMethodNotFound, "method not implemented"))
+		return
+	}
+	if m.stream != nil {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			writeError(w, xrpcErr(http.StatusMethodNotAllowed, ErrInvalidRequest, "%s is a subscription: a GET with a WebSocket upgrade", nsid))
+			return
+		}
+		account, err := s.authenticate(r, nsid)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		m.stream(w, r, account)
 		return
 	}
 	if want := map[bool]string{true: http.MethodPost, false: http.MethodGet}[m.procedure]; r.Method != want {

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -119,6 +121,32 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	a := &gwCaller{t: t, pds: pa, gw: gwURL, aud: aud}
 	other := &gwCaller{t: t, pds: pb, gw: gwURL, aud: aud}
 
+	// A subscription opened before the cluster exists sees it appear and become Ready.
+	subTok, err := pa.GetServiceAuth(ctx, aud, cluster.SubscribeClustersNSID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(gwURL, "http")+"/xrpc/"+cluster.SubscribeClustersNSID+"?name=g1",
+		http.Header{"Authorization": {"Bearer " + subTok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	phases := make(chan string, 100)
+	go func() {
+		defer close(phases)
+		for {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			var f struct{ Name, Phase string }
+			if json.Unmarshal(b, &f) == nil {
+				phases <- f.Name + " " + f.Phase
+			}
+		}
+	}()
+
 	var created cluster.CreateClusterOutput
 	t0 := time.Now()
 	a.must(cluster.CreateClusterNSID, map[string]string{"name": "g1"}, &created)
@@ -130,6 +158,20 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	if v.Running == nil || !*v.Running || v.Server == nil || !strings.HasPrefix(*v.Server, "https://127.0.0.1:") || v.Instance == nil ||
 		v.TeardownBlocked == nil || *v.TeardownBlocked {
 		t.Errorf("listClusters view %+v", v)
+	}
+	var seen []string
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case p, ok := <-phases:
+			seen = append(seen, p)
+			done = !ok || p == "g1 Ready"
+		case <-timeout:
+			done = true
+		}
+	}
+	if len(seen) < 3 || seen[0] != "SnapshotComplete " || seen[1] != "g1 Initializing" || seen[len(seen)-1] != "g1 Ready" {
+		t.Errorf("subscribeClusters frames %q: want SnapshotComplete, g1 Initializing, ..., g1 Ready", seen)
 	}
 	if l := other.list(); len(l) != 0 {
 		t.Errorf("the other account lists %v", l)
