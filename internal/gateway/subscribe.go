@@ -122,7 +122,11 @@ func (s *Server) subscribeClusters(w http.ResponseWriter, r *http.Request, accou
 		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		return ws.WriteMessage(websocket.TextMessage, b) == nil
 	}
-	// NodeClaims are sent for the clusters this subscription shows.
+	// NodeClaims are sent for the clusters this subscription shows (a claim's clusterRef
+	// namespace defaults to its own).
+	claimed := func(n *v1alpha1.NodeClaim, shown map[string]bool) bool {
+		return shown[n.Spec.ClusterRef.Name] && (n.Spec.ClusterRef.Namespace == "" || n.Spec.ClusterRef.Namespace == ns)
+	}
 	shown := map[string]bool{}
 	for i := range clusters.Items {
 		if c := &clusters.Items[i]; mine(c) {
@@ -133,7 +137,7 @@ func (s *Server) subscribeClusters(w http.ResponseWriter, r *http.Request, accou
 		}
 	}
 	for i := range claims.Items {
-		if n := &claims.Items[i]; shown[n.Spec.ClusterRef.Name] {
+		if n := &claims.Items[i]; claimed(n, shown) {
 			if !send(nodeClaimFrame(n, false)) {
 				return
 			}
@@ -174,7 +178,7 @@ func (s *Server) subscribeClusters(w http.ResponseWriter, r *http.Request, accou
 				return
 			}
 			n, ok := ev.Object.(*v1alpha1.NodeClaim)
-			if !ok || !shown[n.Spec.ClusterRef.Name] {
+			if !ok || !claimed(n, shown) {
 				continue
 			}
 			if !send(nodeClaimFrame(n, ev.Type == watch.Deleted)) {
