@@ -57,17 +57,21 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr, err := cmd.StderrPipe()
+	// A pipe of our own rather than StderrPipe: Wait must not wait for its readers, since a
+	// guest process up started may keep the write end open after up exits.
+	stderr, stderrW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stderr = stderrW
+	err = cmd.Start()
+	stderrW.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	p := &upProc{cmd: cmd, done: make(chan error, 1), dir: dir}
-	stderrDone := make(chan struct{})
 	go func() {
-		defer close(stderrDone)
+		defer stderr.Close()
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			fmt.Fprintln(os.Stderr, sc.Text())
@@ -84,7 +88,6 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 				ready <- sc.Text()
 			}
 		}
-		<-stderrDone // Wait closes the pipes: read them to the end first
 		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() { p.stop(t) })
