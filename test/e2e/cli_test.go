@@ -264,6 +264,8 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"missing kubeconfig", []string{"controllers", "--kubeconfig", filepath.Join(t.TempDir(), "nope")}, "no such file"},
 		{"unknown command", []string{"launch"}, "unknown command"},
 		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
+		{"gateway without a running up", []string{"serve", "gateway", "--data-dir", filepath.Join(t.TempDir(), "d")}, "is socialweb up running"},
+		{"gateway public URL with a port", []string{"serve", "gateway", "--kubeconfig", kubeconfigOf(t), "--public-url", "https://gw.example.test:8443"}, "only for localhost"},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -288,7 +290,7 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 }
 
 func TestCLI_HelpAndVersion(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"bench", "core", "--help"}, {"bench", "tenant", "--help"}, {"kube", "--help"}, {"version", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"serve", "gateway", "--help"}, {"bench", "core", "--help"}, {"bench", "tenant", "--help"}, {"kube", "--help"}, {"version", "--help"}} {
 		out, code := runCLI(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output %q", args, code, out)
@@ -341,4 +343,17 @@ func TestCLI_PDSServeAlone(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("resolveHandle of the default account: %d", resp.StatusCode)
 	}
+}
+
+// kubeconfigOf is a syntactically valid kubeconfig whose server nothing serves: enough for a
+// command to get past reading it.
+func kubeconfigOf(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\n" +
+		"users:\n- name: u\n  user: {token: x}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
