@@ -22,6 +22,8 @@ type UpOptions struct {
 	Listen      string
 	MetricsAddr string
 	PDSListen   string
+	// GatewayListen is the address of the cluster gateway (XRPC).
+	GatewayListen string
 	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
 	// namespace and veth pair for it (tenant.EnsureAdvertiseAddress).
 	TenantAdvertise string
@@ -100,6 +102,17 @@ func Up(ctx context.Context, o UpOptions) error {
 	} else {
 		phase("tenant clusters unavailable: %s", why)
 	}
+
+	gw, err := StartGateway(GatewayOptions{Core: c.RESTConfig, PLCURL: srv.PLCURL(), TenantsRoot: filepath.Join(dir.Root, "tenants"),
+		Addr: o.GatewayListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		phase("stopping gateway")
+		gw.Close()
+	}()
+	phase("gateway serving at %s (service DID %s)", gw.URL(), gw.DID())
 
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
 	defer stopControllers()

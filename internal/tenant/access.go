@@ -185,6 +185,18 @@ func MintKubeconfig(root string, k Key, account, server string, ttl time.Duratio
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	return mintKubeconfig(root, k, account, server, ttl)
+}
+
+// MintKubeconfigNoExpiry is MintKubeconfig with a certificate that lasts as long as the
+// cluster's CA (10 years from the cluster's first start): for clients that cannot refresh.
+// Revoking it means removing the owner's binding, not waiting for it to expire.
+func MintKubeconfigNoExpiry(root string, k Key, account, server string) ([]byte, time.Time, error) {
+	return mintKubeconfig(root, k, account, server, 0)
+}
+
+// mintKubeconfig issues for ttl, or until the CA expires when ttl is 0.
+func mintKubeconfig(root string, k Key, account, server string, ttl time.Duration) ([]byte, time.Time, error) {
 	l := LayoutFor(root, k.Namespace, k.Name)
 	if _, err := os.Stat(l.PKI()); err != nil {
 		return nil, time.Time{}, fmt.Errorf("cluster %s has no certificate authority yet (has it started?): %w", k, err)
@@ -192,6 +204,12 @@ func MintKubeconfig(root string, k Key, account, server string, ttl time.Duratio
 	p, err := loadPKI(l.PKI())
 	if err != nil {
 		return nil, time.Time{}, err
+	}
+	if ttl == 0 {
+		// A minute short of the CA's end, so the leaf never outlives its issuer.
+		if ttl = time.Until(p.CA.NotAfter) - time.Minute; ttl <= 0 {
+			return nil, time.Time{}, fmt.Errorf("the certificate authority of cluster %s has expired", k)
+		}
 	}
 	crt, key, notAfter, err := p.IssueClient(account, nil, ttl)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -112,8 +113,16 @@ func TestPKIAndMintedKubeconfig(t *testing.T) {
 	if _, _, err := MintKubeconfig(root, k, "did:plc:owner", "https://x", 25*time.Hour); !errors.Is(err, ErrTTLOutOfRange) {
 		t.Errorf("25h TTL: %v, want ErrTTLOutOfRange", err)
 	}
-	if _, _, err := MintKubeconfig(root, Key{"ws", "absent"}, "did:plc:owner", "https://x", 0); err == nil {
-		t.Error("minting for a cluster without a CA succeeded")
+	if _, _, err := MintKubeconfig(root, Key{"ws", "absent"}, "did:plc:owner", "https://x", 0); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("minting for a cluster without a CA: %v, want fs.ErrNotExist", err)
+	}
+	// noExpiry: as long as the CA, and never past it.
+	_, notAfter, err = MintKubeconfigNoExpiry(root, k, "did:plc:owner", "https://127.0.0.1:1234")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notAfter.After(p.CA.NotAfter) || p.CA.NotAfter.Sub(notAfter) > 2*time.Minute {
+		t.Errorf("no-expiry certificate ends %s, CA %s", notAfter, p.CA.NotAfter)
 	}
 }
 

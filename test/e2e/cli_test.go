@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,27 @@ type upProc struct {
 	cmd  *exec.Cmd
 	done chan error
 	dir  string
+
+	mu     sync.Mutex
+	phases []string // its stderr lines so far
+}
+
+// phase waits for a phase line containing prefix and returns the word after it (a URL, say).
+func (p *upProc) phase(t *testing.T, prefix string) string {
+	t.Helper()
+	var word string
+	testenv.Eventually(t, 10*time.Second, "phase line "+prefix, func() (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, l := range p.phases {
+			if _, rest, ok := strings.Cut(l, prefix); ok {
+				word, _, _ = strings.Cut(strings.TrimSpace(rest), " ")
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return word
 }
 
 func startUp(t *testing.T, dir string, args ...string) *upProc {
@@ -34,11 +57,29 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	// A pipe of our own rather than StderrPipe: Wait must not wait for its readers, since a
+	// guest process up started may keep the write end open after up exits.
+	stderr, stderrW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderrW
+	err = cmd.Start()
+	stderrW.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	p := &upProc{cmd: cmd, done: make(chan error, 1), dir: dir}
+	go func() {
+		defer stderr.Close()
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(os.Stderr, sc.Text())
+			p.mu.Lock()
+			p.phases = append(p.phases, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -223,6 +264,8 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"missing kubeconfig", []string{"controllers", "--kubeconfig", filepath.Join(t.TempDir(), "nope")}, "no such file"},
 		{"unknown command", []string{"launch"}, "unknown command"},
 		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
+		{"gateway without a running up", []string{"serve", "gateway", "--data-dir", filepath.Join(t.TempDir(), "d")}, "is socialweb up running"},
+		{"gateway public URL with a port", []string{"serve", "gateway", "--kubeconfig", kubeconfigOf(t), "--public-url", "https://gw.example.test:8443"}, "only for localhost"},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -247,7 +290,7 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 }
 
 func TestCLI_HelpAndVersion(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"bench", "core", "--help"}, {"bench", "tenant", "--help"}, {"kube", "--help"}, {"version", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"controllers", "--help"}, {"pds", "serve", "--help"}, {"serve", "gateway", "--help"}, {"bench", "core", "--help"}, {"bench", "tenant", "--help"}, {"kube", "--help"}, {"version", "--help"}} {
 		out, code := runCLI(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output %q", args, code, out)
@@ -300,4 +343,17 @@ func TestCLI_PDSServeAlone(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("resolveHandle of the default account: %d", resp.StatusCode)
 	}
+}
+
+// kubeconfigOf is a syntactically valid kubeconfig whose server nothing serves: enough for a
+// command to get past reading it.
+func kubeconfigOf(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\n" +
+		"users:\n- name: u\n  user: {token: x}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

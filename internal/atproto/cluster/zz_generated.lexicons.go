@@ -154,9 +154,11 @@ type DeleteClusterOutput struct {
 
 // GetKubeconfigInput is the input of
 // com.publicdomainrelay.temp.cluster.getKubeconfig. A kubeconfig for the
-// caller's cluster with a client certificate (no exec plugin, no token).
-// Creates the cluster, not running, when it does not exist.
-// (application/json).
+// caller's cluster with a client certificate (no exec plugin, no token). The
+// cluster must exist and have started once (its certificate authority is made
+// on the first start): ClusterNotFound, else ClusterNotReady. ttlSeconds and
+// noExpiry are exclusive (BadExpiration); noExpiry gives a certificate that
+// lasts as long as the cluster's CA. (application/json).
 type GetKubeconfigInput struct {
 	// The cluster name, a DNS-1123 label. (Required; at most 63 bytes)
 	Name     string `json:"name"`
