@@ -11,11 +11,11 @@ import (
 // newKubeCommand is the multi-call entry for the Kubernetes components a tenant cluster
 // runs: `socialweb kube controlplane --spec FILE` (all of them in one process, what the
 // Cluster controller starts), or one of apiserver, controller-manager, scheduler with its
-// upstream flags. It is the only import of k8s.io/kubernetes in this binary.
+// upstream flags, or the kubelet a node substrate starts. It is the only import of k8s.io/kubernetes in this binary.
 func newKubeCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:                "kube COMPONENT [FLAGS]",
-		Short:              "Run a Kubernetes control-plane component (" + joinNames() + ")",
+		Short:              "Run a Kubernetes component (" + joinNames() + ")",
 		DisableFlagParsing: true,
 		Args:               cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
