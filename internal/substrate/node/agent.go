@@ -616,3 +616,27 @@ func removeCgroups(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// deleteContainers force-deletes every container runc knows under the node's runc root
+// (<run dir>/runc/<containerd namespace>/<id>): what is left when the agent could not remove
+// the pods through the CRI (it was killed, or containerd died). runc kills the container's
+// processes, which live in pid namespaces of their own and name none of the node's dirs.
+func deleteContainers(ns nodeState) error {
+	if ns.RunDir == "" {
+		return nil
+	}
+	roots, _ := filepath.Glob(filepath.Join(ns.RunDir, "runc", "*"))
+	var errs []error
+	for _, root := range roots {
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			if out, err := exec.Command("runc", "--root", root, "delete", "--force", e.Name()).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", e.Name(), err, strings.TrimSpace(string(out))))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -349,8 +349,8 @@ func setupNetwork(ns nodeState) error {
 	return nil
 }
 
-// teardownHost removes what a node left on the host after its agent is gone: processes
-// that still name its dirs (shims, containers' runc, a kubelet or containerd of an agent
+// teardownHost removes what a node left on the host after its agent is gone: containers
+// runc still has under the node's runc root, processes that still name its dirs (shims, containers' runc, a kubelet or containerd of an agent
 // killed by SIGKILL), mounts under its dirs (the pods' network namespaces are mounted under its run dir), its
 // own network namespace, and
 // its run dir and work dir. Idempotent.
@@ -359,6 +359,9 @@ func teardownHost(ns nodeState) error {
 		return nil
 	}
 	var errs []error
+	if err := deleteContainers(ns); err != nil {
+		errs = append(errs, err)
+	}
 	killProcs(ns)
 	if err := removeCgroups(ns.Dir); err != nil {
 		errs = append(errs, err)
