@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs what the vm substrate and its image build need from Debian:
-# qemu-system-x86 (the microVM), busybox-static (the guest's userland, also
-# fetched by the image build), and the tools the image build calls
-# (apt-get download, dpkg-deb, which ship with apt/dpkg). Idempotent: does
-# nothing when everything is present; runs `apt-get update` at most once.
+# Installs what the vm and node substrates and the vm image build need from
+# Debian: qemu-system-x86 (the microVM), busybox-static (the guest's userland,
+# also fetched by the image build and the busybox of the node substrate's
+# local test image), containerd, runc and containernetworking-plugins (the
+# node substrate's container runtime and its bridge/host-local CNI plugins in
+# /usr/lib/cni), and the tools the image build calls (apt-get download,
+# dpkg-deb, which ship with apt/dpkg). Idempotent: does nothing when
+# everything is present; runs `apt-get update` at most once.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 busybox-static)
+pkgs=(qemu-system-x86 busybox-static containerd runc containernetworking-plugins)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -25,4 +28,4 @@ if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
 echo "install-guest-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-command -v qemu-system-x86_64
+command -v qemu-system-x86_64 containerd runc

@@ -14,7 +14,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# Guests: qemu and busybox for the vm substrate, Deno (pinned, from npm) for the deno one.
+# Guests: qemu and busybox for the vm substrate, containerd, runc and the CNI plugins for
+# the node substrate, Deno (pinned, from npm) for the deno one.
 bash "$here/install-guest-deps.sh"
 bash "$here/install-deno.sh" >/dev/null
 # The reference PDS (Node 22 and @atproto/pds from npm) for the interop rows, into .cache/.

@@ -21,7 +21,9 @@ import (
 func main() {
 	// The Kubernetes components linked in for `socialweb kube` register flags such as
 	// --version on pflag's global set at init; cobra would show them on every command. Each
-	// kube component parses its own flag sets, so the global one is not needed.
+	// kube component parses its own flag sets, so the global one is not needed by cobra; it is
+	// kept for `socialweb kube`, whose kubelet copies flags such as --version from it.
+	componentFlags = pflag.CommandLine
 	pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
 	// controller-runtime's clients log through its global logger; a command that uses one
 	// without a manager would otherwise get a stack trace 30 s in saying it was never set.
@@ -42,7 +44,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand(), newBidderCommand(), newServeCommand())
+	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand(), newBidderCommand(), newServeCommand(), newNodeAgentCommand())
 	return root
 }
 

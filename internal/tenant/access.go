@@ -102,10 +102,15 @@ func OwnerServiceAccount(account string) string {
 	return "account-" + hex.EncodeToString(h[:])[:16]
 }
 
+// APIServerKubeletClientUser is the user of the apiserver's client certificate towards
+// kubelets (pki.go).
+const APIServerKubeletClientUser = "kube-apiserver-kubelet-client"
+
 // Bootstrap makes the owner an administrator of their cluster: a ClusterRoleBinding of
 // cluster-admin to the user named by the DID (the identity of minted kubeconfigs), and a
 // ServiceAccount for the account, bound likewise, for applies made on the owner's behalf.
-// Idempotent.
+// It also binds system:kubelet-api-admin to the apiserver's kubelet client, so logs and
+// exec reach the nodes. Idempotent.
 func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
 	cfg, err := m.AdminConfig(k)
 	if err != nil {
@@ -139,6 +144,16 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
 			return err
 		},
 	}
+	// The apiserver's identity towards kubelets may use the kubelet API (logs, exec,
+	// port-forward): kubelets authorize it through the cluster (webhook mode).
+	objs = append(objs, func() error {
+		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "socialweb:apiserver-kubelet-client"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: APIServerKubeletClientUser}},
+		}, metav1.CreateOptions{})
+		return err
+	})
 	for _, create := range objs {
 		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)

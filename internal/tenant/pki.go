@@ -58,7 +58,7 @@ var ComponentIdentities = []ClientIdentity{
 	// process, next to the admin certificate, so a narrower identity would guard nothing.
 	{File: "controller-manager", User: "system:kube-controller-manager", Groups: []string{"system:masters"}},
 	{File: "scheduler", User: "system:kube-scheduler"},
-	{File: "apiserver-kubelet-client", User: "kube-apiserver-kubelet-client", Groups: []string{"kubeadm:cluster-admins"}},
+	{File: "apiserver-kubelet-client", User: APIServerKubeletClientUser, Groups: []string{"kubeadm:cluster-admins"}},
 }
 
 // EnsurePKI loads the PKI in dir, creating whatever is missing, and (re)issuing the serving

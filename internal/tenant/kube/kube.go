@@ -5,6 +5,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // Components are the names `socialweb kube` answers to.
@@ -21,6 +23,7 @@ var components = map[string]func() *cobra.Command{
 	"controller-manager": cmapp.NewControllerManagerCommand,
 	"scheduler":          func() *cobra.Command { return schedulerapp.NewSchedulerCommand() },
 	"controlplane":       newControlPlaneCommand,
+	"kubelet":            func() *cobra.Command { return kubeletapp.NewKubeletCommand(context.Background()) },
 }
 
 // Names lists the components in order.

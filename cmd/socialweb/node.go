@@ -1,0 +1,25 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"socialweb.computer/internal/substrate/node"
+)
+
+// newNodeAgentCommand is the process of a node guest of the node substrate
+// (internal/substrate/node): it runs the node described in DIR until SIGTERM. The substrate
+// starts it; it is not meant to be run by hand.
+func newNodeAgentCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "node-agent DIR",
+		Short:  "Run a node of the node substrate (started by the substrate)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			os.Exit(node.RunAgent(args[0]))
+			return nil
+		},
+	}
+}

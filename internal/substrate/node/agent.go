@@ -1,0 +1,642 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"socialweb.computer/internal/substrate/guestproc"
+)
+
+// The agent is the node guest's process (`socialweb node-agent DIR`, under guestproc's
+// supervisor): it forwards the apiserver port into the node's namespace, starts containerd,
+// imports the images, starts the kubelet, and on SIGTERM (or when either child ends) tears
+// the node down in order: kubelet, pods (through the CRI, so CNI releases their addresses and
+// their namespaces are unmounted), containerd, then whatever is left of them.
+
+// Paths in a node.
+func (ns nodeState) work(p ...string) string {
+	return filepath.Join(append([]string{ns.Dir, workDir}, p...)...)
+}
+func (ns nodeState) sock() string           { return filepath.Join(ns.RunDir, "containerd.sock") }
+func (ns nodeState) netnsPath() string      { return "/run/netns/" + ns.Netns }
+func (ns nodeState) secret(k string) string { return filepath.Join(ns.Dir, secretsDir, k) }
+
+// RunAgent runs the node in dir until SIGTERM or SIGINT; it returns the exit status.
+func RunAgent(dir string) int {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s node-agent: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+	var ns nodeState
+	if err := guestproc.ReadJSON(filepath.Join(dir, nodeFile), &ns); err != nil {
+		logf("error: %v", err)
+		return 2
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	a := &agent{ns: ns, logf: logf, ended: make(chan string, 3)}
+	err := a.start()
+	if err == nil {
+		select {
+		case s := <-sigs:
+			logf("%v: stopping the node", s)
+		case why := <-a.ended:
+			err = errors.New(why)
+		}
+	}
+	a.teardown()
+	if err != nil {
+		logf("error: %v", err)
+		return 1
+	}
+	logf("stopped")
+	return 0
+}
+
+type agent struct {
+	ns         nodeState
+	logf       func(string, ...any)
+	ended      chan string
+	ln         net.Listener
+	containerd *exec.Cmd
+	kubelet    *exec.Cmd
+}
+
+func (a *agent) start() error {
+	ns := a.ns
+	for _, d := range []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	// 0. The node's own cgroups: every process below joins them.
+	cg := joinCgroups(ns.Cgroup)
+	if err := guestproc.WriteJSON(filepath.Join(ns.Dir, cgroupsFile), cg); err != nil {
+		return err
+	}
+	a.logf("cgroups %v", cg)
+
+	// 1. The apiserver port, forwarded into the namespace on the same address.
+	u, err := url.Parse(ns.Server)
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(u.Hostname(), u.Port())
+	ln, err := listenInNetns(ns.netnsPath(), addr)
+	if err != nil {
+		return fmt.Errorf("forward %s into %s: %w", addr, ns.Netns, err)
+	}
+	a.ln = ln
+	go forward(ln, addr)
+	a.logf("forwarding %s in %s to %s on the host", addr, ns.Netns, addr)
+
+	// 2. containerd in the namespace.
+	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(ns.work("cni", "net.d", "10-socialweb.conflist"), []byte(cniConfig(ns)), 0o600); err != nil {
+		return err
+	}
+	a.containerd, err = a.spawn("containerd", "containerd.log", "containerd", "--config", ns.work("containerd", "config.toml"))
+	if err != nil {
+		return err
+	}
+	if err := waitFor(15*time.Second, func() bool { return ctr(ns, "version") == nil }); err != nil {
+		return fmt.Errorf("containerd did not answer on %s within 15s (see containerd.log)", ns.sock())
+	}
+	a.logf("containerd up")
+
+	// 3. Images: the sandbox image, then every tarball of the image dir.
+	tars := []string{ns.PauseTar}
+	if ns.ImageDir != "" {
+		m, _ := filepath.Glob(filepath.Join(ns.ImageDir, "*.tar"))
+		sort.Strings(m)
+		tars = append(tars, m...)
+	}
+	for _, t := range tars {
+		if err := ctr(ns, "-n", "k8s.io", "images", "import", t); err != nil {
+			return fmt.Errorf("import %s: %w", t, err)
+		}
+		a.logf("imported %s", t)
+	}
+
+	// 4. The kubelet.
+	if err := os.WriteFile(ns.work("kubelet", "config.yaml"), []byte(kubeletConfig(ns)), 0o600); err != nil {
+		return err
+	}
+	a.kubelet, err = a.spawn("kubelet", "kubelet.log", ns.Binary, "kube", "kubelet",
+		"--config", ns.work("kubelet", "config.yaml"),
+		"--kubeconfig", ns.secret(SecretKubeconfig),
+		"--node-ip", ns.NodeIP,
+		"--hostname-override", ns.NodeName,
+		"--root-dir", ns.work("kubelet"),
+		"--cert-dir", ns.work("kubelet", "pki"),
+	)
+	if err != nil {
+		return err
+	}
+	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
+	return nil
+}
+
+// spawn starts name inside the node's network namespace (nsenter --net: `ip netns exec`
+// would remount /sys and hide the cgroup mounts from the kubelet), output to logName in the
+// guest dir, in a process group of its own; its end is reported on a.ended.
+func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
+	lf, err := os.OpenFile(filepath.Join(a.ns.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=" + a.ns.netnsPath(), "--"}, argv...)...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Dir = a.ns.Dir
+	// A process group of its own: Stop's SIGTERM to the agent's group must not reach
+	// containerd before the agent has removed the pods through it. If the agent dies, the
+	// kernel kills the child (Pdeathsig) and Stop's sweep finds the rest.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		lf.Close()
+		a.ended <- fmt.Sprintf("%s ended: %v (see %s)", name, err, logName)
+	}()
+	return cmd, nil
+}
+
+// teardown stops everything start started, in order; best effort, logged.
+func (a *agent) teardown() {
+	ns := a.ns
+	stop := func(name string, c *exec.Cmd, grace time.Duration) {
+		if c == nil || c.Process == nil || c.ProcessState != nil {
+			return
+		}
+		_ = c.Process.Signal(syscall.SIGTERM)
+		deadline := time.Now().Add(grace)
+		for time.Now().Before(deadline) {
+			if syscall.Kill(c.Process.Pid, 0) != nil || isZombie(c.Process.Pid) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		a.logf("%s did not stop within %v: SIGKILL", name, grace)
+		_ = c.Process.Kill()
+	}
+	stop("kubelet", a.kubelet, 5*time.Second)
+	if a.containerd != nil {
+		if n, err := removePods(ns); err != nil {
+			a.logf("removing pods: %v", err)
+		} else if n > 0 {
+			a.logf("removed %d pod sandboxes", n)
+		}
+	}
+	stop("containerd", a.containerd, 5*time.Second)
+	if a.ln != nil {
+		a.ln.Close()
+	}
+	killProcs(ns)
+	if err := unmountUnder(ns.Dir, ns.RunDir); err != nil {
+		a.logf("unmount: %v", err)
+	}
+}
+
+// removePods stops and removes every pod sandbox through the CRI.
+func removePods(ns nodeState) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+ns.sock(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	rs := criv1.NewRuntimeServiceClient(conn)
+	resp, err := rs.ListPodSandbox(ctx, &criv1.ListPodSandboxRequest{})
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, sb := range resp.Items {
+		if _, err := rs.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := rs.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(resp.Items), errors.Join(errs...)
+}
+
+// ctr runs ctr against the node's containerd.
+func ctr(ns nodeState, args ...string) error {
+	out, err := exec.Command("ctr", append([]string{"--address", ns.sock()}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func waitFor(d time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(d)
+	for {
+		if ok() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// listenInNetns opens a TCP listener inside the network namespace at nsPath: this thread
+// enters it, listens, and returns to the original namespace (a thread that cannot return is
+// left locked, so Go retires it).
+func listenInNetns(nsPath, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open(nsPath)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("setns %s: %w", nsPath, err)
+	}
+	ln, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: it ends with this goroutine.
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("setns back: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ln, lerr
+}
+
+// forward accepts in the namespace and dials addr on the host, copying both ways.
+func forward(ln net.Listener, addr string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(u, c); closeWrite(u); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, u); closeWrite(c); done <- struct{}{} }()
+			<-done
+			<-done
+		}()
+	}
+}
+
+func closeWrite(c net.Conn) {
+	if t, ok := c.(*net.TCPConn); ok {
+		_ = t.CloseWrite()
+	}
+}
+
+func isZombie(pid int) bool {
+	st, err := guestproc.ReadStat(pid)
+	return err != nil || st.State == 'Z' || st.State == 'X'
+}
+
+// killProcs SIGKILLs every process whose command line names the node's guest dir or run dir
+// (containerd, its shims: `-address <run dir>/containerd.sock`, the kubelet), except this
+// process and its supervisor. Containers' own processes do not name those dirs: the CRI
+// removal in the agent's teardown ends them (a node whose agent was SIGKILLed can leave
+// them behind; see docs/substrates.md).
+func killProcs(ns nodeState) {
+	self, parent := os.Getpid(), os.Getppid()
+	for round := 0; round < 20; round++ {
+		var left []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self || pid == parent {
+				continue
+			}
+			cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil || isZombie(pid) {
+				continue
+			}
+			s := string(cmd)
+			if strings.Contains(s, "node-agent\x00") {
+				continue // the agent itself (a supervisor sweep runs after it is gone)
+			}
+			if (ns.Dir != "" && strings.Contains(s, ns.Dir)) || (ns.RunDir != "" && strings.Contains(s, ns.RunDir)) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// unmountUnder lazily unmounts every mount point under the given dirs, deepest first.
+func unmountUnder(dirs ...string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		for _, d := range dirs {
+			if d != "" && d != "/" && (mp == d || strings.HasPrefix(mp, d+"/")) {
+				points = append(points, mp)
+			}
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("umount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// containerdConfig: own root, state, socket and runc root; CRI with the local sandbox image,
+// restrict_oom_score_adj (root here lacks CAP_SYS_RESOURCE: without it every sandbox fails
+// "can't get final child's PID from pipe"), cgroupfs, the pods' network namespaces mounted
+// under the state dir, CNI config and plugins from our dirs; no metrics or debug listeners.
+func containerdConfig(ns nodeState) string {
+	return fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+    max_conf_num = 1
+`, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
+		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"))
+}
+
+// cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
+// node's own dir (not /var/lib/cni/networks, shared by every node on the host).
+func cniConfig(ns nodeState) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "socialweb-node",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %q}]],
+        "dataDir": %q
+      }
+    }
+  ]
+}
+`, ns.PodSubnet, ns.work("cni", "ipam"))
+}
+
+// kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
+// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host,
+// no read-only port, the API on the node's address, pod logs in the node's dir, evictions
+// at thresholds a shared host does not trip.
+func kubeletConfig(ns nodeState) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupsPerQOS: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+failSwapOn: false
+resolvConf: ""
+address: %s
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+podLogsDir: %s
+containerRuntimeEndpoint: unix://%s
+imageServiceEndpoint: unix://%s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization: {mode: Webhook}
+registerNode: true
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
+}
+
+// cgroupsFile lists the node's cgroup dirs (JSON), written by the agent when it makes them.
+const cgroupsFile = "cgroups.json"
+
+// cgroupControllers are the cgroup v1 hierarchies (and the v2 one, when mounted) each node's
+// own processes are grouped in: the agent, containerd with its shims, and the kubelet.
+var cgroupControllers = []string{"pids", "memory", "cpu", "cpuacct", "freezer"}
+
+// joinCgroups makes a cgroup named name below this process's own cgroup in each hierarchy
+// (nested, so whatever limits the agent's parent has still apply) and moves this process
+// into it; children inherit it. It returns the dirs made. Hierarchies that are missing or
+// not writable are skipped: the cgroups group and account, the teardown does not depend on
+// them.
+func joinCgroups(name string) []string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var mount string
+		if parts[0] == "0" && parts[1] == "" {
+			mount = "unified" // cgroup v2 of a hybrid host
+			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+				mount = "" // a pure v2 host
+			}
+		} else {
+			for _, c := range strings.Split(parts[1], ",") {
+				for _, want := range cgroupControllers {
+					if c == want {
+						mount = c
+					}
+				}
+			}
+			if mount == "" {
+				continue
+			}
+		}
+		d := filepath.Join("/sys/fs/cgroup", mount, parts[2], name)
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			_ = os.Remove(d)
+			continue
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// removeCgroups kills what is left in the node's cgroups and removes them.
+func removeCgroups(dir string) error {
+	var dirs []string
+	if err := guestproc.ReadJSON(filepath.Join(dir, cgroupsFile), &dirs); err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var errs []error
+	for _, d := range dirs {
+		for round := 0; round < 40; round++ {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				break
+			}
+			pids := strings.Fields(string(b))
+			if len(pids) == 0 {
+				break
+			}
+			for _, p := range pids {
+				if pid, err := strconv.Atoi(p); err == nil && pid != self {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteContainers force-deletes every container runc knows under the node's runc root
+// (<run dir>/runc/<containerd namespace>/<id>): what is left when the agent could not remove
+// the pods through the CRI (it was killed, or containerd died). runc kills the container's
+// processes, which live in pid namespaces of their own and name none of the node's dirs.
+func deleteContainers(ns nodeState) error {
+	if ns.RunDir == "" {
+		return nil
+	}
+	roots, _ := filepath.Glob(filepath.Join(ns.RunDir, "runc", "*"))
+	var errs []error
+	for _, root := range roots {
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			if out, err := exec.Command("runc", "--root", root, "delete", "--force", e.Name()).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", e.Name(), err, strings.TrimSpace(string(out))))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,482 @@
+// Package node is the node substrate: a guest is a Kubernetes node of a tenant cluster run on
+// the bidder host itself, for hosts without a usable hypervisor. Each node gets its own
+// network namespace (a veth pair to the host), its own containerd (root, state, socket, runc
+// root, CNI config and IPAM dirs of its own) and a kubelet (`socialweb kube kubelet`), both
+// started inside the namespace, under one agent process (`socialweb node-agent DIR`) that
+// forwards the tenant apiserver's port into the namespace, imports the images and tears
+// everything down when stopped.
+//
+// The guest's userData is a JSON Join{Server, NodeName}; its secrets "kubeconfig" and "ca" are
+// the join bundle's kubelet.kubeconfig and ca.crt (internal/tenant.MintNodeBundle). See docs/substrates.md.
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/guestproc"
+)
+
+// Kind is this substrate's name.
+const Kind = "node"
+
+// Secret names a node guest needs: the join bundle Secret's kubelet.kubeconfig and ca.crt
+// (secret names take no dots).
+const (
+	SecretKubeconfig = "kubeconfig"
+	SecretCA         = "ca"
+)
+
+// Files in a guest dir, beside guestproc's pid.json, exit, stopped and log.
+const (
+	guestFile  = "guest.json"
+	nodeFile   = "node.json"
+	secretsDir = "secrets"
+	workDir    = "work" // containerd root, kubelet root, CNI config, pod logs: removed on Stop
+)
+
+// Join is the userData of a node guest.
+type Join struct {
+	// Server is the tenant apiserver as the bundle's kubeconfig names it:
+	// https://127.0.0.1:PORT on the host. The agent listens on the same address inside the
+	// node's network namespace and forwards to the host's, so the kubeconfig is used as is.
+	Server string `json:"server"`
+	// NodeName is the node's name (the bundle's certificate is for system:node:<NodeName>).
+	NodeName string `json:"nodeName"`
+}
+
+// Config configures the substrate.
+type Config struct {
+	// StateDir holds one directory per node.
+	StateDir string
+	// Binary is the socialweb binary (it runs `node-agent` and `kube kubelet`); empty means
+	// this process's executable.
+	Binary string
+	// ImageDir holds OCI image-layout tarballs (*.tar) imported into every node at boot;
+	// pods use them with imagePullPolicy Never (or IfNotPresent). Empty: none but the
+	// sandbox image.
+	ImageDir string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 20s: the agent
+	// stops the pods, the kubelet and containerd in order within it).
+	StopGrace time.Duration
+}
+
+// Substrate runs nodes.
+type Substrate struct {
+	cfg   Config
+	store guestproc.Store
+	mu    sync.Mutex // guards address allocation
+}
+
+var _ substrate.Substrate = (*Substrate)(nil)
+
+// New checks the host: root, iproute2, nsenter, containerd, runc, ctr, the CNI plugins and
+// busybox-static; anything missing is ErrUnavailable naming what to install.
+func New(cfg Config) (*Substrate, error) {
+	if cfg.StateDir == "" {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "StateDir is empty")
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 20 * time.Second
+	}
+	if cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "socialweb binary: %v", err)
+		}
+		cfg.Binary = exe
+	}
+	if err := Prerequisites(); err != nil {
+		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.StateDir = abs
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, err
+	}
+	return &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}}, nil
+}
+
+// CNIBinDir is where Debian's containernetworking-plugins puts bridge, host-local, loopback.
+const CNIBinDir = "/usr/lib/cni"
+
+// Prerequisites reports what this host lacks to run nodes (ErrUnavailable), or nil.
+func Prerequisites() error {
+	var missing []string
+	for _, b := range []string{"ip", "nsenter", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	for _, p := range []string{CNIBinDir + "/bridge", CNIBinDir + "/host-local", CNIBinDir + "/loopback", BusyboxStatic} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static; iproute2 and util-linux)",
+			substrate.ErrUnavailable, strings.Join(missing, ", "))
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: the node substrate needs root (network namespaces, mounts, containerd)", substrate.ErrUnavailable)
+	}
+	return nil
+}
+
+// Kind implements substrate.Substrate.
+func (s *Substrate) Kind() string { return Kind }
+
+// nodeState is node.json: everything the agent needs, written by Boot.
+type nodeState struct {
+	NodeName  string `json:"nodeName"`
+	Server    string `json:"server"`
+	Index     int    `json:"index"`     // the node's /30 in 10.78.0.0/16: 10.78.<i/64>.<(i%64)*4>
+	Netns     string `json:"netns"`     // name under /run/netns
+	HostLink  string `json:"hostLink"`  // host end of the veth pair
+	HostIP    string `json:"hostIP"`    // host end's address
+	NodeIP    string `json:"nodeIP"`    // the namespace end: the node's InternalIP
+	RunDir    string `json:"runDir"`    // short path for sockets and containerd state
+	Dir       string `json:"dir"`       // the guest dir
+	Binary    string `json:"binary"`    // socialweb
+	ImageDir  string `json:"imageDir"`  // user images
+	PauseTar  string `json:"pauseTar"`  // the sandbox image tarball
+	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
+	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
+}
+
+type guestState struct {
+	Spec      substrate.GuestSpec `json:"spec"`
+	Node      nodeState           `json:"node"`
+	Argv      []string            `json:"argv"`
+	StartedAt time.Time           `json:"startedAt"`
+}
+
+const maxNodes = 4096
+
+func addrs(i int) (host, node string) {
+	b := 4 * i
+	return fmt.Sprintf("10.78.%d.%d", b/256, b%256+1), fmt.Sprintf("10.78.%d.%d", b/256, b%256+2)
+}
+
+// Boot implements substrate.Substrate: it validates, makes the network namespace and the
+// veth pair, and starts the agent; the node registers on its own afterwards (Running means
+// the agent runs; the node's readiness is the tenant cluster's to report).
+func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substrate.GuestStatus, error) {
+	fail := func(sentinel error, format string, args ...any) (substrate.GuestStatus, error) {
+		return substrate.GuestStatus{}, substrate.Errorf(Kind, "boot", spec.ID, sentinel, format, args...)
+	}
+	if err := spec.Validate(); err != nil {
+		return fail(substrate.ErrInvalidSpec, "%v", err)
+	}
+	if !spec.Permissions.IsZero() || len(spec.Ports) > 0 {
+		return fail(substrate.ErrInvalidSpec, "a node takes no permissions and no ports (its pods' traffic stays in its network namespace)")
+	}
+	var j Join
+	if err := json.Unmarshal(spec.UserData, &j); err != nil {
+		return fail(substrate.ErrInvalidSpec, "userData must be JSON {server, nodeName}: %v", err)
+	}
+	u, err := url.Parse(j.Server)
+	if err != nil || u.Scheme != "https" || u.Hostname() != "127.0.0.1" || u.Port() == "" {
+		return fail(substrate.ErrInvalidSpec, "server %q: want https://127.0.0.1:PORT (the tenant gate on this host)", j.Server)
+	}
+	if !nodeNameRE(j.NodeName) {
+		return fail(substrate.ErrInvalidSpec, "nodeName %q: want a DNS-1123 subdomain", j.NodeName)
+	}
+	for _, k := range []string{SecretKubeconfig, SecretCA} {
+		if len(spec.Secrets[k]) == 0 {
+			return fail(substrate.ErrInvalidSpec, "secret %s missing (the join bundle's kubelet.kubeconfig and ca.crt)", k)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dir, err := s.store.Create(spec.ID)
+	if errors.Is(err, os.ErrExist) {
+		return fail(substrate.ErrExists, "")
+	}
+	if err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	booted := false
+	defer func() {
+		if !booted {
+			_ = teardownHost(nodeStateFor(dir))
+			_ = os.RemoveAll(dir)
+		}
+	}()
+
+	idx, err := s.freeIndex(spec.ID)
+	if err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	hostIP, nodeIP := addrs(idx)
+	h := sha256.Sum256([]byte(dir))
+	tag := hex.EncodeToString(h[:])[:10]
+	ns := nodeState{
+		NodeName: j.NodeName, Server: j.Server, Index: idx,
+		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
+		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir,
+		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
+		Cgroup: "socialweb-node-" + tag,
+	}
+	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	if _, err := os.Stat(ns.PauseTar); err != nil {
+		if err := WritePauseImage(ns.PauseTar); err != nil {
+			return fail(substrate.ErrUnavailable, "sandbox image: %v", err)
+		}
+	}
+	sd := filepath.Join(dir, secretsDir)
+	if err := os.Mkdir(sd, 0o700); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	for k, v := range spec.Secrets {
+		if err := os.WriteFile(filepath.Join(sd, k), v, 0o400); err != nil {
+			return fail(substrate.ErrBoot, "%v", err)
+		}
+	}
+	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	if err := setupNetwork(ns); err != nil {
+		return fail(substrate.ErrBoot, "network namespace: %v", err)
+	}
+	argv := []string{s.cfg.Binary, "node-agent", dir}
+	gs := guestState{Spec: spec, Node: ns, Argv: argv, StartedAt: time.Now().UTC()}
+	gs.Spec.UserData, gs.Spec.Secrets = nil, nil
+	if err := guestproc.WriteJSON(filepath.Join(dir, guestFile), gs); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	rec, err := guestproc.Start(guestproc.StartOptions{
+		Dir: dir, Argv: argv, Cwd: dir, Cleanup: []string{secretsDir},
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir},
+	})
+	if err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	booted = true
+	return s.status(spec.ID, dir, gs, rec), nil
+}
+
+func nodeStateFor(dir string) nodeState {
+	var ns nodeState
+	_ = guestproc.ReadJSON(filepath.Join(dir, nodeFile), &ns)
+	return ns
+}
+
+func nodeNameRE(n string) bool {
+	if n == "" || len(n) > 253 {
+		return false
+	}
+	for i, c := range n {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (c == '-' || c == '.') && i > 0 && i < len(n)-1
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// freeIndex picks the lowest address block no other node of this state dir holds.
+func (s *Substrate) freeIndex(self string) (int, error) {
+	ids, err := s.store.IDs()
+	if err != nil {
+		return 0, err
+	}
+	used := map[int]bool{}
+	for _, id := range ids {
+		if id == self {
+			continue
+		}
+		var ns nodeState
+		if guestproc.ReadJSON(filepath.Join(s.store.Dir(id), nodeFile), &ns) == nil {
+			used[ns.Index] = true
+		}
+	}
+	for i := 1; i < maxNodes; i++ {
+		if !used[i] {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no free node address: %d nodes in this state dir", maxNodes)
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// setupNetwork makes the namespace and the veth pair: host end HostIP/30, namespace end
+// (eth0) NodeIP/30 with the host end as its default route, lo up.
+func setupNetwork(ns nodeState) error {
+	if err := run("ip", "netns", "add", ns.Netns); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"link", "add", ns.HostLink, "type", "veth", "peer", "name", "eth0", "netns", ns.Netns},
+		{"addr", "add", ns.HostIP + "/30", "dev", ns.HostLink},
+		{"link", "set", ns.HostLink, "up"},
+		{"-n", ns.Netns, "addr", "add", ns.NodeIP + "/30", "dev", "eth0"},
+		{"-n", ns.Netns, "link", "set", "eth0", "up"},
+		{"-n", ns.Netns, "link", "set", "lo", "up"},
+		{"-n", ns.Netns, "route", "add", "default", "via", ns.HostIP},
+	}
+	for _, st := range steps {
+		if err := run("ip", st...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// teardownHost removes what a node left on the host after its agent is gone: containers
+// runc still has under the node's runc root, processes that still name its dirs (shims, containers' runc, a kubelet or containerd of an agent
+// killed by SIGKILL), mounts under its dirs (the pods' network namespaces are mounted under its run dir), its
+// own network namespace, and
+// its run dir and work dir. Idempotent.
+func teardownHost(ns nodeState) error {
+	if ns.Dir == "" {
+		return nil
+	}
+	var errs []error
+	if err := deleteContainers(ns); err != nil {
+		errs = append(errs, err)
+	}
+	killProcs(ns)
+	if err := removeCgroups(ns.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(ns.Dir, ns.RunDir); err != nil {
+		errs = append(errs, err)
+	}
+	if ns.Netns != "" {
+		if _, err := os.Stat("/run/netns/" + ns.Netns); err == nil {
+			if err := run("ip", "netns", "del", ns.Netns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if ns.HostLink != "" {
+		if _, err := net.InterfaceByName(ns.HostLink); err == nil {
+			_ = run("ip", "link", "del", ns.HostLink)
+		}
+	}
+	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
+		if d == "" || d == "/" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Status implements substrate.Substrate.
+func (s *Substrate) Status(ctx context.Context, id string) (substrate.GuestStatus, error) {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return substrate.GuestStatus{}, substrate.Errorf(Kind, "status", id, substrate.ErrNotFound, "")
+	}
+	dir := s.store.Dir(id)
+	var gs guestState
+	if err := guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs); err != nil {
+		return substrate.GuestStatus{ID: id, Kind: Kind, Phase: substrate.Failed, Message: "unreadable state: " + err.Error()}, nil
+	}
+	var rec guestproc.Record
+	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
+	return s.status(id, dir, gs, rec), nil
+}
+
+// status: Address is the node's own address (its InternalIP, reachable from the host over
+// the veth pair), not 127.0.0.1: a node serves no forwarded port.
+func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) substrate.GuestStatus {
+	st := substrate.GuestStatus{ID: id, Kind: Kind, Address: gs.Node.NodeIP, Accelerator: "none", StartedAt: gs.StartedAt}
+	if t, ok := guestproc.Stopped(dir); ok {
+		st.Phase, st.EndedAt = substrate.Stopped, t
+		return st
+	}
+	if code, at, ok := guestproc.Exit(dir); ok && !rec.Alive() {
+		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
+		st.RunningAt = gs.StartedAt
+		if code != 0 {
+			st.Message = fmt.Sprintf("node agent exited with status %d: %s", code, lastLine(filepath.Join(dir, guestproc.LogFile)))
+		}
+		return st
+	}
+	if rec.Alive() {
+		st.Phase, st.PID, st.RunningAt = substrate.Running, rec.PID, gs.StartedAt
+		return st
+	}
+	st.Phase = substrate.Failed
+	st.Message = "node agent is gone without an exit status (killed, or the host restarted)"
+	return st
+}
+
+func lastLine(path string) string {
+	b, _ := guestproc.Tail(path, 1)
+	return strings.TrimSpace(string(b))
+}
+
+// Logs implements substrate.Substrate: the agent's log, which names each step; the
+// kubelet's and containerd's own logs are kubelet.log and containerd.log in the guest dir.
+func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return nil, substrate.Errorf(Kind, "logs", id, substrate.ErrNotFound, "")
+	}
+	b, err := guestproc.Tail(filepath.Join(s.store.Dir(id), guestproc.LogFile), tail)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// Stop implements substrate.Substrate: SIGTERM to the agent's group (the agent removes the
+// pods, stops the kubelet and containerd), SIGKILL after StopGrace, then the host sweep
+// (teardownHost), so a node killed behind the agent's back leaves nothing either.
+func (s *Substrate) Stop(ctx context.Context, id string) error {
+	if !substrate.ValidID(id) || !s.store.Exists(id) {
+		return substrate.Errorf(Kind, "stop", id, substrate.ErrNotFound, "")
+	}
+	dir := s.store.Dir(id)
+	if err := guestproc.Stop(ctx, dir, s.cfg.StopGrace); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
+	}
+	if err := teardownHost(nodeStateFor(dir)); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
+	}
+	return nil
+}
+
+// Remove implements substrate.Substrate.
+func (s *Substrate) Remove(ctx context.Context, id string) error {
+	return substrate.RemoveEnded(ctx, Kind, id, s.store.Dir(id), s.Status)
+}
+
+// List implements substrate.Substrate.
+func (s *Substrate) List(ctx context.Context) ([]substrate.GuestStatus, error) {
+	ids, err := s.store.IDs()
+	if err != nil {
+		return nil, err
+	}
+	return substrate.ListStatuses(ctx, ids, s.Status), nil
+}

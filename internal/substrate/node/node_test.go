@@ -1,0 +1,125 @@
+package node
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"socialweb.computer/internal/substrate"
+)
+
+// The image tarball is an OCI image layout holding one named image; when containerd's ctr
+// is installed, `ctr images import` of it into a throwaway containerd is covered by the e2e
+// row (test/e2e TestNode_JoinsTenantClusterAndRunsAPod).
+func TestWriteOCIImage(t *testing.T) {
+	if _, err := os.Stat(BusyboxStatic); err != nil {
+		t.Skip(err)
+	}
+	p := filepath.Join(t.TempDir(), "busybox.tar")
+	if err := WriteBusyboxImage(p); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		names[h.Name] = b
+	}
+	var index struct {
+		Manifests []struct {
+			Digest      string
+			Annotations map[string]string
+		}
+	}
+	if err := json.Unmarshal(names["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("index.json: %v %s", err, names["index.json"])
+	}
+	m := index.Manifests[0]
+	if m.Annotations["io.containerd.image.name"] != BusyboxImage {
+		t.Errorf("annotations %v", m.Annotations)
+	}
+	if _, ok := names["blobs/sha256/"+strings.TrimPrefix(m.Digest, "sha256:")]; !ok {
+		t.Errorf("manifest blob %s missing", m.Digest)
+	}
+	if string(names["oci-layout"]) != `{"imageLayoutVersion":"1.0.0"}` {
+		t.Errorf("oci-layout %q", names["oci-layout"])
+	}
+	// Deterministic: the same inputs give the same bytes.
+	p2 := filepath.Join(t.TempDir(), "again.tar")
+	_ = WriteBusyboxImage(p2)
+	a, _ := os.ReadFile(p)
+	b, _ := os.ReadFile(p2)
+	if string(a) != string(b) {
+		t.Error("two writes of the same image differ")
+	}
+}
+
+func TestConfigsPinTheHostSettings(t *testing.T) {
+	ns := nodeState{Dir: "/d", RunDir: "/run/swnode/x", NodeIP: "10.78.0.6", PodSubnet: "10.88.0.0/24"}
+	cd := containerdConfig(ns)
+	for _, want := range []string{"restrict_oom_score_adj = true", "netns_mounts_under_state_dir = true", `sandbox_image = "` + PauseImage + `"`,
+		`address = "/run/swnode/x/containerd.sock"`, `Root = "/run/swnode/x/runc"`, "SystemdCgroup = false", `bin_dir = "/usr/lib/cni"`} {
+		if !strings.Contains(cd, want) {
+			t.Errorf("containerd config lacks %q", want)
+		}
+	}
+	kc := kubeletConfig(ns)
+	for _, want := range []string{"failCgroupV1: false", "cgroupsPerQOS: false", "cgroupDriver: cgroupfs", "address: 10.78.0.6", `resolvConf: ""`, "readOnlyPort: 0"} {
+		if !strings.Contains(kc, want) {
+			t.Errorf("kubelet config lacks %q", want)
+		}
+	}
+	if h, n := addrs(1); h != "10.78.0.5" || n != "10.78.0.6" {
+		t.Errorf("addrs(1) = %s %s", h, n)
+	}
+	if h, n := addrs(64); h != "10.78.1.1" || n != "10.78.1.2" {
+		t.Errorf("addrs(64) = %s %s", h, n)
+	}
+}
+
+func TestBootRefusesInvalidSpecs(t *testing.T) {
+	if err := Prerequisites(); err != nil {
+		if _, lerr := exec.LookPath("containerd"); lerr != nil && !errors.Is(err, substrate.ErrUnavailable) {
+			t.Fatalf("missing containerd is not ErrUnavailable: %v", err)
+		}
+		t.Skip(err)
+	}
+	s, err := New(Config{StateDir: t.TempDir(), Binary: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string][]byte{SecretKubeconfig: []byte("x"), SecretCA: []byte("y")}
+	for name, spec := range map[string]substrate.GuestSpec{
+		"not json":      {ID: "a", UserData: []byte("nope"), Secrets: secrets},
+		"remote server": {ID: "a", UserData: []byte(`{"server":"https://10.0.0.1:6443","nodeName":"n"}`), Secrets: secrets},
+		"bad node name": {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"N_1"}`), Secrets: secrets},
+		"no bundle":     {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n"}`)},
+		"ports":         {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n"}`), Secrets: secrets, Ports: []substrate.Port{{Name: "p", Guest: 80}}},
+	} {
+		if _, err := s.Boot(context.Background(), spec); !errors.Is(err, substrate.ErrInvalidSpec) {
+			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)
+		}
+	}
+	if _, err := s.Status(context.Background(), "a"); !errors.Is(err, substrate.ErrNotFound) {
+		t.Errorf("a refused spec left a guest: %v", err)
+	}
+}

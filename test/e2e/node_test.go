@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/node"
+	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/tenant"
+	"socialweb.computer/internal/testenv"
+)
+
+const nodePod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: hello
+  namespace: default
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  containers:
+  - name: c
+    image: ` + node.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "echo hello from $(hostname); test -x /bin/busybox"]
+`
+
+// A tenant cluster gains a real node through the node substrate: a kubelet and containerd
+// in a network namespace of their own, joined with a minted bundle through the forwarded
+// gate port; the Node registers with its InternalIP and goes Ready, a pod of a locally
+// imported image runs to Succeeded, and Stop leaves no process, mount or namespace.
+func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
+	requireTenantHost(t)
+	if err := node.Prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+	c := coreClient(t, dir)
+	key := client.ObjectKey{Namespace: "default", Name: "n1"}
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: n1, namespace: default}
+spec: {account: "`+tenantOwner+`", name: n1, running: true}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, key, v1alpha1.ClusterReady, 60*time.Second)
+	kc := mint(t, dir, cl)
+
+	const nodeName = "node-a"
+	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "n1"}, nodeName, cl.Status.Server, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	images := t.TempDir()
+	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "nodes")
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, s, state)
+
+	join, _ := json.Marshal(node.Join{Server: bundle.Server, NodeName: nodeName})
+	ctx := context.Background()
+	t0 := time.Now()
+	st, err := s.Boot(ctx, substrate.GuestSpec{
+		ID: "n1-a", UserData: join,
+		Secrets: map[string][]byte{node.SecretKubeconfig: bundle.Kubeconfig, node.SecretCA: bundle.CAPEM},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("booted: %s at %s", st.Phase, st.Address)
+	dump := func() string {
+		var b strings.Builder
+		for _, f := range []string{"log", "containerd.log", "kubelet.log"} {
+			out, _ := guestproc.Tail(filepath.Join(state, "n1-a", f), 30)
+			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
+		}
+		return b.String()
+	}
+
+	testenv.Eventually(t, 90*time.Second, "node Ready with its InternalIP", func() (bool, error) {
+		if g, _ := s.Status(ctx, "n1-a"); g.Phase.Ended() {
+			t.Fatalf("node guest ended: %+v\n%s", g, dump())
+		}
+		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o",
+			`jsonpath={.status.addresses[?(@.type=="InternalIP")].address}/{.status.conditions[?(@.type=="Ready")].status}`)
+		return out == st.Address+"/True", fmt.Errorf("%q\n%s", out, dump())
+	})
+	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
+
+	t1 := time.Now()
+	tkubectl(t, kc, nodePod, "apply", "-f", "-")
+	testenv.Eventually(t, 90*time.Second, "pod Succeeded", func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		if strings.HasPrefix(out, "Failed") {
+			t.Fatalf("pod failed: %s\n%s", tkubectl(t, kc, "", "get", "pod", "hello", "-o", "yaml"), dump())
+		}
+		return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
+	})
+	t.Logf("pod created -> Succeeded in %.2fs", time.Since(t1).Seconds())
+
+	if out, err := tkubectlErr(kc, "logs", "hello"); err != nil || !strings.Contains(out, "hello from hello") {
+		// apiserver -> kubelet over the InternalIP, through the kubelet's webhook authorization.
+		t.Errorf("kubectl logs: %v %q", err, out)
+	}
+
+	// The node's own processes are in its cgroups.
+	var cgroups []string
+	if err := guestproc.ReadJSON(filepath.Join(state, "n1-a", "cgroups.json"), &cgroups); err != nil || len(cgroups) == 0 {
+		t.Errorf("cgroups.json: %v %v", err, cgroups)
+	}
+	for _, d := range cgroups {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if n := len(strings.Fields(string(b))); n < 3 {
+			t.Errorf("%s holds %d processes, want the agent, containerd and the kubelet at least", d, n)
+		}
+	}
+
+	// A new value over the same state dir (a restarted bidder) finds the node and stops it.
+	s2, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs, err := s2.List(ctx); err != nil || len(gs) != 1 || gs[0].Phase != substrate.Running || gs[0].Address != st.Address {
+		t.Fatalf("restarted substrate lists %+v %v", gs, err)
+	}
+	t2 := time.Now()
+	if err := s2.Stop(ctx, "n1-a"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop in %.2fs", time.Since(t2).Seconds())
+	for _, d := range cgroups {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s left: %v", d, err)
+		}
+	}
+	g, _ := s.Status(ctx, "n1-a")
+	if g.Phase != substrate.Stopped {
+		t.Errorf("after Stop: %+v", g)
+	}
+	if pids := substratetest.Procs(state); len(pids) != 0 {
+		t.Errorf("processes of the node left: %v", pids)
+	}
+	agentLog, _ := s.Logs(ctx, "n1-a", 0)
+	if !strings.Contains(string(agentLog), "removed 1 pod sandboxes") || !strings.Contains(string(agentLog), "node-agent: stopped") {
+		t.Errorf("the agent did not remove the pod and stop in order:\n%s", agentLog)
+	}
+	if pids := procsWithArg("sleep\x002147483647"); len(pids) != 0 {
+		t.Errorf("sandbox (pause) processes left: %v", pids)
+	}
+	if pids := procsWithArg(state, "/run/swnode/"); len(pids) != 0 {
+		t.Errorf("kubelet or containerd processes left: %v", pids)
+	}
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "swnode-") || strings.HasPrefix(e.Name(), "cni-") {
+			t.Errorf("network namespace left: %s", e.Name())
+		}
+	}
+	if m := mountsUnder(state); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(state, "n1-a", "work")); !os.IsNotExist(err) {
+		t.Errorf("work dir left: %v", err)
+	}
+	if err := s.Remove(ctx, "n1-a"); err != nil {
+		t.Error(err)
+	}
+
+	// A node whose agent is killed behind the substrate's back (SIGKILL of its group: no
+	// orderly teardown, a pod still running) is reported Failed, and Stop still leaves nothing.
+	bundleB, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "n1"}, "node-b", cl.Status.Server, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joinB, _ := json.Marshal(node.Join{Server: bundleB.Server, NodeName: "node-b"})
+	stB, err := s.Boot(ctx, substrate.GuestSpec{
+		ID: "n1-b", UserData: joinB,
+		Secrets: map[string][]byte{node.SecretKubeconfig: bundleB.Kubeconfig, node.SecretCA: bundleB.CAPEM},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tkubectl(t, kc, sleeperPod, "apply", "-f", "-")
+	testenv.Eventually(t, 90*time.Second, "sleeper Running on node-b", func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", "sleeper", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		return out == "Running/node-b", fmt.Errorf("%q", out)
+	})
+	var cgroupsB []string
+	_ = guestproc.ReadJSON(filepath.Join(state, "n1-b", "cgroups.json"), &cgroupsB)
+	if err := syscall.Kill(-stB.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "killed node reported ended", func() (bool, error) {
+		g, _ := s.Status(ctx, "n1-b")
+		return g.Phase.Ended(), fmt.Errorf("%+v", g)
+	})
+	if g, _ := s.Status(ctx, "n1-b"); g.Phase != substrate.Failed {
+		t.Errorf("killed node: %+v, want Failed", g)
+	}
+	if err := s.Stop(ctx, "n1-b"); err != nil {
+		t.Fatal(err)
+	}
+	if pids := procsWithArg("sleep\x002147483647", "sleep\x003600"); len(pids) != 0 {
+		t.Errorf("pod processes left after a killed node's Stop: %v", pids)
+	}
+	if pids := procsWithArg(state, "/run/swnode/"); len(pids) != 0 {
+		t.Errorf("node processes left after a killed node's Stop: %v", pids)
+	}
+	if _, err := os.Stat("/run/netns/" + "swnode-"); err == nil {
+		t.Error("namespace left")
+	}
+	ents, _ = os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "swnode-") {
+			t.Errorf("network namespace left: %s", e.Name())
+		}
+	}
+	for _, d := range cgroupsB {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s left: %v", d, err)
+		}
+	}
+	if m := mountsUnder(state); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+}
+
+const sleeperPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: sleeper
+  namespace: default
+spec:
+  automountServiceAccountToken: false
+  nodeSelector: {kubernetes.io/hostname: node-b}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: ` + node.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+`
+
+// tkubectlErr runs kubectl and returns its output and error (for polling).
+func tkubectlErr(kubeconfig string, args ...string) (string, error) {
+	var stderr strings.Builder
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), err
+}
+
+// procsWithArg lists live processes whose argv[0] base name or command line contains one of
+// the given strings (containerd and its shims; a kubelet of the socialweb binary).
+func procsWithArg(subs ...string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !pidAlive(pid) {
+			continue
+		}
+		for _, s := range subs {
+			if strings.Contains(string(b), s) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// mountsUnder lists the mount points under dir.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) > 4 && strings.HasPrefix(fs[4], dir) {
+			out = append(out, fs[4])
+		}
+	}
+	return out
+}
