@@ -114,7 +114,9 @@ func Up(ctx context.Context, o UpOptions) error {
 	}()
 	phase("gateway serving at %s (service DID %s)", gw.URL(), gw.DID())
 
-	ctrlCtx, stopControllers := context.WithCancel(ctx)
+	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
+	// race them to an early exit that the stop sequence below would then wait for in vain.
+	ctrlCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopControllers()
 	if err := startLocalBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
 		return err
@@ -136,19 +138,26 @@ func Up(ctx context.Context, o UpOptions) error {
 	procmem.Settle()
 
 	var runErr error
+	ctrlStopped := false
 	select {
 	case <-ctx.Done():
-	case runErr = <-ctrlDone:
-		runErr = fmt.Errorf("controllers stopped: %w", runErr)
-	case runErr = <-c.Done():
-		runErr = fmt.Errorf("API server stopped: %w", runErr)
+	case err := <-ctrlDone:
+		ctrlStopped = true
+		runErr = errors.New("controllers stopped")
+		if err != nil {
+			runErr = fmt.Errorf("controllers stopped: %w", err)
+		}
+	case err := <-c.Done():
+		runErr = fmt.Errorf("API server stopped: %w", err)
 	}
 	phase("stopping controllers")
 	stopControllers()
-	select {
-	case <-ctrlDone:
-	case <-time.After(30 * time.Second):
-		phase("controllers did not stop within 30s; stopping the core anyway")
+	if !ctrlStopped {
+		select {
+		case <-ctrlDone:
+		case <-time.After(30 * time.Second):
+			phase("controllers did not stop within 30s; stopping the core anyway")
+		}
 	}
 	return runErr
 }
