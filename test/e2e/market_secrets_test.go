@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/atclient"
+	"socialweb.computer/internal/market/bidder"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate/deno"
+	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/testenv"
+)
+
+// A guest that prints the sha256 and length of its secret "token", then runs until stopped.
+const secretGuest = `
+const dir = Deno.env.get("SOCIALWEB_SECRETS_DIR");
+const v = await Deno.readFile(dir + "/token");
+const h = new Uint8Array(await crypto.subtle.digest("SHA-256", v));
+console.log("secret sha256 " + Array.from(h, (b) => b.toString(16).padStart(2, "0")).join("") + " len " + v.length);
+setInterval(() => {}, 1000);
+`
+
+// syncBuffer is a log sink shared by goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// secretsEnv is a market env whose controllers and bidder log at debug level into logs.
+func secretsEnv(t *testing.T) (*testenv.Env, *runningBidder, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	env := testenv.Start(t, testenv.Options{PDS: true})
+	env.StartControllers(t, log)
+	localRepo(t, env, "owner")
+	const handle = "secretbidder.test"
+	if _, err := env.PDS.CreateAccount(context.Background(), handle, "pw-"+handle); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "guests")
+	sub, err := deno.New(deno.Config{StateDir: dir})
+	if err != nil || sub.Binary() == "" {
+		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
+	}
+	repo, err := repos.Local(context.Background(), env.PDS, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: 1,
+		Directory: env.PDS.Directory(), Log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	substratetest.Cleanup(t, sub, dir)
+	testenv.Eventually(t, 10*time.Second, "bidder endpoint", func() (bool, error) { return b.EndpointURL() != "", nil })
+	return env, &runningBidder{Bidder: b, sub: sub, stateDir: dir, stop: stop}, logs
+}
+
+func newSecret(t *testing.T, env *testenv.Env, name string, data map[string][]byte) {
+	t.Helper()
+	s := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
+	if err := env.Client.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func guestLog(t *testing.T, b *runningBidder, accept string) string {
+	t.Helper()
+	out, err := b.sub.Logs(context.Background(), bidder.GuestID(accept), 0)
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// pdsBytes is every byte the PDS holds that others can read: each account's whole repo
+// (every record version, as a CAR) and the firehose from the first frame.
+func pdsBytes(t *testing.T, srv *pds.Server, dids ...string) []byte {
+	t.Helper()
+	var all bytes.Buffer
+	c := atclient.New(srv.URL())
+	for _, did := range dids {
+		car, err := c.GetRepo(context.Background(), did)
+		if err != nil {
+			t.Fatalf("getRepo %s: %v", did, err)
+		}
+		all.Write(car)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var zero int64
+	_ = srv.SubscribeFrames(ctx, &zero, func(f pds.Frame) error { all.Write(f.Data); return nil })
+	return all.Bytes()
+}
+
+// The value of spec.secretsRef reaches the winner's guest (it prints its sha256 and length)
+// and appears in no record, firehose frame, log line, status or event.
+func TestACC_MarketSecretsReachOnlyTheGuest(t *testing.T) {
+	env, b, logs := secretsEnv(t)
+	value := fmt.Sprintf("s3cret-%d-do-not-leak", time.Now().UnixNano())
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
+	newContract(t, env, "sec", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = secretGuest
+		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
+		c.Spec.PolicyArgs["bidWindowSec"] = "2"
+	})
+	c := waitContract(t, env, "sec", v1alpha1.ComputeContractHeld)
+	if c.Status.Winner != b.DID() {
+		t.Fatalf("winner %s, want %s", c.Status.Winner, b.DID())
+	}
+	if !meta.IsStatusConditionTrue(c.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered)) {
+		t.Fatalf("Held without SecretsDelivered: %+v", c.Status.Conditions)
+	}
+	sum := sha256.Sum256([]byte(value))
+	want := fmt.Sprintf("secret sha256 %s len %d", hex.EncodeToString(sum[:]), len(value))
+	testenv.Eventually(t, 15*time.Second, "the guest prints the secret's hash", func() (bool, error) {
+		l := guestLog(t, b, c.Status.Accept)
+		return strings.Contains(l, want), fmt.Errorf("guest log %q", l)
+	})
+
+	b64 := base64.StdEncoding.EncodeToString([]byte(value))
+	leaks := func(where string, data []byte) {
+		t.Helper()
+		for _, form := range []string{value, b64} {
+			if bytes.Contains(data, []byte(form)) {
+				t.Errorf("the secret (%q form) appears in %s", form[:8], where)
+			}
+		}
+	}
+	// The payload names the secret but carries no value.
+	recs, _, err := env.PDS.ListRecords(context.Background(), env.Account.DID, mk.ComputeVMNSID, 100, "", false)
+	if err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Value), `"secrets":["token"]`) {
+		t.Fatalf("compute.vm payload %+v (%v): want the secret's name only", recs, err)
+	}
+	leaks("a PDS record or firehose frame", pdsBytes(t, env.PDS, env.Account.DID, b.DID()))
+	leaks("the guest's log", []byte(guestLog(t, b, c.Status.Accept)))
+	cj, _ := json.Marshal(c)
+	leaks("the ComputeContract (status, conditions, events)", cj)
+	if !strings.Contains(logs.String(), "computecontract_secrets_delivered") || !strings.Contains(logs.String(), "market_secrets_delivered") {
+		t.Fatalf("log capture is not the components' log:\n%s", logs.String())
+	}
+	release(t, env, "sec")
+	waitContract(t, env, "sec", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, b.stateDir)
+	leaks("a log line", []byte(logs.String()))
+	leaks("a PDS record or firehose frame after the release", pdsBytes(t, env.PDS, env.Account.DID, b.DID()))
+}
+
+// deliverCall posts a deliverSecrets call with token (none when "") and returns the status
+// and XRPC error name.
+func deliverCall(t *testing.T, endpoint, token string, in mk.DeliverSecretsInput) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(in)
+	req, _ := http.NewRequest(http.MethodPost, endpoint+"/xrpc/"+mk.DeliverSecretsNSID, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var xe struct{ Error string }
+	_ = json.Unmarshal(raw, &xe)
+	return resp.StatusCode, xe.Error
+}
+
+// The bidder's deliverSecrets endpoint refuses a call without a token, with a token for
+// another audience or method, from another DID than the accept's author, or replayed; none of
+// them delivers anything: the guest does not boot until the requester's own call.
+func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
+	env, b, logs := secretsEnv(t)
+	ctx := context.Background()
+	if _, err := env.PDS.CreateAccount(ctx, "mallory.test", "pw-mallory"); err != nil {
+		t.Fatal(err)
+	}
+	mallory, _, err := env.PDS.Account(ctx, "mallory.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := fmt.Sprintf("real-%d", time.Now().UnixNano())
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
+	newContract(t, env, "ref", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = secretGuest
+		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
+		c.Spec.PolicyArgs["bidWindowSec"] = "1"
+	})
+	// Once the rfp is out, the Secret goes: the requester cannot deliver, the winner waits.
+	var c v1alpha1.ComputeContract
+	testenv.Eventually(t, 20*time.Second, "rfp written", func() (bool, error) {
+		if err := env.Client.Get(ctx, key("ref"), &c); err != nil {
+			return false, err
+		}
+		return c.Status.RFP != "", nil
+	})
+	if err := env.Client.Delete(ctx, &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "receipt bound, delivery failing", func() (bool, error) {
+		if err := env.Client.Get(ctx, key("ref"), &c); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered))
+		return c.Status.Receipt != "" && cond != nil && cond.Reason == "SecretUnavailable", fmt.Errorf("status %s", statusJSON(c.Status))
+	})
+	if c.Status.Phase != v1alpha1.ComputeContractRequesting {
+		t.Fatalf("phase %s before the secrets were delivered", c.Status.Phase)
+	}
+	poison := "poison-" + value
+	in := mk.DeliverSecretsInput{Accept: c.Status.Accept, Secrets: []mk.DeliverSecretsSecret{{Name: "token", Value: base64.StdEncoding.EncodeToString([]byte(poison))}}}
+	tok := func(did, aud, lxm string) string {
+		t.Helper()
+		s, err := env.PDS.ServiceAuth(ctx, did, aud, lxm, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	owner := env.Account.DID
+	ep := b.EndpointURL()
+	replayed := tok(owner, b.DID(), mk.DeliverSecretsNSID)
+	for _, tc := range []struct {
+		name, token string
+		in          mk.DeliverSecretsInput
+		status      int
+		xerr        string
+	}{
+		{"no token", "", in, 401, "AuthMissing"},
+		{"garbage token", "not.a.jwt", in, 401, "BadJwtSignature"},
+		{"wrong aud", tok(owner, mallory, mk.DeliverSecretsNSID), in, 401, "BadJwtAudience"},
+		{"wrong lxm", tok(owner, b.DID(), mk.OfferingNSID), in, 401, "BadJwtLexiconMethod"},
+		{"no lxm", tok(owner, b.DID(), ""), in, 401, "BadJwtLexiconMethod"},
+		{"another DID than the requester", tok(mallory, b.DID(), mk.DeliverSecretsNSID), in, 403, "NotRequester"},
+		{"an accept that is not waiting", replayed, mk.DeliverSecretsInput{Accept: c.Status.RFP, Secrets: in.Secrets}, 400, "UnknownAccept"},
+		{"replayed token", replayed, in, 401, "JwtReplayed"},
+		{"names not the payload's", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: c.Status.Accept,
+			Secrets: []mk.DeliverSecretsSecret{{Name: "other", Value: "eA=="}}}, 400, "InvalidSecrets"},
+		{"a name that is a path", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: c.Status.Accept,
+			Secrets: []mk.DeliverSecretsSecret{{Name: "../token", Value: "eA=="}}}, 400, "InvalidSecrets"},
+	} {
+		status, xerr := deliverCall(t, ep, tc.token, tc.in)
+		if status != tc.status || (xerr != tc.xerr && !(tc.name == "garbage token" && strings.HasPrefix(xerr, "BadJwt"))) {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, status, xerr, tc.status, tc.xerr)
+		}
+	}
+	if n := running(t, b); n != 0 {
+		t.Fatalf("%d guest(s) booted after refused calls", n)
+	}
+	// The requester's own delivery, once the Secret is back, boots the guest with its value.
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
+	held := waitContract(t, env, "ref", v1alpha1.ComputeContractHeld)
+	sum := sha256.Sum256([]byte(value))
+	want := fmt.Sprintf("secret sha256 %s len %d", hex.EncodeToString(sum[:]), len(value))
+	testenv.Eventually(t, 15*time.Second, "the guest prints the real secret's hash", func() (bool, error) {
+		l := guestLog(t, b, held.Status.Accept)
+		return strings.Contains(l, want), fmt.Errorf("guest log %q", l)
+	})
+	if strings.Contains(logs.String(), poison) || strings.Contains(logs.String(), value) {
+		t.Fatal("a secret value in a log line")
+	}
+	release(t, env, "ref")
+	waitContract(t, env, "ref", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, b.stateDir)
+}
