@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -76,6 +77,14 @@ func (r *Reconciler) readSecrets(ctx context.Context, obj *v1alpha1.ComputeContr
 	return out, nil
 }
 
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func secretNames(vals map[string][]byte) []string {
 	names := make([]string, 0, len(vals))
 	for k := range vals {
@@ -113,6 +122,9 @@ func deliverSecrets(ctx context.Context, repo repos.Repo, endpoint, winner, acce
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail("the winner's offering has no http(s) endpointUrl")
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return fail("refusing to send secrets over plain http to a host that is not loopback; the bidder must publish an https endpointUrl")
 	}
 	sa, ok := repo.(repos.ServiceAuther)
 	if !ok {
