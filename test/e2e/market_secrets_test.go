@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
-	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/atclient"
+	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
