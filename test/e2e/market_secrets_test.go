@@ -282,6 +282,20 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d %s", tc.name, status, xerr, tc.status, tc.xerr)
 		}
 	}
+	for name, body := range map[string]string{"not JSON": "{not json" + poison, "a number for the secrets": `{"accept":"x","secrets":5}`,
+		"too large": `{"accept":"` + strings.Repeat("a", 7<<20) + `"}`} {
+		req, _ := http.NewRequest(http.MethodPost, ep+"/xrpc/"+mk.DeliverSecretsNSID, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok(owner, b.DID(), mk.DeliverSecretsNSID))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(raw), "InvalidRequest") || strings.Contains(string(raw), "poison") {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, raw)
+		}
+	}
 	if n := running(t, b); n != 0 {
 		t.Fatalf("%d guest(s) booted after refused calls", n)
 	}
@@ -300,4 +314,41 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 	release(t, env, "ref")
 	waitContract(t, env, "ref", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, b.stateDir)
+}
+
+// A contract released while its winner still waits for the secrets is Released at once: the
+// winner writes its final event and never boots the guest.
+func TestACC_MarketSecretsReleasedBeforeDelivery(t *testing.T) {
+	env, b, _ := secretsEnv(t)
+	ctx := context.Background()
+	newSecret(t, env, "app", map[string][]byte{"token": []byte("x")})
+	newContract(t, env, "early", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = secretGuest
+		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
+		c.Spec.PolicyArgs["bidWindowSec"] = "1"
+	})
+	var c v1alpha1.ComputeContract
+	testenv.Eventually(t, 20*time.Second, "rfp written", func() (bool, error) {
+		if err := env.Client.Get(ctx, key("early"), &c); err != nil {
+			return false, err
+		}
+		return c.Status.RFP != "", nil
+	})
+	if err := env.Client.Delete(ctx, &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "receipt bound", func() (bool, error) {
+		if err := env.Client.Get(ctx, key("early"), &c); err != nil {
+			return false, err
+		}
+		return c.Status.Receipt != "", nil
+	})
+	release(t, env, "early")
+	done := waitContract(t, env, "early", v1alpha1.ComputeContractReleased)
+	if meta.IsStatusConditionTrue(done.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered)) {
+		t.Fatal("SecretsDelivered True without a delivery")
+	}
+	if n := running(t, b); n != 0 || len(substratetest.Procs(b.stateDir)) != 0 {
+		t.Fatalf("%d guest(s) booted for a contract released before its secrets", n)
+	}
 }

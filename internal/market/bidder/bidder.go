@@ -468,7 +468,7 @@ func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substra
 	}
 	sorted := slices.Clone(names)
 	sort.Strings(sorted)
-	a := &awaiting{requester: requester, names: sorted, got: make(chan map[string][]byte, 1)}
+	a := &awaiting{requester: requester, names: sorted, got: make(chan map[string][]byte, 1), stop: make(chan struct{})}
 	b.mu.Lock()
 	b.awaiting[uri] = a
 	b.mu.Unlock()
@@ -493,6 +493,8 @@ func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substra
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
+			return
+		case <-a.stop:
 			return
 		case <-t.C:
 			b.finish(ctx, spec.ID, rc, fmt.Sprintf("the requester delivered no secrets within %s", b.cfg.ReadyTimeout))
@@ -613,6 +615,12 @@ func (b *Bidder) onEvent(ctx context.Context, uri string) error {
 		return nil
 	}
 	b.finish(ctx, GuestID(acceptURI), rc, "released on request")
+	b.mu.Lock()
+	if a := b.awaiting[acceptURI]; a != nil && !a.stopped { // released before its secrets came
+		a.stopped = true
+		close(a.stop)
+	}
+	b.mu.Unlock()
 	return nil
 }
 

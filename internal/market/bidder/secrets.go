@@ -24,6 +24,8 @@ type awaiting struct {
 	names     []string // the names the payload declared, sorted
 	got       chan map[string][]byte
 	delivered bool
+	stop      chan struct{} // closed when the contract is released before delivery
+	stopped   bool
 }
 
 // maxSecretsBody bounds a deliverSecrets request (64 values of 64 KiB, base64, and JSON).
