@@ -40,8 +40,8 @@ that release the guests are theirs. Exits 0 once nothing is left; after --timeou
 naming what is still there.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] == "" {
-				return workspace.ErrNoNamespace
+			if err := workspace.CheckName(args[0]); err != nil {
+				return err
 			}
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout %s: want a positive duration", timeout)

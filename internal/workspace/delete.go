@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -44,6 +45,27 @@ func (e *TimeoutError) Error() string {
 // ErrNoNamespace is an empty workspace name.
 var ErrNoNamespace = errors.New("workspace name is empty")
 
+// NameError is a workspace name that cannot name a namespace.
+type NameError struct {
+	Name    string
+	Reasons []string
+}
+
+func (e *NameError) Error() string {
+	return fmt.Sprintf("workspace name %q is not a namespace name: %s", e.Name, strings.Join(e.Reasons, "; "))
+}
+
+// CheckName says whether ns can name a workspace (a DNS-1123 label).
+func CheckName(ns string) error {
+	if ns == "" {
+		return ErrNoNamespace
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return &NameError{Name: ns, Reasons: errs}
+	}
+	return nil
+}
+
 // Kinds are the kinds of the socialweb.computer group that scheme knows, sorted.
 func Kinds(scheme *runtime.Scheme) []string {
 	var out []string
@@ -65,8 +87,8 @@ type object struct {
 // Delete deletes every object of the socialweb.computer group in namespace ns in the order of
 // Next, until none is left or ctx ends (then a *TimeoutError names what is left).
 func Delete(ctx context.Context, c client.Client, scheme *runtime.Scheme, ns string, o Options) error {
-	if ns == "" {
-		return ErrNoNamespace
+	if err := CheckName(ns); err != nil {
+		return err
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"socialweb.computer/internal/controllers/manager"
@@ -79,4 +80,13 @@ func TestKindsCovered(t *testing.T) {
 		}
 	}
 	t.Fatalf("kinds never deleted: %v", left)
+}
+
+func TestCheckName(t *testing.T) {
+	for name, ok := range map[string]bool{"default": true, "acct-abc123": true, "": false, "Bad_Name": false,
+		"-x": false, strings.Repeat("a", 64): false, "a/b": false} {
+		if err := CheckName(name); (err == nil) != ok {
+			t.Errorf("CheckName(%q) = %v, want ok %v", name, err, ok)
+		}
+	}
 }

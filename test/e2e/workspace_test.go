@@ -113,8 +113,10 @@ func TestACC_WorkspaceDeleteTimeoutNamesWhatIsLeft(t *testing.T) {
 	if err := env.Client.Get(ctx, key("s1"), sec); err != nil {
 		t.Fatalf("secret deleted before the contracts went: %v", err)
 	}
-	out, code := runCLI(t, "workspace", "delete", "")
-	if code == 0 || strings.Count(strings.TrimSpace(out), "\n") != 0 {
-		t.Fatalf("empty name: exit %d, output %q", code, out)
+	for _, args := range [][]string{{""}, {"Bad_Name"}, {}, {"a", "b"}, {"default", "--timeout", "0s"}} {
+		out, code := runCLI(t, append([]string{"workspace", "delete", "--kubeconfig", env.Core.KubeconfigPath}, args...)...)
+		if code == 0 || strings.Count(strings.TrimSpace(out), "\n") != 0 || strings.Contains(out, "panic") {
+			t.Fatalf("workspace delete %q: exit %d, output %q", args, code, out)
+		}
 	}
 }
