@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -350,5 +352,61 @@ func TestACC_MarketSecretsReleasedBeforeDelivery(t *testing.T) {
 	}
 	if n := running(t, b); n != 0 || len(substratetest.Procs(b.stateDir)) != 0 {
 		t.Fatalf("%d guest(s) booted for a contract released before its secrets", n)
+	}
+}
+
+// The real `socialweb bidder` binary serves deliverSecrets on 127.0.0.1, resolves the
+// requester through --plc-url, and its guest gets the secret; its log holds no value.
+func TestACC_MarketBidderCommandSecrets(t *testing.T) {
+	env := marketEnv(t)
+	ctx := context.Background()
+	if _, err := env.PDS.CreateAccount(ctx, "clisec.test", "pw-clisec"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("pw-clisec\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(socialwebBin, "bidder", "--pds", env.PDS.URL(), "--identifier", "clisec.test",
+		"--password-file", pwFile, "--state-dir", state, "--cost", "3", "--log-level", "debug", "--plc-url", env.PDS.PLCURL())
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if pids := substratetest.Procs(filepath.Join(state, "guests")); len(pids) != 0 {
+			t.Errorf("guest processes left: %v", pids)
+		}
+	})
+	value := fmt.Sprintf("cli-secret-%d", time.Now().UnixNano())
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
+	newContract(t, env, "clisec", func(c *v1alpha1.ComputeContract) {
+		c.Spec.UserData = secretGuest
+		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app", Key: "token"}
+	})
+	c := waitContract(t, env, "clisec", v1alpha1.ComputeContractHeld)
+	sub, err := deno.New(deno.Config{StateDir: filepath.Join(state, "guests")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(value))
+	want := fmt.Sprintf("secret sha256 %s len %d", hex.EncodeToString(sum[:]), len(value))
+	testenv.Eventually(t, 15*time.Second, "the guest prints the secret's hash", func() (bool, error) {
+		l, _ := sub.Logs(ctx, bidder.GuestID(c.Status.Accept), 0)
+		return strings.Contains(string(l), want), fmt.Errorf("guest log %q", l)
+	})
+	release(t, env, "clisec")
+	waitContract(t, env, "clisec", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, filepath.Join(state, "guests"))
+	if !strings.Contains(out.String(), "market_secrets_delivered") {
+		t.Fatalf("the bidder's log does not show the delivery:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), value) || strings.Contains(out.String(), base64.StdEncoding.EncodeToString([]byte(value))) {
+		t.Fatal("the secret value in the bidder's log")
 	}
 }
