@@ -224,7 +224,7 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 	newContract(t, env, "ref", func(c *v1alpha1.ComputeContract) {
 		c.Spec.UserData = secretGuest
 		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
-		c.Spec.PolicyArgs["bidWindowSec"] = "1"
+		c.Spec.PolicyArgs["bidWindowSec"] = "2" // time for the Secret to go before the receipt binds
 	})
 	// Once the rfp is out, the Secret goes: the requester cannot deliver, the winner waits.
 	var c v1alpha1.ComputeContract
@@ -327,7 +327,7 @@ func TestACC_MarketSecretsReleasedBeforeDelivery(t *testing.T) {
 	newContract(t, env, "early", func(c *v1alpha1.ComputeContract) {
 		c.Spec.UserData = secretGuest
 		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
-		c.Spec.PolicyArgs["bidWindowSec"] = "1"
+		c.Spec.PolicyArgs["bidWindowSec"] = "2" // time for the Secret to go before the receipt binds
 	})
 	var c v1alpha1.ComputeContract
 	testenv.Eventually(t, 20*time.Second, "rfp written", func() (bool, error) {
