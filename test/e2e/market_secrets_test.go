@@ -24,6 +24,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
+	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
@@ -137,12 +138,25 @@ func pdsBytes(t *testing.T, srv *pds.Server, dids ...string) []byte {
 func TestACC_MarketSecretsReachOnlyTheGuest(t *testing.T) {
 	env, b, logs := secretsEnv(t)
 	value := fmt.Sprintf("s3cret-%d-do-not-leak", time.Now().UnixNano())
-	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
 	newContract(t, env, "sec", func(c *v1alpha1.ComputeContract) {
 		c.Spec.UserData = secretGuest
 		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
 		c.Spec.PolicyArgs["bidWindowSec"] = "2"
 	})
+	// No Secret yet: no rfp, Pending, and the condition says why.
+	testenv.Eventually(t, 10*time.Second, "SecretUnavailable", func() (bool, error) {
+		var c v1alpha1.ComputeContract
+		if err := env.Client.Get(context.Background(), key("sec"), &c); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered))
+		if c.Status.RFP != "" {
+			t.Fatalf("rfp written without the Secret: %s", statusJSON(c.Status))
+		}
+		return c.Status.Phase == v1alpha1.ComputeContractPending && cond != nil && cond.Reason == "SecretUnavailable" &&
+			strings.Contains(cond.Message, "no Secret default/app"), fmt.Errorf("status %s", statusJSON(c.Status))
+	})
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
 	c := waitContract(t, env, "sec", v1alpha1.ComputeContractHeld)
 	if c.Status.Winner != b.DID() {
 		t.Fatalf("winner %s, want %s", c.Status.Winner, b.DID())
@@ -220,35 +234,11 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	value := fmt.Sprintf("real-%d", time.Now().UnixNano())
-	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
-	newContract(t, env, "ref", func(c *v1alpha1.ComputeContract) {
-		c.Spec.UserData = secretGuest
-		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
-		c.Spec.PolicyArgs["bidWindowSec"] = "2" // time for the Secret to go before the receipt binds
-	})
-	// Once the rfp is out, the Secret goes: the requester cannot deliver, the winner waits.
-	var c v1alpha1.ComputeContract
-	testenv.Eventually(t, 20*time.Second, "rfp written", func() (bool, error) {
-		if err := env.Client.Get(ctx, key("ref"), &c); err != nil {
-			return false, err
-		}
-		return c.Status.RFP != "", nil
-	})
-	if err := env.Client.Delete(ctx, &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 20*time.Second, "receipt bound, delivery failing", func() (bool, error) {
-		if err := env.Client.Get(ctx, key("ref"), &c); err != nil {
-			return false, err
-		}
-		cond := meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered))
-		return c.Status.Receipt != "" && cond != nil && cond.Reason == "SecretUnavailable", fmt.Errorf("status %s", statusJSON(c.Status))
-	})
-	if c.Status.Phase != v1alpha1.ComputeContractRequesting {
-		t.Fatalf("phase %s before the secrets were delivered", c.Status.Phase)
-	}
+	// The requester's side is written by hand, so the winner waits for the secrets for as long
+	// as the test needs.
+	m := requestByHand(t, env, b, []string{"token"})
 	poison := "poison-" + value
-	in := mk.DeliverSecretsInput{Accept: c.Status.Accept, Secrets: []mk.DeliverSecretsSecret{{Name: "token", Value: base64.StdEncoding.EncodeToString([]byte(poison))}}}
+	in := mk.DeliverSecretsInput{Accept: m.accept, Secrets: []mk.DeliverSecretsSecret{{Name: "token", Value: base64.StdEncoding.EncodeToString([]byte(poison))}}}
 	tok := func(did, aud, lxm string) string {
 		t.Helper()
 		s, err := env.PDS.ServiceAuth(ctx, did, aud, lxm, time.Minute)
@@ -272,11 +262,11 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 		{"wrong lxm", tok(owner, b.DID(), mk.OfferingNSID), in, 401, "BadJwtLexiconMethod"},
 		{"no lxm", tok(owner, b.DID(), ""), in, 401, "BadJwtLexiconMethod"},
 		{"another DID than the requester", tok(mallory, b.DID(), mk.DeliverSecretsNSID), in, 403, "NotRequester"},
-		{"an accept that is not waiting", replayed, mk.DeliverSecretsInput{Accept: c.Status.RFP, Secrets: in.Secrets}, 400, "UnknownAccept"},
+		{"an accept that is not waiting", replayed, mk.DeliverSecretsInput{Accept: m.rfp, Secrets: in.Secrets}, 400, "UnknownAccept"},
 		{"replayed token", replayed, in, 401, "JwtReplayed"},
-		{"names not the payload's", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: c.Status.Accept,
+		{"names not the payload's", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: m.accept,
 			Secrets: []mk.DeliverSecretsSecret{{Name: "other", Value: "eA=="}}}, 400, "InvalidSecrets"},
-		{"a name that is a path", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: c.Status.Accept,
+		{"a name that is a path", tok(owner, b.DID(), mk.DeliverSecretsNSID), mk.DeliverSecretsInput{Accept: m.accept,
 			Secrets: []mk.DeliverSecretsSecret{{Name: "../token", Value: "eA=="}}}, 400, "InvalidSecrets"},
 	} {
 		status, xerr := deliverCall(t, ep, tc.token, tc.in)
@@ -301,58 +291,130 @@ func TestACC_MarketSecretsEndpointRefuses(t *testing.T) {
 	if n := running(t, b); n != 0 {
 		t.Fatalf("%d guest(s) booted after refused calls", n)
 	}
-	// The requester's own delivery, once the Secret is back, boots the guest with its value.
-	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
-	held := waitContract(t, env, "ref", v1alpha1.ComputeContractHeld)
+	// The requester's own call boots the guest with the real value, not the refused poison.
+	real := mk.DeliverSecretsInput{Accept: m.accept, Secrets: []mk.DeliverSecretsSecret{{Name: "token", Value: base64.StdEncoding.EncodeToString([]byte(value))}}}
+	if status, xerr := deliverCall(t, ep, tok(owner, b.DID(), mk.DeliverSecretsNSID), real); status != 200 {
+		t.Fatalf("the requester's delivery: %d %s", status, xerr)
+	}
+	// Repeated after success: taken, nothing changes; from another DID still refused.
+	if status, xerr := deliverCall(t, ep, tok(owner, b.DID(), mk.DeliverSecretsNSID), in); status != 200 {
+		t.Fatalf("a repeated delivery: %d %s", status, xerr)
+	}
+	if status, xerr := deliverCall(t, ep, tok(mallory, b.DID(), mk.DeliverSecretsNSID), in); status != 403 || xerr != "NotRequester" {
+		t.Fatalf("another DID after the delivery: %d %s", status, xerr)
+	}
 	sum := sha256.Sum256([]byte(value))
 	want := fmt.Sprintf("secret sha256 %s len %d", hex.EncodeToString(sum[:]), len(value))
 	testenv.Eventually(t, 15*time.Second, "the guest prints the real secret's hash", func() (bool, error) {
-		l := guestLog(t, b, held.Status.Accept)
+		l := guestLog(t, b, m.accept)
 		return strings.Contains(l, want), fmt.Errorf("guest log %q", l)
 	})
 	if strings.Contains(logs.String(), poison) || strings.Contains(logs.String(), value) {
 		t.Fatal("a secret value in a log line")
 	}
-	release(t, env, "ref")
-	waitContract(t, env, "ref", v1alpha1.ComputeContractReleased)
+	m.release(t)
 	waitNoProcs(t, b.stateDir)
 }
 
-// A contract released while its winner still waits for the secrets is Released at once: the
-// winner writes its final event and never boots the guest.
+// A contract released while its winner still waits for the secrets ends at once: the winner
+// writes its final event and never boots the guest.
 func TestACC_MarketSecretsReleasedBeforeDelivery(t *testing.T) {
 	env, b, _ := secretsEnv(t)
-	ctx := context.Background()
-	newSecret(t, env, "app", map[string][]byte{"token": []byte("x")})
-	newContract(t, env, "early", func(c *v1alpha1.ComputeContract) {
-		c.Spec.UserData = secretGuest
-		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "app"}
-		c.Spec.PolicyArgs["bidWindowSec"] = "2" // time for the Secret to go before the receipt binds
-	})
-	var c v1alpha1.ComputeContract
-	testenv.Eventually(t, 20*time.Second, "rfp written", func() (bool, error) {
-		if err := env.Client.Get(ctx, key("early"), &c); err != nil {
-			return false, err
-		}
-		return c.Status.RFP != "", nil
-	})
-	if err := env.Client.Delete(ctx, &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 20*time.Second, "receipt bound", func() (bool, error) {
-		if err := env.Client.Get(ctx, key("early"), &c); err != nil {
-			return false, err
-		}
-		return c.Status.Receipt != "", nil
-	})
-	release(t, env, "early")
-	done := waitContract(t, env, "early", v1alpha1.ComputeContractReleased)
-	if meta.IsStatusConditionTrue(done.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered)) {
-		t.Fatal("SecretsDelivered True without a delivery")
-	}
+	m := requestByHand(t, env, b, []string{"token"})
+	m.release(t)
 	if n := running(t, b); n != 0 || len(substratetest.Procs(b.stateDir)) != 0 {
 		t.Fatalf("%d guest(s) booted for a contract released before its secrets", n)
 	}
+	status, xerr := deliverCall(t, b.EndpointURL(), func() string {
+		s, _ := env.PDS.ServiceAuth(context.Background(), env.Account.DID, b.DID(), mk.DeliverSecretsNSID, time.Minute)
+		return s
+	}(), mk.DeliverSecretsInput{Accept: m.accept, Secrets: []mk.DeliverSecretsSecret{{Name: "token", Value: "eA=="}}})
+	if status != 400 || xerr != "UnknownAccept" {
+		t.Fatalf("a delivery after the release: %d %s, want 400 UnknownAccept", status, xerr)
+	}
+}
+
+// handMarket is a contract whose requester side the test writes itself, from the owner repo.
+type handMarket struct {
+	env         *testenv.Env
+	b           *runningBidder
+	repo        repos.Repo
+	rfp, accept string
+	receipt     repos.Record
+}
+
+// requestByHand writes a compute.vm payload naming secrets, an open policy and an rfp, waits
+// for b's bid, accepts it and waits for the receipt.
+func requestByHand(t *testing.T, env *testenv.Env, b *runningBidder, secrets []string) *handMarket {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := repos.Local(ctx, env.PDS, env.Account.DID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(coll string, v any) repos.Record {
+		t.Helper()
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := repo.Put(ctx, coll, feed.TID(), raw, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", coll, err)
+		}
+		return repos.Record{URI: w.URI, CID: w.CID}
+	}
+	kind, ud := "deno", secretGuest
+	pay := put(mk.ComputeVMNSID, mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256, UserData: &ud, Secrets: secrets})
+	pol := put(mk.PoliciesOpenNSID, mk.PoliciesOpen{})
+	rfp := put(mk.RFPNSID, mk.RFP{CreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		Payload: atrepo.StrongRef{URI: pay.URI, CID: pay.CID}, Policy: atrepo.StrongRef{URI: pol.URI, CID: pol.CID}})
+	find := func(coll, what string, match func(json.RawMessage) bool) repos.Record {
+		t.Helper()
+		var found repos.Record
+		testenv.Eventually(t, 20*time.Second, what, func() (bool, error) {
+			recs, _, err := env.PDS.ListRecords(ctx, b.DID(), coll, 100, "", false)
+			for _, r := range recs {
+				if match(r.Value) {
+					found = repos.Record{URI: r.URI, CID: r.CID, Value: r.Value}
+					return true, nil
+				}
+			}
+			return false, err
+		})
+		return found
+	}
+	bid := find(mk.BidNSID, "the bid", func(v json.RawMessage) bool {
+		x, err := mk.DecodeBid(v)
+		return err == nil && x.RFP.URI == rfp.URI
+	})
+	acc := put(mk.AcceptNSID, mk.Accept{Bid: atrepo.StrongRef{URI: bid.URI, CID: bid.CID}, RFP: atrepo.StrongRef{URI: rfp.URI, CID: rfp.CID}})
+	rc := find(mk.ReceiptNSID, "the receipt", func(v json.RawMessage) bool {
+		x, err := mk.DecodeReceipt(v)
+		return err == nil && x.Accept.URI == acc.URI
+	})
+	return &handMarket{env: env, b: b, repo: repo, rfp: rfp.URI, accept: acc.URI, receipt: rc}
+}
+
+// release writes the requester's delete event and waits for the winner's final one.
+func (m *handMarket) release(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	reason := "test done"
+	raw, _ := json.Marshal(mk.Event{Receipt: atrepo.StrongRef{URI: m.receipt.URI, CID: m.receipt.CID},
+		Payload: mk.EventPayload{ComputeEventsVMDelete: &mk.ComputeEventsVMDelete{Reason: &reason}}})
+	if _, err := m.repo.Put(ctx, mk.EventNSID, feed.TID(), raw, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the winner's final event", func() (bool, error) {
+		recs, _, err := m.env.PDS.ListRecords(ctx, m.b.DID(), mk.EventNSID, 100, "", false)
+		for _, r := range recs {
+			if e, err := mk.DecodeEvent(r.Value); err == nil && e.Receipt.URI == m.receipt.URI && e.Payload.ComputeEventsVMDelete != nil {
+				return true, nil
+			}
+		}
+		return false, err
+	})
 }
 
 // The real `socialweb bidder` binary serves deliverSecrets on 127.0.0.1, resolves the

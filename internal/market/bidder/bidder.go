@@ -68,10 +68,11 @@ type Bidder struct {
 	// BidHold so that a burst of rfps is not bid on beyond capacity.
 	pending map[string]time.Time
 	// awaiting are accepted contracts whose guest waits for its secrets (accept uri ->).
-	awaiting map[string]*awaiting
-	verifier *serviceauth.Verifier
-	endpoint string
-	wg       sync.WaitGroup
+	awaiting  map[string]*awaiting
+	delivered map[string]deliveredTo // accept uri -> delivered secrets
+	verifier  *serviceauth.Verifier
+	endpoint  string
+	wg        sync.WaitGroup
 }
 
 // New returns a bidder; Run starts it.
@@ -90,7 +91,7 @@ func New(cfg Config) *Bidder {
 	}
 	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}}
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{}}
 }
 
 // EndpointURL is the URL published in the offering once Run wrote it ("" before).
@@ -573,6 +574,11 @@ func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, rea
 	}
 	b.ended[rc.URI] = true
 	delete(b.active, rc.URI)
+	for acc, r := range b.receipts {
+		if r.URI == rc.URI {
+			delete(b.delivered, acc)
+		}
+	}
 	b.mu.Unlock()
 	b.stop(ctx, id)
 	if len(reason) > 256 {

@@ -28,6 +28,13 @@ type awaiting struct {
 	stopped   bool
 }
 
+// deliveredTo is an accept whose secrets were delivered, kept until its contract ends so a
+// repeated delivery is answered as the first was.
+type deliveredTo struct {
+	requester string
+	count     int
+}
+
 // maxSecretsBody bounds a deliverSecrets request (64 values of 64 KiB, base64, and JSON).
 const maxSecretsBody = 6 << 20
 
@@ -113,7 +120,16 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 	}
 	b.mu.Lock()
 	a := b.awaiting[in.Accept]
+	done, wasDelivered := b.delivered[in.Accept]
 	b.mu.Unlock()
+	if a == nil && wasDelivered {
+		if claims.Issuer.String() != done.requester {
+			return 0, xerr(http.StatusForbidden, "NotRequester", "the token's issuer %s is not the author of the accept (%s)", claims.Issuer, done.requester)
+		}
+		// Delivered before (the requester may not have recorded our answer): taken, nothing
+		// changes; the values of this call are dropped.
+		return done.count, nil
+	}
 	if a == nil {
 		return 0, xerr(http.StatusBadRequest, "UnknownAccept", "no accept of a bid of %s waits for secrets: %s", b.DID(), in.Accept)
 	}
@@ -145,6 +161,7 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 	if !a.delivered {
 		a.delivered = true
 		a.got <- vals
+		b.delivered[in.Accept] = deliveredTo{requester: a.requester, count: len(vals)}
 		b.log.Info("market_secrets_delivered", "accept", in.Accept, "requester", a.requester, "count", len(vals))
 	}
 	return len(vals), nil
