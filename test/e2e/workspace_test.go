@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,8 @@ func leftInNamespace(t *testing.T, env *testenv.Env) []string {
 	return left
 }
 
-// `socialweb workspace delete` on a workspace with a Held contract (a running deno guest), an
-// Infra bound to a record with a requested contract, and a Secret: it reports the deployments
+// `socialweb workspace delete` on a workspace with a Held contract and an Infra bound to a
+// record whose requested contract is deployed (two running deno guests), and a Secret: it reports the deployments
 // releasing, exits 0, and leaves no object of ours and no guest process.
 func TestACC_WorkspaceDelete(t *testing.T) {
 	env := marketEnv(t)
@@ -57,9 +58,11 @@ func TestACC_WorkspaceDelete(t *testing.T) {
 		s := strings.Join(l, " ")
 		return strings.Contains(s, "ComputeContract/infra-") && strings.Contains(s, "AtprotoRecord/"), errors.New(s)
 	})
-	if len(substratetest.Procs(b.stateDir)) == 0 {
-		t.Fatal("no guest process before the delete")
-	}
+	// Both contracts hold a guest: the bare one and the Infra's (run from its record's repo).
+	testenv.Eventually(t, 30*time.Second, "two guests running", func() (bool, error) {
+		n := running(t, b)
+		return n == 2, fmt.Errorf("%d guest(s) running, left: %v", n, leftInNamespace(t, env))
+	})
 
 	out, code := runCLI(t, "workspace", "delete", ns, "--kubeconfig", env.Core.KubeconfigPath, "--timeout", "50s")
 	if code != 0 {
