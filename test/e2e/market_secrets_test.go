@@ -472,3 +472,55 @@ func TestACC_MarketBidderCommandSecrets(t *testing.T) {
 		t.Fatal("the secret value in the bidder's log")
 	}
 }
+
+// An Infra's spec.secrets reaches its contract's guest: the ComputeContract gets secretsRef,
+// the guest prints the secret's hash, and neither the infra record nor any other record or
+// frame holds the value. Deleting the Infra leaves no guest.
+func TestACC_MarketInfraSecrets(t *testing.T) {
+	env, b, logs := secretsEnv(t)
+	ctx := context.Background()
+	value := fmt.Sprintf("infra-secret-%d", time.Now().UnixNano())
+	newSecret(t, env, "app", map[string][]byte{"token": []byte(value)})
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: v1alpha1.InfraSpec{Description: "with a secret", Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "owner"}},
+			Contracts: []v1alpha1.InfraContract{{Name: "api", State: v1alpha1.ContractRequested, ComputeKind: "deno", UserData: secretGuest,
+				PolicyArgs: map[string]string{"bidWindowSec": "2"}}},
+			Secrets: []v1alpha1.InfraContractSecret{{Contract: "api", SecretRef: v1alpha1.SecretKeyRef{Name: "app"}}}}}
+	if err := env.Client.Create(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	var held v1alpha1.ComputeContract
+	testenv.Eventually(t, 30*time.Second, "the Infra's contract Held", func() (bool, error) {
+		var l v1alpha1.ComputeContractList
+		if err := env.Client.List(ctx, &l); err != nil {
+			return false, err
+		}
+		for _, c := range l.Items {
+			if c.Spec.SecretsRef != nil && c.Spec.SecretsRef.Name == "app" && c.Status.Phase == v1alpha1.ComputeContractHeld {
+				held = c
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("contracts %+v", l.Items)
+	})
+	sum := sha256.Sum256([]byte(value))
+	want := fmt.Sprintf("secret sha256 %s len %d", hex.EncodeToString(sum[:]), len(value))
+	testenv.Eventually(t, 15*time.Second, "the guest prints the secret's hash", func() (bool, error) {
+		l := guestLog(t, b, held.Status.Accept)
+		return strings.Contains(l, want), fmt.Errorf("guest log %q", l)
+	})
+	all := pdsBytes(t, env.PDS, env.Account.DID, b.DID())
+	if !bytes.Contains(all, []byte("with a secret")) {
+		t.Fatal("the infra record is not in the scanned bytes")
+	}
+	if bytes.Contains(all, []byte(value)) || bytes.Contains(all, []byte(base64.StdEncoding.EncodeToString([]byte(value)))) {
+		t.Fatal("the secret value in a record or frame")
+	}
+	if err := env.Client.Delete(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	waitNoProcs(t, b.stateDir)
+	if strings.Contains(logs.String(), value) {
+		t.Fatal("the secret value in a log line")
+	}
+}
