@@ -43,6 +43,9 @@ const (
 	ConditionReady ConditionType = "Ready"
 	// ConditionInSync is True when an AtprotoRecord's record in the repo matches its spec.
 	ConditionInSync ConditionType = "InSync"
+	// ConditionSecretsDelivered is True once a ComputeContract's spec.secretsRef reached the
+	// winning bidder point to point; a contract with secretsRef is not Held before.
+	ConditionSecretsDelivered ConditionType = "SecretsDelivered"
 )
 
 // ConditionReason is the reason of a metav1.Condition in a status of this API.

@@ -76,7 +76,11 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	Ports []ContractPort `json:"ports,omitempty"`
 
-	// secretsRef names a Secret whose data is handed to the guest privately, never through a record.
+	// secretsRef names a Secret whose data is handed to the guest privately, never through a record:
+	// once the winner's receipt binds, the requester sends it point to point to the winner's offering
+	// endpoint (deliverSecrets, atproto service auth) and the guest boots with it. Every key of the
+	// Secret is sent, or only key when set; keys must match [A-Za-z0-9][A-Za-z0-9_-]* (at most 63).
+	// The contract is not Held before condition SecretsDelivered is True.
 	// +optional
 	SecretsRef *SecretKeyRef `json:"secretsRef,omitempty"`
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/spf13/cobra"
 
 	"socialweb.computer/internal/app"
@@ -18,7 +19,7 @@ import (
 )
 
 func newBidderCommand() *cobra.Command {
-	var pdsURL, identifier, passwordFile, stateDir, level, currency string
+	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen string
 	var cost int64
 	var free bool
 	var capacity int
@@ -28,7 +29,9 @@ func newBidderCommand() *cobra.Command {
 		Long: "Bid on the market from an account on any PDS: write an offering, bid on rfps the\n" +
 			"policy and capacity allow, run accepted guests with Deno and report them in events.\n" +
 			"Guests and their state live in --state-dir; a restarted bidder finds them again.\n" +
-			"The password is read from --password-file or $SOCIALWEB_BIDDER_PASSWORD.",
+			"The password is read from --password-file or $SOCIALWEB_BIDDER_PASSWORD.\n" +
+			"Requesters hand a won contract's secrets to --listen (published as the offering's\n" +
+			"endpointUrl) with atproto service auth; their DIDs resolve through --plc-url.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := parseLevel(level)
@@ -58,8 +61,12 @@ func newBidderCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("login to %s as %s: %w", pdsURL, identifier, err)
 			}
+			if plcURL == "" {
+				return errors.New("--plc-url is empty: the secrets endpoint resolves requesters' DIDs through it")
+			}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
-				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log})
+				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
+				Directory: &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}, Listen: listen})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
 			if cmd.Context().Err() != nil {
@@ -78,5 +85,7 @@ func newBidderCommand() *cobra.Command {
 	f.BoolVar(&free, "free", false, "bid free (bids.free) instead of a price")
 	f.IntVar(&capacity, "capacity", 8, "guests run at once")
 	f.StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	f.StringVar(&plcURL, "plc-url", "https://plc.directory", "did:plc directory that resolves requesters' DIDs")
+	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")
 	return cmd
 }

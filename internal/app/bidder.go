@@ -38,7 +38,8 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *sl
 	if err != nil {
 		return err
 	}
-	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true, Log: log})
+	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
+		Directory: srv.Directory(), Log: log})
 	go func() {
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("local bidder stopped", "err", err)

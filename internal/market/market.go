@@ -34,6 +34,9 @@ const (
 	ReasonVMReadyTimeout = "VMReadyTimeout"
 	ReasonBidderLost     = "BidderLost"
 	ReasonBadSpec        = "InvalidSpec"
+	// ReasonSecretsUndelivered: spec.secretsRef is set and the secrets did not reach the
+	// winner within the ready timeout.
+	ReasonSecretsUndelivered = "SecretsUndelivered"
 )
 
 // Origin is the time a deadline counts from, for a time read back from the API: status and
@@ -288,6 +291,8 @@ const (
 	ActAccept Action = "accept"
 	// ActDelete writes an event with a compute.events.vm.delete payload on the receipt.
 	ActDelete Action = "delete"
+	// ActDeliverSecrets: hand the secrets to the winner point to point (never a record).
+	ActDeliverSecrets Action = "deliverSecrets"
 )
 
 // State is what the requester knows of one contract at Now.
@@ -318,6 +323,10 @@ type State struct {
 	// vm.delete on the receipt, written when it stopped the guest or the guest exited).
 	Started bool
 	Ended   bool
+	// SecretsWanted: spec.secretsRef is set; SecretsDelivered: the winner took them. A contract
+	// that wants secrets is not Held before they are delivered.
+	SecretsWanted    bool
+	SecretsDelivered bool
 	// DeleteAt is when we wrote our delete event (zero: not yet).
 	DeleteAt time.Time
 	// ReleaseAt is when the release was asked for (spec.release.requestedAt or the deletion).
@@ -352,6 +361,9 @@ func until(now, t time.Time) time.Duration {
 // Next is the requester's state machine:
 //
 //	Pending -> Requesting (rfp written) -> Held (vm.started) -> Releasing (delete written) -> Released
+//
+// With secrets wanted, a bound receipt first asks for their delivery (ActDeliverSecrets)
+// until the winner took them, and Held waits for that as well as for vm.started.
 //
 // and Failed from any of them with a reason that names the cause: no bids, every bid refused,
 // a winner that never answered the accept, a guest not started within the ready timeout, a
@@ -403,6 +415,17 @@ func Next(s State) Decision {
 	}
 	if s.Ended {
 		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "GuestEnded", Message: "the guest ended by itself and " + s.Winner + " reported it"}
+	}
+	if s.SecretsWanted && !s.SecretsDelivered {
+		if dl := s.AcceptAt.Add(s.ReadyTimeout); now.Before(dl) {
+			return Decision{Action: ActDeliverSecrets, Phase: v1alpha1.ComputeContractRequesting,
+				Message: "receipt bound; delivering the secrets to " + s.Winner, RequeueAfter: min(time.Second, until(now, dl))}
+		}
+		d := fail(ReasonSecretsUndelivered, "the secrets were not delivered to %s within vmReadyTimeoutSec (%s); guest released", s.Winner, s.ReadyTimeout)
+		if s.DeleteAt.IsZero() {
+			d.Action = ActDelete
+		}
+		return d
 	}
 	if s.Started {
 		return Decision{Phase: v1alpha1.ComputeContractHeld, Reason: "Started", Message: "guest started by " + s.Winner}

@@ -745,19 +745,44 @@ func (s *Server) hGetServiceAuth(ctx context.Context, r *http.Request) (any, err
 		}
 		lxm = &n
 	}
-	acct, err := s.accountOf(did)
-	if err != nil {
-		return nil, err
-	}
-	key, err := atcrypto.ParsePrivateBytesK256(acct.SigningKey)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := auth.SignServiceAuth(syntax.DID(did), p["aud"], ttl, lxm, key)
+	tok, err := s.signServiceAuth(did, p["aud"], ttl, lxm)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]string{"token": tok}, nil
+}
+
+func (s *Server) signServiceAuth(did, aud string, ttl time.Duration, lxm *syntax.NSID) (string, error) {
+	acct, err := s.accountOf(did)
+	if err != nil {
+		return "", err
+	}
+	key, err := atcrypto.ParsePrivateBytesK256(acct.SigningKey)
+	if err != nil {
+		return "", err
+	}
+	return auth.SignServiceAuth(syntax.DID(did), aud, ttl, lxm, key)
+}
+
+// ServiceAuth mints the service-auth token getServiceAuth would give the hosted account did,
+// for an in-process caller: aud a DID (optionally with a #fragment), lxm an NSID or "", ttl
+// up to an hour.
+func (s *Server) ServiceAuth(_ context.Context, did, aud, lxm string, ttl time.Duration) (string, error) {
+	if _, err := syntax.ParseDID(strings.SplitN(aud, "#", 2)[0]); err != nil {
+		return "", errInvalidRequest("service auth: invalid aud DID %q", aud)
+	}
+	if ttl <= 0 || ttl > time.Hour {
+		return "", errNamed(400, "BadExpiration", "service auth: ttl %s outside (0, 1h]", ttl)
+	}
+	var nsid *syntax.NSID
+	if lxm != "" {
+		n, err := syntax.ParseNSID(lxm)
+		if err != nil {
+			return "", errInvalidRequest("service auth: invalid lxm NSID %q", lxm)
+		}
+		nsid = &n
+	}
+	return s.signServiceAuth(did, aud, ttl, nsid)
 }
 
 func decodeAccount(v []byte) (*account, error) {

@@ -195,6 +195,27 @@ func TestPDSRecordsSwapsFirehoseAndRestart(t *testing.T) {
 	if _, err := c.GetServiceAuth(ctx, "did:web:gateway.test", "", time.Now().Add(2*time.Hour).Unix()); !atclient.IsXRPC(err, "BadExpiration") {
 		t.Fatalf("long exp: %v", err)
 	}
+	// The in-process mint gives the same token shape, and refuses what getServiceAuth refuses.
+	tok, err = s.ServiceAuth(ctx, did, "did:web:gateway.test", "computer.socialweb.k8s.apply", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims, err := v.Verify(ctx, tok, "computer.socialweb.k8s.apply"); err != nil || claims.Issuer != syntax.DID(did) ||
+		claims.ExpiresAt.Sub(claims.IssuedAt) != 30*time.Second {
+		t.Fatalf("in-process token: %v %+v", err, claims)
+	}
+	for _, bad := range []struct {
+		aud, lxm string
+		ttl      time.Duration
+	}{{"not a did", "", time.Minute}, {"did:web:gateway.test", "not an nsid!", time.Minute},
+		{"did:web:gateway.test", "", 2 * time.Hour}, {"did:web:gateway.test", "", 0}} {
+		if _, err := s.ServiceAuth(ctx, did, bad.aud, bad.lxm, bad.ttl); err == nil {
+			t.Fatalf("ServiceAuth(%q, %q, %s): no error", bad.aud, bad.lxm, bad.ttl)
+		}
+	}
+	if _, err := s.ServiceAuth(ctx, "did:plc:nobodyhere", "did:web:gateway.test", "", time.Minute); err == nil {
+		t.Fatal("ServiceAuth for an account not hosted here: no error")
+	}
 
 	// The whole repo as a CAR verifies with indigo, against the key in the DID document.
 	carBytes, err := c.GetRepo(ctx, did)

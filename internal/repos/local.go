@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"socialweb.computer/internal/firehose"
 	"socialweb.computer/internal/pds"
@@ -29,7 +30,13 @@ func Local(ctx context.Context, srv *pds.Server, ident string) (Repo, error) {
 	return &localRepo{srv: srv, did: did, handle: handle}, nil
 }
 
-func (r *localRepo) DID() string      { return r.did }
+func (r *localRepo) DID() string { return r.did }
+
+// ServiceAuth implements ServiceAuther with the account's key on the embedded PDS.
+func (r *localRepo) ServiceAuth(ctx context.Context, aud, lxm string, ttl time.Duration) (string, error) {
+	tok, err := r.srv.ServiceAuth(ctx, r.did, aud, lxm, ttl)
+	return tok, localErr(err)
+}
 func (r *localRepo) Handle() string   { return r.handle }
 func (r *localRepo) Endpoint() string { return r.srv.URL() }
 

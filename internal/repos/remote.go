@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/firehose"
@@ -30,7 +31,16 @@ func login(ctx context.Context, service, identifier, password string) (*remoteRe
 	return &remoteRepo{c: c, service: service, sess: *s}, nil
 }
 
-func (r *remoteRepo) DID() string      { return r.sess.DID }
+func (r *remoteRepo) DID() string { return r.sess.DID }
+
+// ServiceAuth implements ServiceAuther with com.atproto.server.getServiceAuth on the PDS.
+func (r *remoteRepo) ServiceAuth(ctx context.Context, aud, lxm string, ttl time.Duration) (string, error) {
+	tok, err := r.c.GetServiceAuth(ctx, aud, lxm, time.Now().Add(ttl).Unix())
+	if err != nil {
+		return "", r.err(err)
+	}
+	return tok, nil
+}
 func (r *remoteRepo) Handle() string   { return r.sess.Handle }
 func (r *remoteRepo) Endpoint() string { return r.service }
 

@@ -62,6 +62,13 @@ type Repo interface {
 	Events() EventSource
 }
 
+// ServiceAuther is a Repo that can mint atproto service-auth tokens for its account (what
+// com.atproto.server.getServiceAuth gives): a token for a call of lxm on the service aud,
+// valid for ttl (at most an hour). Both repos of this package implement it.
+type ServiceAuther interface {
+	ServiceAuth(ctx context.Context, aud, lxm string, ttl time.Duration) (string, error)
+}
+
 // Op is one record operation of a commit.
 type Op struct {
 	Action     string // create, update, delete

@@ -226,6 +226,9 @@ func (s GuestSpec) Validate() error {
 	return nil
 }
 
+// ValidSecretName reports whether name can name a secret (a file in the guest).
+func ValidSecretName(name string) bool { return nameRE.MatchString(name) }
+
 // ValidID reports whether id can name a guest.
 func ValidID(id string) bool { return idRE.MatchString(id) }
 

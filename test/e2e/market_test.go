@@ -73,7 +73,7 @@ func runBidderOn(t *testing.T, env *testenv.Env, handle string, cost int64, sub 
 		t.Fatal(err)
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Substrate: sub, Cost: cost, Capacity: bidderCapacity,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Directory: env.PDS.Directory(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = b.Run(runCtx) }()

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,32 +23,8 @@ import (
 // A contract for a vm guest is won by a bidder running qemu microVMs: Held once the guest's
 // init has started, Released with no qemu left.
 func TestACC_MarketVMGuest(t *testing.T) {
-	_, qerr := exec.LookPath("qemu-system-x86_64")
-	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "bash hack/install-guest-deps.sh")
-	img := os.Getenv("SOCIALWEB_VM_IMAGE")
-	if img == "" {
-		wd, _ := os.Getwd()
-		img = filepath.Join(wd, "..", "..", ".cache", "vm-image")
-	}
-	if _, err := image.Load(img); err != nil {
-		if len(image.Prerequisites()) > 0 {
-			substratetest.Require(t, false, "vm image", err.Error())
-		}
-		if err := image.BuildImage(context.Background(), img, os.Stderr); err != nil {
-			substratetest.Require(t, false, "vm image", err.Error())
-		}
-	}
 	env := marketEnv(t)
-	if _, err := env.PDS.CreateAccount(context.Background(), "vmbidder.test", "pw-vm"); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "guests")
-	sub, err := vm.New(vm.Config{StateDir: dir, ImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, sub, dir)
-	b := runBidderOn(t, env, "vmbidder.test", 5, sub, dir)
+	b, dir := vmBidder(t, env)
 	newContract(t, env, "vm1", func(c *v1alpha1.ComputeContract) {
 		c.Spec.ComputeKind = "vm"
 		c.Spec.UserData = "echo hello from the market\nsleep 1000\n"
@@ -66,4 +46,82 @@ func TestACC_MarketVMGuest(t *testing.T) {
 	release(t, env, "vm1")
 	waitContract(t, env, "vm1", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, dir)
+}
+
+// A vm guest's secretsRef reaches it through the market: the requester delivers it to the
+// winner, which builds it into that guest's initramfs (/run/secrets/token); the guest prints
+// its sha256 on the serial console, and the value is in no record.
+func TestACC_MarketVMGuestSecrets(t *testing.T) {
+	env := marketEnv(t)
+	b, dir := vmBidder(t, env)
+	value := fmt.Sprintf("vm-market-secret-%d", time.Now().UnixNano())
+	newSecret(t, env, "vmapp", map[string][]byte{"token": []byte(value)})
+	newContract(t, env, "vms", func(c *v1alpha1.ComputeContract) {
+		c.Spec.ComputeKind = "vm"
+		c.Spec.UserData = "echo \"secret $(sha256sum \"$SOCIALWEB_SECRETS_DIR/token\" | cut -d' ' -f1)\"\nsleep 1000\n"
+		c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "vmapp", Key: "token"}
+	})
+	var c v1alpha1.ComputeContract
+	testenv.Eventually(t, 120*time.Second, "vms Held", func() (bool, error) {
+		if err := env.Client.Get(context.Background(), key("vms"), &c); err != nil {
+			return false, err
+		}
+		if c.Status.Phase == v1alpha1.ComputeContractFailed {
+			t.Fatalf("Failed: %s", c.Status.Message)
+		}
+		return c.Status.Phase == v1alpha1.ComputeContractHeld, fmt.Errorf("%s: %s", c.Status.Phase, c.Status.Message)
+	})
+	sum := sha256.Sum256([]byte(value))
+	want := "secret " + hex.EncodeToString(sum[:])
+	testenv.Eventually(t, 60*time.Second, "the guest prints the secret's hash", func() (bool, error) {
+		l := guestLog(t, b, c.Status.Accept)
+		return strings.Contains(l, want), fmt.Errorf("serial log tail %q", tail(l, 400))
+	})
+	if l := guestLog(t, b, c.Status.Accept); strings.Contains(l, value) {
+		t.Fatal("the secret value on the serial console")
+	}
+	if bytes.Contains(pdsBytes(t, env.PDS, env.Account.DID, b.DID()), []byte(value)) {
+		t.Fatal("the secret value in a PDS record or frame")
+	}
+	release(t, env, "vms")
+	waitContract(t, env, "vms", v1alpha1.ComputeContractReleased)
+	waitNoProcs(t, dir)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// vmBidder runs a bidder on the vm substrate (qemu microVMs) for env, skipping the row when
+// qemu or the image is missing outside CI.
+func vmBidder(t *testing.T, env *testenv.Env) (*runningBidder, string) {
+	t.Helper()
+	_, qerr := exec.LookPath("qemu-system-x86_64")
+	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "bash hack/install-guest-deps.sh")
+	img := os.Getenv("SOCIALWEB_VM_IMAGE")
+	if img == "" {
+		wd, _ := os.Getwd()
+		img = filepath.Join(wd, "..", "..", ".cache", "vm-image")
+	}
+	if _, err := image.Load(img); err != nil {
+		if len(image.Prerequisites()) > 0 {
+			substratetest.Require(t, false, "vm image", err.Error())
+		}
+		if err := image.BuildImage(context.Background(), img, os.Stderr); err != nil {
+			substratetest.Require(t, false, "vm image", err.Error())
+		}
+	}
+	if _, err := env.PDS.CreateAccount(context.Background(), "vmbidder.test", "pw-vm"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "guests")
+	sub, err := vm.New(vm.Config{StateDir: dir, ImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, sub, dir)
+	return runBidderOn(t, env, "vmbidder.test", 5, sub, dir), dir
 }

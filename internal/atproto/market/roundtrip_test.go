@@ -130,3 +130,19 @@ func TestDecodeReportsWhy(t *testing.T) {
 		t.Fatalf("missing mem: %v", err)
 	}
 }
+
+func TestDeliverSecretsRoundTrip(t *testing.T) {
+	for name, tc := range map[string]struct {
+		json string
+		v    any
+	}{
+		"input":  {`{"accept":"at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/com.publicdomainrelay.temp.market.accept/3jzfcijpj2z2a","secrets":[{"name":"token","value":"c2VjcmV0"}]}`, new(DeliverSecretsInput)},
+		"output": {`{"delivered":1}`, new(DeliverSecretsOutput)},
+	} {
+		t.Run(name, func(t *testing.T) { lextest.RoundTrip(t, []byte(tc.json), tc.v) })
+	}
+	vm, err := DecodeComputeVM(lextest.Fixtures(t, fixtures, ComputeVMNSID)[ComputeVMNSID])
+	if err != nil || len(vm.Secrets) != 2 || vm.Secrets[0] != "token" {
+		t.Fatalf("compute.vm secrets: %+v %v", vm, err)
+	}
+}

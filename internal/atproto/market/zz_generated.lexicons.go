@@ -10,6 +10,7 @@
 //   - com.publicdomainrelay.temp.market.compute.events.vm.onNetwork
 //   - com.publicdomainrelay.temp.market.compute.events.vm.started
 //   - com.publicdomainrelay.temp.market.compute.vm
+//   - com.publicdomainrelay.temp.market.deliverSecrets
 //   - com.publicdomainrelay.temp.market.event
 //   - com.publicdomainrelay.temp.market.offering
 //   - com.publicdomainrelay.temp.market.policies.onlyMe
@@ -49,6 +50,8 @@ const (
 	ComputeVMNSID            = "com.publicdomainrelay.temp.market.compute.vm"
 	ComputeVMComputeKindVM   = "vm"
 	ComputeVMComputeKindDeno = "deno"
+	// DeliverSecretsNSID is the NSID of the DeliverSecrets procedure.
+	DeliverSecretsNSID = "com.publicdomainrelay.temp.market.deliverSecrets"
 	// EventNSID is the collection of Event records.
 	EventNSID = "com.publicdomainrelay.temp.market.event"
 	// OfferingNSID is the collection of Offering records.
@@ -405,6 +408,11 @@ type ComputeVM struct {
 	// What the guest is for, e.g. node for a tenant-cluster node. (at most 64
 	// bytes)
 	Role *string `json:"role,omitempty"`
+	// Names of the secrets the requester hands the winner point to point
+	// (com.publicdomainrelay.temp.market.deliverSecrets at the offering's
+	// endpointUrl) before the guest boots. Names only: a value never appears in a
+	// record. (at most 64 items)
+	Secrets []string `json:"secrets,omitzero"`
 	// cloud-init user_data, or the program for deno. Public: never a secret. (at
 	// most 65536 bytes)
 	UserData *string `json:"user_data,omitempty"`
@@ -464,6 +472,35 @@ type ComputeVMPort struct {
 	Name string `json:"name"`
 	// The port the guest listens on. (Required; minimum 1; maximum 65535)
 	Port int64 `json:"port"`
+}
+
+// DeliverSecretsInput is the input of
+// com.publicdomainrelay.temp.market.deliverSecrets. Served by a bidder at its
+// offering's endpointUrl: the requester of an accepted contract hands the
+// winner the secrets its compute.vm payload names, for that contract's guest
+// only. Authenticated by atproto service auth (iss the accept's author, aud
+// the bidder's DID, lxm this NSID). (application/json).
+type DeliverSecretsInput struct {
+	// The requester's accept of the bidder's bid. (Required; format at-uri)
+	Accept string `json:"accept"`
+	// (Required; at most 64 items)
+	Secrets []DeliverSecretsSecret `json:"secrets"`
+}
+
+// DeliverSecretsOutput is the output of
+// com.publicdomainrelay.temp.market.deliverSecrets (application/json).
+type DeliverSecretsOutput struct {
+	// How many secrets the guest will get. (Required; minimum 0)
+	Delivered int64 `json:"delivered"`
+}
+
+// DeliverSecretsSecret is
+// com.publicdomainrelay.temp.market.deliverSecrets#secret.
+type DeliverSecretsSecret struct {
+	// (Required; at most 253 bytes)
+	Name string `json:"name"`
+	// The value, standard base64. (Required; at most 87382 bytes)
+	Value string `json:"value"`
 }
 
 // Event is a com.publicdomainrelay.temp.market.event record (key tid).

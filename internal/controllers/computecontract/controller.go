@@ -6,6 +6,7 @@ package computecontract
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -236,6 +237,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			st.Events = append(st.Events, v1alpha1.ContractEvent{URI: e.URI, Type: shortKind(e.Kind), At: &t})
 		}
 	}
+	s.SecretsWanted = obj.Spec.SecretsRef != nil
+	s.SecretsDelivered = meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.ConditionSecretsDelivered))
 	// Bids seen, for the status.
 	st.Bids = st.Bids[:0]
 	for _, b := range s.Bids {
@@ -253,7 +256,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	switch d.Action {
 	case market.ActRFP:
-		uri, err := r.writeRFP(ctx, repo, &obj, policyNSID)
+		var names []string
+		if obj.Spec.SecretsRef != nil {
+			vals, err := r.readSecrets(ctx, &obj)
+			var se *SecretError
+			if errors.As(err, &se) {
+				// No rfp until the Secret is there: a winner would wait for values we cannot send.
+				r.secretsCondition(&obj, metav1.ConditionFalse, ReasonSecretUnavailable, se.Error())
+				_, werr := r.write(ctx, orig, &obj, market.Decision{Phase: v1alpha1.ComputeContractPending, Reason: ReasonSecretUnavailable, Message: se.Error()})
+				return reconcile.Result{RequeueAfter: 2 * time.Second}, werr
+			}
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			names = secretNames(vals)
+			r.secretsCondition(&obj, metav1.ConditionFalse, ReasonAwaitingReceipt, fmt.Sprintf("%d secret(s) to deliver to the winner once its receipt binds", len(names)))
+		}
+		uri, err := r.writeRFP(ctx, repo, &obj, policyNSID, names)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -279,6 +298,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		st.Accept, st.Winner = res.URI, w.Bidder
 		r.Index.Own(res.URI, key)
 		r.addEvent(st, evAccept, res.URI, now)
+	case market.ActDeliverSecrets:
+		err := r.deliver(ctx, repo, &obj)
+		if err == nil {
+			s.SecretsDelivered = true
+			d = market.Next(s)
+			break
+		}
+		var se *SecretError
+		var de *DeliveryError
+		switch {
+		case errors.As(err, &se):
+			r.secretsCondition(&obj, metav1.ConditionFalse, ReasonSecretUnavailable, se.Error())
+		case errors.As(err, &de):
+			r.secretsCondition(&obj, metav1.ConditionFalse, ReasonDeliveryFailed, de.Error())
+		default:
+			return reconcile.Result{}, err
+		}
+		// Retried (d.RequeueAfter, at most a second) until the ready deadline.
 	case market.ActDelete:
 		reason := "released"
 		if obj.Spec.Release != nil && obj.Spec.Release.Reason != "" {
@@ -315,6 +352,26 @@ func guestPorts(ps []mk.ComputeEventsVMOnNetworkPortBinding) []v1alpha1.GuestPor
 		out = append(out, v1alpha1.GuestPort{Name: p.Name, GuestPort: int32(p.Guest), HostPort: int32(p.Host)})
 	}
 	return out
+}
+
+// deliver sends the contract's secrets to the winner and records the condition.
+func (r *Reconciler) deliver(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract) error {
+	vals, err := r.readSecrets(ctx, obj)
+	if err != nil {
+		return err
+	}
+	winner := obj.Status.Winner
+	if err := deliverSecrets(ctx, repo, r.Index.Endpoint(winner), winner, obj.Status.Accept, vals); err != nil {
+		return err
+	}
+	r.secretsCondition(obj, metav1.ConditionTrue, ReasonDelivered, fmt.Sprintf("%d secret(s) delivered to %s", len(vals), winner))
+	r.Log.Info("computecontract_secrets_delivered", "contract", obj.Namespace+"/"+obj.Name, "winner", winner, "count", len(vals))
+	return nil
+}
+
+func (r *Reconciler) secretsCondition(obj *v1alpha1.ComputeContract, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionSecretsDelivered),
+		Status: status, Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
 }
 
 func lastEventURI(st *v1alpha1.ComputeContractStatus, uri string) bool {
@@ -366,12 +423,13 @@ func fetchOwn(ctx context.Context, repo repos.Repo, uri string) (*repos.Record, 
 }
 
 // writeRFP writes the compute.vm payload, the policy record and the rfp naming both.
-func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string) (string, error) {
+// secrets are the names (never the values) of the secrets the winner will be handed.
+func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string, secrets []string) (string, error) {
 	kind := string(obj.Spec.ComputeKind)
 	if kind == "" {
 		kind = mk.ComputeVMComputeKindVM
 	}
-	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256}
+	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256, Secrets: secrets}
 	if obj.Spec.UserData != "" {
 		ud := obj.Spec.UserData
 		vm.UserData = &ud

@@ -27,6 +27,7 @@ type Index struct {
 	mu        sync.Mutex
 	following map[string]*follower
 	offerings map[string]bool                  // DID -> live offering for compute.vm
+	endpoints map[string]string                // DID -> its offering's endpointUrl
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
@@ -98,7 +99,7 @@ func (x *Index) CaughtUp(endpoint string) bool {
 
 func (x *Index) init() {
 	if x.following == nil {
-		x.following, x.offerings = map[string]*follower{}, map[string]bool{}
+		x.following, x.offerings, x.endpoints = map[string]*follower{}, map[string]bool{}, map[string]string{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
 	}
@@ -142,10 +143,11 @@ func (x *Index) handle(ctx context.Context, ev repos.Event) {
 }
 
 func (x *Index) onOffering(ctx context.Context, did, uri, action string) {
-	live := false
+	live, endpoint := false, ""
 	if action != "delete" {
 		if rec, err := x.Fetch.Get(ctx, uri); err == nil {
 			if o, err := mk.DecodeOffering(rec.Value); err == nil {
+				endpoint = o.EndpointURL
 				for _, a := range o.AppliesTo {
 					live = live || a == mk.ComputeVMNSID
 				}
@@ -154,6 +156,7 @@ func (x *Index) onOffering(ctx context.Context, did, uri, action string) {
 	}
 	x.mu.Lock()
 	x.offerings[did] = live
+	x.endpoints[did] = endpoint
 	var keys []types.NamespacedName
 	for _, k := range x.owners { // the bidder set of every contract may have changed
 		keys = append(keys, k)
@@ -226,6 +229,13 @@ func (x *Index) Offerings() []string {
 		}
 	}
 	return out
+}
+
+// Endpoint is the endpointUrl of did's offering ("" when none was seen).
+func (x *Index) Endpoint(did string) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.endpoints[did]
 }
 
 // Bids on an rfp.

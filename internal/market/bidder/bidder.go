@@ -12,14 +12,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/identity"
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/serviceauth"
 	"socialweb.computer/internal/substrate"
 )
 
@@ -36,9 +41,16 @@ type Config struct {
 	Free     bool
 	// Capacity is how many guests it runs at once (0: 8).
 	Capacity int
-	// ReadyTimeout bounds the wait for a booted guest to run (0: 60 s).
+	// ReadyTimeout bounds the wait for a booted guest to run (0: 60 s), and the wait for the
+	// secrets of a contract that names some.
 	ReadyTimeout time.Duration
-	Log          *slog.Logger
+	// Directory resolves requesters' DIDs to their keys, to verify the service-auth token of
+	// a deliverSecrets call. With it the bidder serves deliverSecrets on Listen (default
+	// 127.0.0.1:0) and publishes that URL as its offering's endpointUrl; without it it serves
+	// nothing, publishes its PDS, and does not bid on rfps whose payload names secrets.
+	Directory identity.Directory
+	Listen    string
+	Log       *slog.Logger
 }
 
 // Bidder is one running bidder.
@@ -55,7 +67,12 @@ type Bidder struct {
 	// pending are bids not yet accepted (bid uri -> when), each holding a place for
 	// BidHold so that a burst of rfps is not bid on beyond capacity.
 	pending map[string]time.Time
-	wg      sync.WaitGroup
+	// awaiting are accepted contracts whose guest waits for its secrets (accept uri ->).
+	awaiting  map[string]*awaiting
+	delivered map[string]deliveredTo // accept uri -> delivered secrets
+	verifier  *serviceauth.Verifier
+	endpoint  string
+	wg        sync.WaitGroup
 }
 
 // New returns a bidder; Run starts it.
@@ -74,7 +91,14 @@ func New(cfg Config) *Bidder {
 	}
 	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}}
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{}}
+}
+
+// EndpointURL is the URL published in the offering once Run wrote it ("" before).
+func (b *Bidder) EndpointURL() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.endpoint
 }
 
 // DID is the bidder's DID.
@@ -89,10 +113,22 @@ func GuestID(acceptURI string) string {
 // Run writes the offering, recovers its state from its repo and the substrate, and follows
 // the firehose until ctx ends. Guests keep running after it returns (Stop ends them).
 func (b *Bidder) Run(ctx context.Context) error {
-	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: now(), EndpointURL: b.cfg.Repo.Endpoint()}
+	endpoint := b.cfg.Repo.Endpoint()
+	if b.cfg.Directory != nil {
+		b.verifier = serviceauth.New(serviceauth.Config{Directory: b.cfg.Directory, Audiences: []string{b.DID()}})
+		u, err := b.serveSecrets(ctx)
+		if err != nil {
+			return err
+		}
+		endpoint = u
+	}
+	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: now(), EndpointURL: endpoint}
 	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
 		return fmt.Errorf("offering: %w", err)
 	}
+	b.mu.Lock()
+	b.endpoint = endpoint
+	b.mu.Unlock()
 	if err := b.recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -243,6 +279,14 @@ func (b *Bidder) evaluate(ctx context.Context, rfp *mk.RFP) (*mk.ComputeVM, erro
 	if kind != b.cfg.Substrate.Kind() {
 		return nil, fmt.Errorf("computeKind %s not served (%s)", kind, b.cfg.Substrate.Kind())
 	}
+	if len(vm.Secrets) > 0 && b.cfg.Directory == nil {
+		return nil, fmt.Errorf("the payload names %d secret(s) and this bidder serves no deliverSecrets endpoint", len(vm.Secrets))
+	}
+	for _, n := range vm.Secrets {
+		if !substrate.ValidSecretName(n) {
+			return nil, fmt.Errorf("secret name %q cannot name a file in the guest", n)
+		}
+	}
 	if err := readPolicy(ctx, b.cfg.Fetch, rfp.Policy.URI).Allows(market.Candidate{Bidder: b.DID(), CPUs: vm.Cpus}); err != nil {
 		return nil, err
 	}
@@ -382,11 +426,14 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	for _, p := range vm.Ports {
 		spec.Ports = append(spec.Ports, substrate.Port{Name: p.Name, Guest: int(p.Port)})
 	}
+	receipt := mk.Receipt{Accept: atrepo.StrongRef{URI: uri, CID: rec.CID}, Bid: acc.Bid, CID: rec.CID, RFP: acc.RFP}
+	if len(vm.Secrets) > 0 {
+		return b.acceptWithSecrets(ctx, uri, spec, receipt, vm.Secrets)
+	}
 	if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
 		return fmt.Errorf("boot: %w", err)
 	}
-	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), mk.Receipt{
-		Accept: atrepo.StrongRef{URI: uri, CID: rec.CID}, Bid: acc.Bid, CID: rec.CID, RFP: acc.RFP})
+	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
 	if err != nil {
 		b.stop(ctx, id)
 		return fmt.Errorf("receipt: %w", err)
@@ -397,23 +444,7 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
-		defer cancel()
-		gs, err := substrate.WaitRunning(wctx, b.cfg.Substrate, id)
-		if err != nil || gs.Phase != substrate.Running {
-			if ctx.Err() == nil {
-				b.finish(ctx, id, rc, fmt.Sprintf("guest did not start: %v %s", err, gs.Message))
-			}
-			return
-		}
-		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMStarted: &mk.ComputeEventsVMStarted{}}); err != nil {
-			b.log.Warn("event", "err", err)
-		}
-		if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: onNetwork(gs)}); err != nil {
-			b.log.Warn("event", "err", err)
-		}
-		b.log.Info("market_started", "accept", uri, "guest", id)
-		b.watchEnd(ctx, id, rc)
+		b.started(ctx, uri, id, rc)
 	}()
 	return nil
 }
@@ -426,6 +457,88 @@ func onNetwork(gs substrate.GuestStatus) *mk.ComputeEventsVMOnNetwork {
 		n.Ports = append(n.Ports, mk.ComputeEventsVMOnNetworkPortBinding{Name: p.Name, Guest: int64(p.Guest), Host: int64(p.Host)})
 	}
 	return n
+}
+
+// acceptWithSecrets answers an accept whose payload names secrets: the receipt first (the
+// requester delivers once it binds), then, once deliverSecrets handed the values over, the
+// guest boots with them. No secret by ReadyTimeout ends the contract.
+func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substrate.GuestSpec, receipt mk.Receipt, names []string) error {
+	requester, _, _, err := feed.ParseURI(uri)
+	if err != nil {
+		return err
+	}
+	sorted := slices.Clone(names)
+	sort.Strings(sorted)
+	a := &awaiting{requester: requester, names: sorted, got: make(chan map[string][]byte, 1), stop: make(chan struct{})}
+	b.mu.Lock()
+	b.awaiting[uri] = a
+	b.mu.Unlock()
+	forget := func() {
+		b.mu.Lock()
+		delete(b.awaiting, uri)
+		b.mu.Unlock()
+	}
+	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
+	if err != nil {
+		forget()
+		return fmt.Errorf("receipt: %w", err)
+	}
+	b.mu.Lock()
+	b.receipts[uri], b.active[rc.URI] = rc, true
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer forget()
+		t := time.NewTimer(b.cfg.ReadyTimeout)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.stop:
+			return
+		case <-t.C:
+			b.finish(ctx, spec.ID, rc, fmt.Sprintf("the requester delivered no secrets within %s", b.cfg.ReadyTimeout))
+			return
+		case vals := <-a.got:
+			b.mu.Lock()
+			ended := b.ended[rc.URI]
+			b.mu.Unlock()
+			if ended {
+				return
+			}
+			spec.Secrets = vals
+		}
+		if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
+			b.finish(ctx, spec.ID, rc, fmt.Sprintf("boot: %v", err))
+			return
+		}
+		spec.Secrets = nil
+		b.started(ctx, uri, spec.ID, rc)
+	}()
+	return nil
+}
+
+// started waits for a booted guest to run, writes vm.started and vm.onNetwork, and watches
+// for its end.
+func (b *Bidder) started(ctx context.Context, uri, id string, rc atrepo.StrongRef) {
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	defer cancel()
+	gs, err := substrate.WaitRunning(wctx, b.cfg.Substrate, id)
+	if err != nil || gs.Phase != substrate.Running {
+		if ctx.Err() == nil {
+			b.finish(ctx, id, rc, fmt.Sprintf("guest did not start: %v %s", err, gs.Message))
+		}
+		return
+	}
+	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMStarted: &mk.ComputeEventsVMStarted{}}); err != nil {
+		b.log.Warn("event", "err", err)
+	}
+	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: onNetwork(gs)}); err != nil {
+		b.log.Warn("event", "err", err)
+	}
+	b.log.Info("market_started", "accept", uri, "guest", id)
+	b.watchEnd(ctx, id, rc)
 }
 
 // watchEnd reports a guest that ends by itself.
@@ -461,6 +574,11 @@ func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, rea
 	}
 	b.ended[rc.URI] = true
 	delete(b.active, rc.URI)
+	for acc, r := range b.receipts {
+		if r.URI == rc.URI {
+			delete(b.delivered, acc)
+		}
+	}
 	b.mu.Unlock()
 	b.stop(ctx, id)
 	if len(reason) > 256 {
@@ -503,6 +621,12 @@ func (b *Bidder) onEvent(ctx context.Context, uri string) error {
 		return nil
 	}
 	b.finish(ctx, GuestID(acceptURI), rc, "released on request")
+	b.mu.Lock()
+	if a := b.awaiting[acceptURI]; a != nil && !a.stopped { // released before its secrets came
+		a.stopped = true
+		close(a.stop)
+	}
+	b.mu.Unlock()
 	return nil
 }
 

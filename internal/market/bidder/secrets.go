@@ -1,0 +1,184 @@
+package bidder
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/serviceauth"
+	"socialweb.computer/internal/substrate"
+)
+
+// awaiting is an accepted contract whose guest waits for its secrets.
+type awaiting struct {
+	requester string   // the accept's author: the only DID allowed to deliver
+	names     []string // the names the payload declared, sorted
+	got       chan map[string][]byte
+	delivered bool
+	stop      chan struct{} // closed when the contract is released before delivery
+	stopped   bool
+}
+
+// deliveredTo is an accept whose secrets were delivered, kept until its contract ends so a
+// repeated delivery is answered as the first was.
+type deliveredTo struct {
+	requester string
+	count     int
+}
+
+// maxSecretsBody bounds a deliverSecrets request (64 values of 64 KiB, base64, and JSON).
+const maxSecretsBody = 6 << 20
+
+// xrpcError is an XRPC error answer: its status, name and message.
+type xrpcError struct {
+	status        int
+	name, message string
+}
+
+func (e *xrpcError) Error() string { return e.name + ": " + e.message }
+
+func xerr(status int, name, format string, a ...any) *xrpcError {
+	return &xrpcError{status: status, name: name, message: fmt.Sprintf(format, a...)}
+}
+
+// serveSecrets listens on cfg.Listen and serves the deliverSecrets procedure until ctx ends.
+// It returns the endpoint URL to publish in the offering.
+func (b *Bidder) serveSecrets(ctx context.Context) (string, error) {
+	addr := b.cfg.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("secrets endpoint: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/xrpc/"+mk.DeliverSecretsNSID, b.handleDeliver)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (b *Bidder) handleDeliver(w http.ResponseWriter, r *http.Request) {
+	n, err := b.deliver(r)
+	if err != nil {
+		var xe *xrpcError
+		if !errors.As(err, &xe) {
+			xe = xerr(http.StatusInternalServerError, "InternalServerError", "%v", err)
+		}
+		// The message names the refusal, never a value.
+		b.log.Warn("market_secrets_refused", "reason", xe.name, "message", xe.message)
+		writeJSON(w, xe.status, map[string]string{"error": xe.name, "message": xe.message})
+		return
+	}
+	writeJSON(w, http.StatusOK, mk.DeliverSecretsOutput{Delivered: int64(n)})
+}
+
+// deliver checks one deliverSecrets call and hands its values to the waiting guest.
+func (b *Bidder) deliver(r *http.Request) (int, error) {
+	if r.Method != http.MethodPost {
+		return 0, xerr(http.StatusMethodNotAllowed, "InvalidRequest", "%s is a procedure: POST it", mk.DeliverSecretsNSID)
+	}
+	authz := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(authz, "Bearer ")
+	if !ok || tok == "" {
+		return 0, xerr(http.StatusUnauthorized, "AuthMissing", "a service-auth token from the contract's requester is required (Authorization: Bearer)")
+	}
+	claims, err := b.verifier.Verify(r.Context(), tok, mk.DeliverSecretsNSID)
+	if err != nil {
+		var se *serviceauth.Error
+		if errors.As(err, &se) {
+			return 0, xerr(http.StatusUnauthorized, se.Name, "%s", se.Message)
+		}
+		return 0, xerr(http.StatusUnauthorized, "InvalidToken", "%v", err)
+	}
+	var in mk.DeliverSecretsInput
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxSecretsBody))
+	if err := dec.Decode(&in); err != nil {
+		return 0, xerr(http.StatusBadRequest, "InvalidRequest", "body is not a deliverSecrets input: %s", jsonReason(err))
+	}
+	b.mu.Lock()
+	a := b.awaiting[in.Accept]
+	done, wasDelivered := b.delivered[in.Accept]
+	b.mu.Unlock()
+	if a == nil && wasDelivered {
+		if claims.Issuer.String() != done.requester {
+			return 0, xerr(http.StatusForbidden, "NotRequester", "the token's issuer %s is not the author of the accept (%s)", claims.Issuer, done.requester)
+		}
+		// Delivered before (the requester may not have recorded our answer): taken, nothing
+		// changes; the values of this call are dropped.
+		return done.count, nil
+	}
+	if a == nil {
+		return 0, xerr(http.StatusBadRequest, "UnknownAccept", "no accept of a bid of %s waits for secrets: %s", b.DID(), in.Accept)
+	}
+	if claims.Issuer.String() != a.requester {
+		return 0, xerr(http.StatusForbidden, "NotRequester", "the token's issuer %s is not the author of the accept (%s)", claims.Issuer, a.requester)
+	}
+	vals := make(map[string][]byte, len(in.Secrets))
+	names := make([]string, 0, len(in.Secrets))
+	for _, s := range in.Secrets {
+		if !substrate.ValidSecretName(s.Name) {
+			return 0, xerr(http.StatusBadRequest, "InvalidSecrets", "secret name %q: want [A-Za-z0-9][A-Za-z0-9_-]*, at most 63", s.Name)
+		}
+		if _, dup := vals[s.Name]; dup {
+			return 0, xerr(http.StatusBadRequest, "InvalidSecrets", "secret %q given twice", s.Name)
+		}
+		v, err := base64.StdEncoding.DecodeString(s.Value)
+		if err != nil {
+			return 0, xerr(http.StatusBadRequest, "InvalidSecrets", "secret %q: value is not standard base64", s.Name)
+		}
+		vals[s.Name] = v
+		names = append(names, s.Name)
+	}
+	sort.Strings(names)
+	if !slices.Equal(names, a.names) {
+		return 0, xerr(http.StatusBadRequest, "InvalidSecrets", "secrets %v given, the payload names %v", names, a.names)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !a.delivered {
+		a.delivered = true
+		a.got <- vals
+		b.delivered[in.Accept] = deliveredTo{requester: a.requester, count: len(vals)}
+		b.log.Info("market_secrets_delivered", "accept", in.Accept, "requester", a.requester, "count", len(vals))
+	}
+	return len(vals), nil
+}
+
+func jsonReason(err error) string {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return fmt.Sprintf("larger than %d bytes", mbe.Limit)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d", se.Offset) // never the input itself
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %s: want %s", te.Field, te.Type)
+	}
+	return "unreadable"
+}
