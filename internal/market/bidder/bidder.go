@@ -340,18 +340,25 @@ func readPolicy(ctx context.Context, f feed.Fetcher, uri string) market.Policy {
 	return p
 }
 
-func (b *Bidder) onRFP(ctx context.Context, uri string) error {
+// fetchUnhandled reads the record at uri for a handler, unless handled (called under b.mu)
+// says it was dealt with already. It returns nil, nil then, and for a record that is gone.
+func (b *Bidder) fetchUnhandled(ctx context.Context, uri string, handled func() bool) (*repos.Record, error) {
 	b.mu.Lock()
-	_, done := b.bids[uri]
+	done := handled()
 	b.mu.Unlock()
 	if done {
-		return nil
+		return nil, nil
 	}
 	rec, err := b.cfg.Fetch.Get(ctx, uri)
 	if errors.Is(err, repos.ErrNotFound) {
-		return nil
+		return nil, nil
 	}
-	if err != nil {
+	return rec, err
+}
+
+func (b *Bidder) onRFP(ctx context.Context, uri string) error {
+	rec, err := b.fetchUnhandled(ctx, uri, func() bool { _, ok := b.bids[uri]; return ok })
+	if rec == nil || err != nil {
 		return err
 	}
 	rfp, err := mk.DecodeRFP(rec.Value)
@@ -381,17 +388,8 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 }
 
 func (b *Bidder) onAccept(ctx context.Context, uri string) error {
-	b.mu.Lock()
-	_, done := b.receipts[uri]
-	b.mu.Unlock()
-	if done {
-		return nil
-	}
-	rec, err := b.cfg.Fetch.Get(ctx, uri)
-	if errors.Is(err, repos.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	rec, err := b.fetchUnhandled(ctx, uri, func() bool { _, ok := b.receipts[uri]; return ok })
+	if rec == nil || err != nil {
 		return err
 	}
 	acc, err := mk.DecodeAccept(rec.Value)
@@ -591,11 +589,8 @@ func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, rea
 }
 
 func (b *Bidder) onEvent(ctx context.Context, uri string) error {
-	rec, err := b.cfg.Fetch.Get(ctx, uri)
-	if errors.Is(err, repos.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	rec, err := b.fetchUnhandled(ctx, uri, func() bool { return false })
+	if rec == nil || err != nil {
 		return err
 	}
 	ev, err := mk.DecodeEvent(rec.Value)
