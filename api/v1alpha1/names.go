@@ -43,6 +43,9 @@ const (
 	ConditionReady ConditionType = "Ready"
 	// ConditionInSync is True when an AtprotoRecord's record in the repo matches its spec.
 	ConditionInSync ConditionType = "InSync"
+	// ConditionScaling is True on a Cluster while the node host is adding or releasing nodes;
+	// its reason is the scale decision's.
+	ConditionScaling ConditionType = "Scaling"
 )
 
 // ConditionReason is the reason of a metav1.Condition in a status of this API.

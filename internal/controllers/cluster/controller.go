@@ -137,7 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				result.RequeueAfter = time.Second
 				break
 			}
-			c.Status.Phase, c.Status.Nodes = v1alpha1.ClusterReady, int32(n)
+			// status.nodes is the node host's (internal/controllers/nodehost): the claimed
+			// nodes that are Ready. The message counts every registered node.
+			c.Status.Phase = v1alpha1.ClusterReady
 			msg := fmt.Sprintf("serving with %d nodes", n)
 			if s.Restarts > 0 {
 				msg += fmt.Sprintf("; restarted %d times, last exit: %s", s.Restarts, s.LastExit)
@@ -221,7 +223,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, stored, c *v1alpha1.Cluste
 	if equality.Semantic.DeepEqual(stored.Status, c.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(stored)); err != nil {
+	// With an optimistic lock: the node host writes the same status (condition Scaling,
+	// nodes), and a merge patch from a stale read would drop its condition.
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	return nil
