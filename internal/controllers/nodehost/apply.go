@@ -151,4 +151,3 @@ func nodesOf(claims []*v1alpha1.NodeClaim, joined map[string]bool) int32 {
 	}
 	return n
 }
-
