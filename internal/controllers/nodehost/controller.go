@@ -135,10 +135,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	key := tenant.Key{Namespace: req.Namespace, Name: req.Name}
 	var c v1alpha1.Cluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.watches.stop(key)
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		// Gone (its teardown can end before a reconcile saw it deleting), or never there:
+		// its claims have no cluster to join.
+		r.watches.stop(key)
+		return reconcile.Result{}, r.releaseOrphans(ctx, req.NamespacedName)
 	}
 	p := &pass{cluster: &c, stored: c.DeepCopy(), key: key}
 	claims, err := r.claimsOf(ctx, &c)
@@ -185,11 +188,17 @@ const (
 
 // claimsOf lists the Cluster's NodeClaims from the API server.
 func (r *Reconciler) claimsOf(ctx context.Context, c *v1alpha1.Cluster) ([]*v1alpha1.NodeClaim, error) {
+	return r.claimsNaming(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
+}
+
+// claimsNaming lists the NodeClaims whose clusterRef names want, from the API server. Claims
+// live in their Cluster's namespace (the node host creates them there); a claim elsewhere
+// naming this Cluster is not looked for.
+func (r *Reconciler) claimsNaming(ctx context.Context, want types.NamespacedName) ([]*v1alpha1.NodeClaim, error) {
 	var list v1alpha1.NodeClaimList
-	if err := r.reader().List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
+	if err := r.reader().List(ctx, &list, client.InNamespace(want.Namespace)); err != nil {
 		return nil, err
 	}
-	want := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	var out []*v1alpha1.NodeClaim
 	for i := range list.Items {
 		if clusterKey(&list.Items[i]) == want {

@@ -71,7 +71,10 @@ func TestPodOf(t *testing.T) {
 			scale.Pod{Name: "default/a", Node: "n1"}},
 		{"a DaemonSet's pod", pod("a", all(unschedulable, ownedBy("DaemonSet"))),
 			scale.Pod{Name: "default/a", Daemon: true, Unschedulable: true, PendingSince: t0}},
-		{"a mirror pod", pod("a", func(p *corev1.Pod) { p.Annotations = map[string]string{mirrorPodAnnotation: "x"}; p.Spec.NodeName = "n1" }),
+		{"a mirror pod", pod("a", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{mirrorPodAnnotation: "x"}
+			p.Spec.NodeName = "n1"
+		}),
 			scale.Pod{Name: "default/a", Node: "n1", Daemon: true}},
 		{"a Job's pod", pod("a", all(unschedulable, ownedBy("Job"))),
 			scale.Pod{Name: "default/a", Job: true, Unschedulable: true, PendingSince: t0}},

@@ -446,3 +446,31 @@ func TestNodeHost_RunningFalseReleasesEveryClaim(t *testing.T) {
 		}
 	}
 }
+
+// Deleting the Cluster deletes every claim (its control plane and store go with the Cluster
+// controller's teardown), and the Cluster goes; a claim made afterwards naming it is deleted.
+func TestNodeHost_ClusterDeleteReleasesEveryClaim(t *testing.T) {
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 4, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
+	r.pod("a")
+	r.pod("b")
+	r.unschedulable("a")
+	r.unschedulable("b")
+	r.waitClaims(2, 30*time.Second)
+	if err := r.c.Delete(context.Background(), r.cluster); err != nil {
+		t.Fatal(err)
+	}
+	r.waitClaims(0, 30*time.Second)
+	r.eventually(60*time.Second, "Cluster gone", func() (bool, string) {
+		var c v1alpha1.Cluster
+		err := r.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "c1"}, &c)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	r.stayClaims(0, 2*time.Second)
+	// A claim naming a Cluster that does not exist has no cluster to join: it is deleted.
+	stray := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stray"},
+		Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: "c1"}, NodeName: "node-stray", OwnerDid: owner}}
+	if err := r.c.Create(context.Background(), stray); err != nil {
+		t.Fatal(err)
+	}
+	r.waitClaims(0, 30*time.Second)
+}
