@@ -28,6 +28,8 @@ const ControllerName = "nodehost"
 var (
 	// ErrNoTenants: the node host was set up without a way to reach tenant clusters.
 	ErrNoTenants = errors.New("node host: no tenant clusters to reach")
+	// ErrStopped: the controller is stopping; no tenant watch starts.
+	ErrStopped = errors.New("node host: stopping")
 )
 
 // Reconciler reconciles Clusters: it decides their size and writes their NodeClaims.

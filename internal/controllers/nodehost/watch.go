@@ -70,6 +70,8 @@ type watches struct {
 
 	mu sync.Mutex
 	by map[tenant.Key]*tenantWatch
+	// closed: the controller stopped; no watch starts again.
+	closed bool
 }
 
 // ensure returns the watch of the Cluster's current instance, starting it (and stopping a
@@ -81,6 +83,9 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 	defer ws.mu.Unlock()
 	if w := ws.by[k]; w != nil && w.instance == c.Status.Instance {
 		return w, nil
+	}
+	if ws.closed {
+		return nil, ErrStopped
 	}
 	cfg, err := ws.tenants.AdminConfig(k)
 	if err != nil {
@@ -154,10 +159,22 @@ func (ws *watches) setState(w *tenantWatch, st scale.State) {
 
 // source hands the controller's queue to the watches: a tenant change adds the Cluster to
 // the queue directly, so no wake-up is ever dropped and repeated ones coalesce.
-func (ws *watches) source(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+// When the controller stops, every tenant watch stops with it: an open watch would hold a
+// tenant apiserver's graceful shutdown until its timeout.
+func (ws *watches) source(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	ws.mu.Lock()
 	ws.queue = q
 	ws.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		for k, w := range ws.by {
+			w.cancel()
+			delete(ws.by, k)
+		}
+		ws.queue, ws.closed = nil, true
+	}()
 	return nil
 }
 
