@@ -474,3 +474,22 @@ func TestNodeHost_ClusterDeleteReleasesEveryClaim(t *testing.T) {
 	}
 	r.waitClaims(0, 30*time.Second)
 }
+
+// A claim that Failed will never give its node: the node host deletes it, and the pod that
+// still waits claims a node again, under a new node name.
+func TestNodeHost_FailedClaimIsReplaced(t *testing.T) {
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 1, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
+	r.pod("a")
+	r.unschedulable("a")
+	first := r.waitClaims(1, 30*time.Second)[0]
+	first.Status.Phase = v1alpha1.NodeClaimFailed
+	first.Status.Message = "set by the test"
+	if err := r.c.Status().Update(context.Background(), &first); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually(30*time.Second, "a new claim in place of the failed one", func() (bool, string) {
+		got := r.claims()
+		return len(got) == 1 && got[0].UID != first.UID && got[0].Spec.NodeName != first.Spec.NodeName, fmt.Sprint(names(got))
+	})
+	r.stayClaims(1, 2*time.Second)
+}
