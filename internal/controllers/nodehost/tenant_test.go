@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/cluster"
@@ -67,11 +68,39 @@ func TestMain(m *testing.M) {
 }
 
 type rig struct {
-	t       *testing.T
-	c       client.Client
-	tenants *tenant.Manager
-	cluster *v1alpha1.Cluster
-	tc      kubernetes.Interface
+	t            *testing.T
+	env          *testenv.Env
+	c            client.Client
+	tenants      *tenant.Manager
+	cluster      *v1alpha1.Cluster
+	tc           kubernetes.Interface
+	nodeHost     nodehost.Options
+	stopNodeHost func()
+}
+
+// run starts a manager with what setup registers until the test ends (or the returned stop).
+func (r *rig) run(setup func(crmanager.Manager) error) (stop func()) {
+	r.t.Helper()
+	m, err := ctrlmanager.New(r.env.Config, ctrlmanager.Options{SkipNameValidation: true, Logger: quiet()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := setup(m); err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = m.Start(ctx) }()
+	stop = func() { cancel(); <-stopped }
+	r.t.Cleanup(stop)
+	return stop
+}
+
+// restartNodeHost stops the node host and starts a new one: its memory is gone.
+func (r *rig) restartNodeHost() {
+	r.t.Helper()
+	r.stopNodeHost()
+	r.stopNodeHost = r.run(func(m crmanager.Manager) error { return nodehost.Setup(m, r.nodeHost) })
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -98,28 +127,19 @@ func newRig(t *testing.T, spec v1alpha1.ClusterSpec, o nodehost.Options) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ctrlmanager.New(env.Config, ctrlmanager.Options{SkipNameValidation: true, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Setup(m, nil, tenants, ""); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(tenants.Shutdown)
+	r := &rig{t: t, env: env, c: env.Client, tenants: tenants}
+	r.run(func(m crmanager.Manager) error { return cluster.Setup(m, nil, tenants, "") })
 	o.Tenants, o.Log = tenants, quiet()
-	if err := nodehost.Setup(m, o); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = m.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-stopped; tenants.Shutdown() })
+	r.nodeHost = o
+	r.stopNodeHost = r.run(func(m crmanager.Manager) error { return nodehost.Setup(m, r.nodeHost) })
 
 	spec.Account, spec.Name, spec.Running = owner, "c1", true
 	cl := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}, Spec: spec}
 	if err := env.Client.Create(context.Background(), cl); err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, c: env.Client, tenants: tenants, cluster: cl}
+	r.cluster = cl
 	r.eventually(90*time.Second, "Cluster Ready", func() (bool, string) {
 		r.get()
 		return r.cluster.Status.Phase == v1alpha1.ClusterReady, string(r.cluster.Status.Phase)
@@ -492,4 +512,31 @@ func TestNodeHost_FailedClaimIsReplaced(t *testing.T) {
 		return len(got) == 1 && got[0].UID != first.UID && got[0].Spec.NodeName != first.Spec.NodeName, fmt.Sprint(names(got))
 	})
 	r.stayClaims(1, 2*time.Second)
+}
+
+// What a restart of the node host costs: the only memory, when each node was first seen
+// empty, is gone, so an empty node's hold starts again. The claim of a node that was empty
+// for most of its hold goes a whole hold after the restart.
+func TestNodeHost_DrivenNodes_RestartRestartsTheHold(t *testing.T) {
+	hold := 4 * time.Second
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 2, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: hold}}, nodehost.Options{})
+	r.pod("a")
+	r.unschedulable("a")
+	claim := r.waitClaims(1, 30*time.Second)[0]
+	r.deletePod("a")
+	r.readyNode(claim.Spec.NodeName)
+	r.eventually(30*time.Second, "node seen Ready and empty", func() (bool, string) {
+		c := r.scaling()
+		return c != nil && c.Reason == nodehost.ConditionReason("empty within hold"), fmt.Sprintf("%+v", c)
+	})
+	time.Sleep(hold * 3 / 4)
+	if got := r.claims(); len(got) != 1 {
+		t.Fatalf("claims within the hold: %v", names(got))
+	}
+	r.restartNodeHost()
+	restarted := time.Now()
+	r.waitClaims(0, 30*time.Second)
+	if waited := time.Since(restarted); waited < hold {
+		t.Errorf("the claim went %s after the restart; a restarted node host starts the hold of %s again", waited, hold)
+	}
 }
