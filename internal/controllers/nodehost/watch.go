@@ -105,13 +105,27 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := informers.NewSharedInformerFactory(cs, 0)
 	pods, nodes := f.Core().V1().Pods(), f.Core().V1().Nodes()
-	wake := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { ws.wake(k) },
-		UpdateFunc: func(any, any) { ws.wake(k) },
-		DeleteFunc: func(any) { ws.wake(k) },
+	wake := func(any) { ws.wake(k) }
+	// An update wakes the Cluster only when it changes what the decision reads: a busy
+	// tenant's pods change status often, and each decision lists the claims.
+	handlers := map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		pods.Informer(): cache.ResourceEventHandlerFuncs{AddFunc: wake, DeleteFunc: wake, UpdateFunc: func(o, n any) {
+			op, ok1 := o.(*corev1.Pod)
+			np, ok2 := n.(*corev1.Pod)
+			if !ok1 || !ok2 || PodOf(op) != PodOf(np) {
+				ws.wake(k)
+			}
+		}},
+		nodes.Informer(): cache.ResourceEventHandlerFuncs{AddFunc: wake, DeleteFunc: wake, UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || NodeJoined(on) != NodeJoined(nn) || on.Spec.Unschedulable != nn.Spec.Unschedulable {
+				ws.wake(k)
+			}
+		}},
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), nodes.Informer()} {
-		if _, err := inf.AddEventHandler(wake); err != nil {
+	for inf, h := range handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
 			cancel()
 			return nil, err
 		}
