@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +15,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/scale"
+	"socialweb.computer/internal/tenant"
 )
 
 // apply carries out a decision: Provision creates claims, Release cordons nodes and deletes
@@ -127,18 +130,77 @@ func deleteClaim(ctx context.Context, c client.Client, claim *v1alpha1.NodeClaim
 	return nil
 }
 
-// deleteEnded deletes the claims that ended (Failed, Lost): they will never give a node, and
-// the decision claims a node again if one is still needed.
-func (r *Reconciler) deleteEnded(ctx context.Context, p *pass) error {
+// deleteEnded deletes the claims that ended (Failed, Lost) once they have been seen ended
+// for the retry delay: they will never give a node, and the decision claims a node again if
+// one is still needed. Until then they hold their place, so a market that fails every claim
+// at once costs one claim per delay, not one per reconcile. When each was first seen ended
+// is kept in memory; a restart waits one delay again. It returns how long until the next
+// one is due (0: none).
+func (r *Reconciler) deleteEnded(ctx context.Context, p *pass) (time.Duration, error) {
+	now, delay := r.now(), r.endedRetry()
+	seen := r.ended.of(p.key, p.claims, now)
+	var next time.Duration
 	for _, c := range p.claims {
-		if ClaimEnded(c) && c.DeletionTimestamp == nil {
-			if err := deleteClaim(ctx, r.Client, c); err != nil {
-				return err
+		since, ok := seen[c.UID]
+		if !ok || c.DeletionTimestamp != nil {
+			continue
+		}
+		if left := since.Add(delay).Sub(now); left > 0 {
+			if next == 0 || left < next {
+				next = left
 			}
-			r.Log.Info("nodehost_claim_ended", "cluster", p.key.String(), "claim", c.Name, "phase", c.Status.Phase)
+			continue
+		}
+		if err := deleteClaim(ctx, r.Client, c); err != nil {
+			return 0, err
+		}
+		r.Log.Info("nodehost_claim_ended", "cluster", p.key.String(), "claim", c.Name, "phase", c.Status.Phase)
+	}
+	return next, nil
+}
+
+// endedClaims remembers, per Cluster, when each claim was first seen ended.
+type endedClaims struct {
+	mu sync.Mutex
+	by map[tenant.Key]map[types.UID]time.Time
+}
+
+// of records the claims that ended now and forgets the ones no longer there or no longer
+// ended; it returns a copy.
+func (e *endedClaims) of(k tenant.Key, claims []*v1alpha1.NodeClaim, now time.Time) map[types.UID]time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.by[k]
+	cur := map[types.UID]time.Time{}
+	for _, c := range claims {
+		if !ClaimEnded(c) {
+			continue
+		}
+		if t, ok := old[c.UID]; ok {
+			cur[c.UID] = t
+		} else {
+			cur[c.UID] = now
 		}
 	}
-	return nil
+	if e.by == nil {
+		e.by = map[tenant.Key]map[types.UID]time.Time{}
+	}
+	if len(cur) == 0 {
+		delete(e.by, k)
+	} else {
+		e.by[k] = cur
+	}
+	out := make(map[types.UID]time.Time, len(cur))
+	for u, t := range cur {
+		out[u] = t
+	}
+	return out
+}
+
+func (e *endedClaims) forget(k tenant.Key) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.by, k)
 }
 
 // nodesOf counts the Cluster's claims whose node is joined (Ready in the tenant).

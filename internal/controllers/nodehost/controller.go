@@ -41,11 +41,25 @@ type Reconciler struct {
 	Reader client.Reader
 	// BatchIdle and BatchMax override the batching of pending pods (0: scale's defaults).
 	BatchIdle, BatchMax time.Duration
-	Log                 *slog.Logger
+	// EndedRetry is how long a Failed or Lost claim holds its place before it is deleted
+	// (and the node claimed again if still needed); 0 means DefaultEndedRetry.
+	EndedRetry time.Duration
+	Log        *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
 	watches watches
+	ended   endedClaims
+}
+
+// DefaultEndedRetry is how long a claim that ended holds its place by default.
+const DefaultEndedRetry = 30 * time.Second
+
+func (r *Reconciler) endedRetry() time.Duration {
+	if r.EndedRetry > 0 {
+		return r.EndedRetry
+	}
+	return DefaultEndedRetry
 }
 
 // Options configure Setup.
@@ -53,8 +67,10 @@ type Options struct {
 	// Tenants reaches tenant apiservers; required.
 	Tenants             Tenants
 	BatchIdle, BatchMax time.Duration
-	Log                 *slog.Logger
-	Observer            manager.ReconcileObserver
+	// EndedRetry: see Reconciler.EndedRetry.
+	EndedRetry time.Duration
+	Log        *slog.Logger
+	Observer   manager.ReconcileObserver
 }
 
 // Setup registers the node host with m.
@@ -67,7 +83,7 @@ func Setup(m crmanager.Manager, o Options) error {
 		log = slog.Default()
 	}
 	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), BatchIdle: o.BatchIdle, BatchMax: o.BatchMax,
-		Log: log.With("controller", ControllerName)}
+		EndedRetry: o.EndedRetry, Log: log.With("controller", ControllerName)}
 	r.watches.tenants = o.Tenants
 	return ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
@@ -143,6 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Gone (its teardown can end before a reconcile saw it deleting), or never there:
 		// its claims have no cluster to join.
 		r.watches.stop(key)
+		r.ended.forget(key)
 		return reconcile.Result{}, r.releaseOrphans(ctx, req.NamespacedName)
 	}
 	p := &pass{cluster: &c, stored: c.DeepCopy(), key: key}
@@ -156,6 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch {
 	case !c.DeletionTimestamp.IsZero() || !c.Spec.Running:
 		r.watches.stop(key)
+		r.ended.forget(key)
 		if err := r.releaseAll(ctx, p); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -222,7 +240,8 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 			p.joined[n.Name] = true
 		}
 	}
-	if err := r.deleteEnded(ctx, p); err != nil {
+	retry, err := r.deleteEnded(ctx, p)
+	if err != nil {
 		return scale.Decision{}, err
 	}
 	s := SettingsOf(p.cluster)
@@ -232,6 +251,9 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	r.watches.setState(w, d.State)
 	if err := r.apply(ctx, p, w, in, d); err != nil {
 		return d, err
+	}
+	if retry > 0 && (d.RequeueAfter == 0 || retry < d.RequeueAfter) {
+		d.RequeueAfter = retry
 	}
 	return d, nil
 }

@@ -72,7 +72,8 @@ func ClaimOf(c *v1alpha1.NodeClaim) scale.Claim {
 }
 
 // ClaimEnded says whether a claim will never give (or give back) a node: Failed or Lost.
-// The node host deletes such a claim, so that a node still needed is claimed again.
+// The node host deletes such a claim after a retry delay, so that a node still needed is
+// claimed again without a claim per reconcile while the market keeps failing.
 func ClaimEnded(c *v1alpha1.NodeClaim) bool {
 	return c.Status.Phase == v1alpha1.NodeClaimFailed || c.Status.Phase == v1alpha1.NodeClaimLost
 }
@@ -102,8 +103,8 @@ func SettingsOf(c *v1alpha1.Cluster) Settings {
 }
 
 // InputOf is the decision's input: every pod, the joined nodes, the claims, the settings,
-// the time and the state the previous decision returned. Claims that ended are left out
-// (the node host deletes them).
+// the time and the state the previous decision returned. A claim that ended stays in until
+// it is deleted: it holds its place (and maxNodes) through the retry delay.
 func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings, st scale.State) scale.Input {
 	in := scale.Input{Now: now, MaxNodes: s.MaxNodes, PodsPerNode: s.PodsPerNode, Hold: s.Hold,
 		BatchIdle: s.BatchIdle, BatchMax: s.BatchMax, State: st}
@@ -118,7 +119,7 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 		}
 	}
 	for _, c := range claims {
-		if c != nil && !ClaimEnded(c) {
+		if c != nil {
 			in.Claims = append(in.Claims, ClaimOf(c))
 		}
 	}

@@ -142,7 +142,7 @@ func TestInputOf(t *testing.T) {
 		Pods:  []scale.Pod{{Name: "default/p", Unschedulable: true, PendingSince: t0}, {Name: "default/q", Node: "n1"}},
 		Nodes: []scale.Node{{Name: "n1"}},
 		Claims: []scale.Claim{{Name: "c-n1", NodeName: "n1"}, {Name: "c-n2", NodeName: "n2"},
-			{Name: "c-n3", NodeName: "n3", Deleting: true}},
+			{Name: "c-n3", NodeName: "n3", Deleting: true}, {Name: "c-n4", NodeName: "n4"}, {Name: "c-n5", NodeName: "n5"}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got)\n%s", d)

@@ -8,6 +8,7 @@ package nodehost_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,6 +48,7 @@ const (
 var socialwebBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	socialwebBin = os.Getenv("SOCIALWEB_TEST_BIN")
 	if socialwebBin == "" && os.Geteuid() == 0 && !testing.Short() {
 		dir, err := os.MkdirTemp("", "socialweb-nodehost-bin-")
@@ -495,10 +497,13 @@ func TestNodeHost_ClusterDeleteReleasesEveryClaim(t *testing.T) {
 	r.waitClaims(0, 30*time.Second)
 }
 
-// A claim that Failed will never give its node: the node host deletes it, and the pod that
-// still waits claims a node again, under a new node name.
+// A claim that Failed will never give its node: after the retry delay (3 s here), during
+// which it holds its place, the node host deletes it, and the pod that still waits claims a
+// node again, under a new node name.
 func TestNodeHost_FailedClaimIsReplaced(t *testing.T) {
-	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 1, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
+	retry := 3 * time.Second
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 2, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}},
+		nodehost.Options{EndedRetry: retry})
 	r.pod("a")
 	r.unschedulable("a")
 	first := r.waitClaims(1, 30*time.Second)[0]
@@ -507,10 +512,19 @@ func TestNodeHost_FailedClaimIsReplaced(t *testing.T) {
 	if err := r.c.Status().Update(context.Background(), &first); err != nil {
 		t.Fatal(err)
 	}
+	failed := time.Now()
+	// It holds its place through the retry delay: no second claim although maxNodes is 2.
+	r.stayClaims(1, retry/2)
+	if got := r.claims(); got[0].UID != first.UID {
+		t.Fatalf("the failed claim was replaced within the retry delay: %v", names(got))
+	}
 	r.eventually(30*time.Second, "a new claim in place of the failed one", func() (bool, string) {
 		got := r.claims()
 		return len(got) == 1 && got[0].UID != first.UID && got[0].Spec.NodeName != first.Spec.NodeName, fmt.Sprint(names(got))
 	})
+	if waited := time.Since(failed); waited < retry {
+		t.Errorf("replaced %s after it failed, within the retry delay of %s", waited, retry)
+	}
 	r.stayClaims(1, 2*time.Second)
 }
 
