@@ -46,6 +46,9 @@ const (
 	// ConditionSecretsDelivered is True once a ComputeContract's spec.secretsRef reached the
 	// winning bidder point to point; a contract with secretsRef is not Held before.
 	ConditionSecretsDelivered ConditionType = "SecretsDelivered"
+	// ConditionScaling is True on a Cluster while the node host is adding or releasing nodes;
+	// its reason is the scale decision's.
+	ConditionScaling ConditionType = "Scaling"
 )
 
 // ConditionReason is the reason of a metav1.Condition in a status of this API.

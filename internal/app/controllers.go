@@ -18,6 +18,7 @@ import (
 	"socialweb.computer/internal/controllers/infracollection"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodeclaim"
+	"socialweb.computer/internal/controllers/nodehost"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -99,6 +100,13 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	}
 	if err := cluster.Setup(m, o.Observer, o.Tenants, unavailable); err != nil {
 		return nil, err
+	}
+	// The node host reads tenant clusters' pods, so it runs only where their control
+	// planes do.
+	if o.Tenants != nil {
+		if err := nodehost.Setup(m, nodehost.Options{Tenants: o.Tenants, Log: o.Logger, Observer: o.Observer}); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }

@@ -65,8 +65,11 @@ type Input struct {
 	// PodsPerNode is how many non-daemon pods one node is sized for (at least 1).
 	PodsPerNode int
 	// Hold is how long a node must stay empty before it is released.
-	Hold  time.Duration
-	State State
+	Hold time.Duration
+	// BatchIdle and BatchMax override the batching of pending pods; 0 means the default
+	// (BatchIdle, BatchMax). A caller that must act sooner (a test) or later sets them.
+	BatchIdle, BatchMax time.Duration
+	State               State
 }
 
 // Action is what the decision asks for.
@@ -118,7 +121,7 @@ type Decision struct {
 //
 //  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
 //     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
-//     after the oldest; before that the decision is Hold (ReasonBatching) with RequeueAfter
+//     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
 //     the closing time.
 //  2. Capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
 //     yet) plus the free slots of each node that is not being released (PodsPerNode minus
@@ -194,8 +197,15 @@ func Decide(in Input) Decision {
 				last = at
 			}
 		}
-		closes := last.Add(BatchIdle)
-		if m := first.Add(BatchMax); m.Before(closes) {
+		idle, most := in.BatchIdle, in.BatchMax
+		if idle <= 0 {
+			idle = BatchIdle
+		}
+		if most <= 0 {
+			most = BatchMax
+		}
+		closes := last.Add(idle)
+		if m := first.Add(most); m.Before(closes) {
 			closes = m
 		}
 		if in.Now.Before(closes) {

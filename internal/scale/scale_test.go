@@ -45,6 +45,18 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
 		},
 		{
+			name: "a longer BatchIdle keeps the batch open",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second)}, MaxNodes: 3, PodsPerNode: 2, Hold: hold,
+				BatchIdle: 5 * time.Second},
+			want: Decision{Action: Hold, Reason: ReasonBatching, RequeueAfter: 3 * time.Second},
+		},
+		{
+			name: "a shorter BatchMax closes the batch sooner",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 3*time.Second), pending("b", 100*time.Millisecond)},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold, BatchMax: 3 * time.Second},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
+		},
+		{
 			name: "intent and no node: three pods, one per node, three nodes",
 			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
 				MaxNodes: 3, PodsPerNode: 1, Hold: hold},

@@ -43,7 +43,10 @@ const (
 
 // Reconciler reconciles Cluster objects.
 type Reconciler struct {
-	Client  client.Client
+	Client client.Client
+	// Reader reads a Cluster straight from the API server when a status write met a
+	// conflict; nil means Client.
+	Reader  client.Reader
 	Tenants *tenant.Manager
 	// Unavailable, when Tenants is nil, says why this process cannot run tenant control
 	// planes; it is reported on every Cluster.
@@ -58,7 +61,7 @@ type Reconciler struct {
 // Setup registers the Cluster controller with m. tenants may be nil (then every Cluster
 // reports unavailable, saying why).
 func Setup(m ctrl.Manager, obs manager.ReconcileObserver, tenants *tenant.Manager, unavailable string) error {
-	r := &Reconciler{Client: m.GetClient(), Tenants: tenants, Unavailable: unavailable}
+	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), Tenants: tenants, Unavailable: unavailable}
 	b := ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.Cluster{}).
@@ -137,7 +140,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				result.RequeueAfter = time.Second
 				break
 			}
-			c.Status.Phase, c.Status.Nodes = v1alpha1.ClusterReady, int32(n)
+			// status.nodes is the node host's (internal/controllers/nodehost): the claimed
+			// nodes that are Ready. The message counts every registered node.
+			c.Status.Phase = v1alpha1.ClusterReady
 			msg := fmt.Sprintf("serving with %d nodes", n)
 			if s.Restarts > 0 {
 				msg += fmt.Sprintf("; restarted %d times, last exit: %s", s.Restarts, s.LastExit)
@@ -217,14 +222,46 @@ func (r *Reconciler) nodesRefresh() time.Duration {
 	return 30 * time.Second
 }
 
+// writeStatus writes the fields of the status this controller owns (observedGeneration,
+// phase, server, instance, teardownBlocked, the Ready condition) once: compare, then patch
+// with an optimistic lock. The node host writes the same status (condition Scaling,
+// nodes), and a plain merge patch from a stale read would drop its condition; on a conflict
+// the Cluster is read again from the API server and only this controller's fields are set
+// on it, so a burst of the other's writes never keeps this one out for long.
 func (r *Reconciler) writeStatus(ctx context.Context, stored, c *v1alpha1.Cluster) error {
-	if equality.Semantic.DeepEqual(stored.Status, c.Status) {
-		return nil
+	for try := 0; ; try++ {
+		if equality.Semantic.DeepEqual(stored.Status, c.Status) {
+			return nil
+		}
+		err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+		if !apierrors.IsConflict(err) || try == 4 {
+			return client.IgnoreNotFound(err)
+		}
+		fresh := &v1alpha1.Cluster{}
+		if err := r.reader().Get(ctx, client.ObjectKeyFromObject(c), fresh); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		next := fresh.DeepCopy()
+		setOwnStatus(next, c)
+		stored, c = fresh, next
 	}
-	if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(stored)); err != nil {
-		return client.IgnoreNotFound(err)
+}
+
+func (r *Reconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
 	}
-	return nil
+	return r.Client
+}
+
+// setOwnStatus copies the status fields this controller owns from src to dst.
+func setOwnStatus(dst, src *v1alpha1.Cluster) {
+	dst.Status.ObservedGeneration = src.Status.ObservedGeneration
+	dst.Status.Phase, dst.Status.Server, dst.Status.Instance = src.Status.Phase, src.Status.Server, src.Status.Instance
+	dst.Status.TeardownBlocked = src.Status.TeardownBlocked
+	if cond := meta.FindStatusCondition(src.Status.Conditions, string(v1alpha1.ConditionReady)); cond != nil {
+		meta.SetStatusCondition(&dst.Status.Conditions, *cond)
+	}
 }
 
 func setReady(c *v1alpha1.Cluster, status metav1.ConditionStatus, reason, msg string) {

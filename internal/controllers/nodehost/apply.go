@@ -1,0 +1,215 @@
+package nodehost
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
+	"socialweb.computer/internal/tenant"
+)
+
+// apply carries out a decision: Provision creates claims, Release cordons nodes and deletes
+// their claims, Hold does nothing. The outcome is recorded for the status.
+func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scale.Input, d scale.Decision) error {
+	counts := fmt.Sprintf("%d pending pod(s), %d Ready node(s), %d claim(s)", pending(in.Pods), len(in.Nodes), len(in.Claims))
+	switch d.Action {
+	case scale.Provision:
+		names, err := r.provision(ctx, p, d.Provision)
+		if err != nil {
+			return err
+		}
+		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
+			message: fmt.Sprintf("provisioning %d node(s) (%s): %s; %s", d.Provision, strings.Join(names, ", "), d.Reason, counts)}
+		r.Log.Info("nodehost_provision", "cluster", p.key.String(), "nodes", names, "reason", d.Reason)
+	case scale.Release:
+		if err := r.release(ctx, p, w, d); err != nil {
+			return err
+		}
+		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
+			message: fmt.Sprintf("releasing node(s) %s: %s; %s", strings.Join(d.Release, ", "), d.Reason, counts)}
+		r.Log.Info("nodehost_release", "cluster", p.key.String(), "nodes", d.Release, "reason", d.Reason)
+	default:
+		p.outcome = outcome{reason: ConditionReason(d.Reason), message: d.Reason + "; " + counts}
+	}
+	return nil
+}
+
+func pending(pods []scale.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Unschedulable && p.Node == "" && !p.Finished && !p.Daemon {
+			n++
+		}
+	}
+	return n
+}
+
+// provision creates n NodeClaims for the Cluster, each with a fresh node name.
+func (r *Reconciler) provision(ctx context.Context, p *pass, n int) ([]string, error) {
+	taken := map[string]bool{}
+	for _, c := range p.claims {
+		taken[c.Spec.NodeName] = true
+	}
+	var names []string
+	for i := 0; i < n; i++ {
+		node, err := NewNodeName()
+		if err != nil {
+			return names, err
+		}
+		if taken[node] {
+			i--
+			continue
+		}
+		taken[node] = true
+		claim := &v1alpha1.NodeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: p.cluster.Namespace, Name: ClaimName(p.cluster.Name, node)},
+			Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: p.cluster.Name}, NodeName: node,
+				OwnerDid: p.cluster.Spec.Account},
+		}
+		if len(validation.IsValidLabelValue(p.cluster.Name)) == 0 {
+			claim.Labels = map[string]string{v1alpha1.LabelInfraCluster: p.cluster.Name}
+		}
+		if err := r.Client.Create(ctx, claim); err != nil {
+			return names, fmt.Errorf("creating NodeClaim %s: %w", claim.Name, err)
+		}
+		names = append(names, node)
+	}
+	return names, nil
+}
+
+// release cordons each node the decision releases (the scheduler places nothing more on
+// it), then deletes its claim, only if it is still the claim the decision saw.
+func (r *Reconciler) release(ctx context.Context, p *pass, w *tenantWatch, d scale.Decision) error {
+	byName := map[string]*v1alpha1.NodeClaim{}
+	for _, c := range p.claims {
+		byName[c.Name] = c
+	}
+	for i, node := range d.Release {
+		if err := cordon(ctx, w, node); err != nil {
+			return err
+		}
+		c := byName[d.ReleaseClaims[i]]
+		if c == nil || c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := deleteClaim(ctx, r.Client, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cordon marks a tenant node unschedulable; a node already gone is fine.
+func cordon(ctx context.Context, w *tenantWatch, node string) error {
+	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	_, err := w.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cordoning node %s: %w", node, err)
+	}
+	return nil
+}
+
+// deleteClaim deletes a claim with its uid as precondition (a claim recreated under the
+// same name is not the one decided on); gone already is fine.
+func deleteClaim(ctx context.Context, c client.Client, claim *v1alpha1.NodeClaim) error {
+	uid := claim.UID
+	err := c.Delete(ctx, claim, client.Preconditions{UID: &uid})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting NodeClaim %s: %w", claim.Name, err)
+	}
+	return nil
+}
+
+// deleteEnded deletes the claims that ended (Failed, Lost) once they have been seen ended
+// for the retry delay: they will never give a node, and the decision claims a node again if
+// one is still needed. Until then they hold their place, so a market that fails every claim
+// at once costs one claim per delay, not one per reconcile. When each was first seen ended
+// is kept in memory; a restart waits one delay again. It returns how long until the next
+// one is due (0: none).
+func (r *Reconciler) deleteEnded(ctx context.Context, p *pass) (time.Duration, error) {
+	now, delay := r.now(), r.endedRetry()
+	seen := r.ended.of(p.key, p.claims, now)
+	var next time.Duration
+	for _, c := range p.claims {
+		since, ok := seen[c.UID]
+		if !ok || c.DeletionTimestamp != nil {
+			continue
+		}
+		if left := since.Add(delay).Sub(now); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		if err := deleteClaim(ctx, r.Client, c); err != nil {
+			return 0, err
+		}
+		r.Log.Info("nodehost_claim_ended", "cluster", p.key.String(), "claim", c.Name, "phase", c.Status.Phase)
+	}
+	return next, nil
+}
+
+// endedClaims remembers, per Cluster, when each claim was first seen ended.
+type endedClaims struct {
+	mu sync.Mutex
+	by map[tenant.Key]map[types.UID]time.Time
+}
+
+// of records the claims that ended now and forgets the ones no longer there or no longer
+// ended; it returns a copy.
+func (e *endedClaims) of(k tenant.Key, claims []*v1alpha1.NodeClaim, now time.Time) map[types.UID]time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.by[k]
+	cur := map[types.UID]time.Time{}
+	for _, c := range claims {
+		if !ClaimEnded(c) {
+			continue
+		}
+		if t, ok := old[c.UID]; ok {
+			cur[c.UID] = t
+		} else {
+			cur[c.UID] = now
+		}
+	}
+	if e.by == nil {
+		e.by = map[tenant.Key]map[types.UID]time.Time{}
+	}
+	if len(cur) == 0 {
+		delete(e.by, k)
+	} else {
+		e.by[k] = cur
+	}
+	out := make(map[types.UID]time.Time, len(cur))
+	for u, t := range cur {
+		out[u] = t
+	}
+	return out
+}
+
+func (e *endedClaims) forget(k tenant.Key) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.by, k)
+}
+
+// nodesOf counts the Cluster's claims whose node is joined (Ready in the tenant).
+func nodesOf(claims []*v1alpha1.NodeClaim, joined map[string]bool) int32 {
+	var n int32
+	for _, c := range claims {
+		if c.DeletionTimestamp == nil && !ClaimEnded(c) && joined[c.Spec.NodeName] {
+			n++
+		}
+	}
+	return n
+}

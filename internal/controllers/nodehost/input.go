@@ -1,0 +1,127 @@
+package nodehost
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
+)
+
+// mirrorPodAnnotation marks the API's copy of a static pod: like a daemon pod it belongs
+// to one node and neither asks for a node nor keeps one.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// PodOf is what the scale decision needs of a tenant pod.
+//
+//   - Unschedulable: Pending, not bound, and PodScheduled False with reason Unschedulable
+//     (the scheduler looked and found no node); PendingSince is that condition's
+//     lastTransitionTime.
+//   - Finished: Succeeded or Failed, or being deleted while unbound (it will not run).
+//   - Daemon: controlled by a DaemonSet, or a mirror pod.
+//   - Job: controlled by a Job.
+func PodOf(p *corev1.Pod) scale.Pod {
+	out := scale.Pod{Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName}
+	switch p.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		out.Finished = true
+	}
+	if p.DeletionTimestamp != nil && p.Spec.NodeName == "" {
+		out.Finished = true
+	}
+	if c := metav1.GetControllerOfNoCopy(p); c != nil {
+		switch c.Kind {
+		case "DaemonSet":
+			out.Daemon = true
+		case "Job":
+			out.Job = true
+		}
+	}
+	if _, ok := p.Annotations[mirrorPodAnnotation]; ok {
+		out.Daemon = true
+	}
+	if p.Spec.NodeName == "" && !out.Finished && (p.Status.Phase == corev1.PodPending || p.Status.Phase == "") {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				out.Unschedulable = true
+				out.PendingSince = c.LastTransitionTime.Time
+			}
+		}
+	}
+	return out
+}
+
+// NodeJoined says whether a tenant Node counts as joined for the decision: registered with
+// condition Ready True. A registered node that is not Ready takes no pods; while it has a
+// claim, the claim counts as in flight (its capacity is counted once, never released
+// mid-join).
+func NodeJoined(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ClaimOf is what the decision needs of a NodeClaim.
+func ClaimOf(c *v1alpha1.NodeClaim) scale.Claim {
+	return scale.Claim{Name: c.Name, NodeName: c.Spec.NodeName, Deleting: c.DeletionTimestamp != nil}
+}
+
+// ClaimEnded says whether a claim will never give (or give back) a node: Failed or Lost.
+// The node host deletes such a claim after a retry delay, so that a node still needed is
+// claimed again without a claim per reconcile while the market keeps failing.
+func ClaimEnded(c *v1alpha1.NodeClaim) bool {
+	return c.Status.Phase == v1alpha1.NodeClaimFailed || c.Status.Phase == v1alpha1.NodeClaimLost
+}
+
+// Settings are the Cluster's scale settings with the node host's batching.
+type Settings struct {
+	MaxNodes, PodsPerNode int
+	Hold                  time.Duration
+	BatchIdle, BatchMax   time.Duration
+}
+
+// SettingsOf reads a Cluster's spec: maxNodes (negative is 0), podsPerNode (under 1 is 1),
+// scaleHold (negative is 0). The API server defaults and bounds them; these are for objects
+// written elsewhere.
+func SettingsOf(c *v1alpha1.Cluster) Settings {
+	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration}
+	if s.MaxNodes < 0 {
+		s.MaxNodes = 0
+	}
+	if s.PodsPerNode < 1 {
+		s.PodsPerNode = 1
+	}
+	if s.Hold < 0 {
+		s.Hold = 0
+	}
+	return s
+}
+
+// InputOf is the decision's input: every pod, the joined nodes, the claims, the settings,
+// the time and the state the previous decision returned. A claim that ended stays in until
+// it is deleted: it holds its place (and maxNodes) through the retry delay.
+func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings, st scale.State) scale.Input {
+	in := scale.Input{Now: now, MaxNodes: s.MaxNodes, PodsPerNode: s.PodsPerNode, Hold: s.Hold,
+		BatchIdle: s.BatchIdle, BatchMax: s.BatchMax, State: st}
+	for _, p := range pods {
+		if p != nil {
+			in.Pods = append(in.Pods, PodOf(p))
+		}
+	}
+	for _, n := range nodes {
+		if n != nil && NodeJoined(n) {
+			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name})
+		}
+	}
+	for _, c := range claims {
+		if c != nil {
+			in.Claims = append(in.Claims, ClaimOf(c))
+		}
+	}
+	return in
+}
