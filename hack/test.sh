@@ -14,6 +14,10 @@ bash hack/verify-lexgen.sh
 echo "== go vet"
 go vet ./...
 
+echo "== build (once, for every package whose tests run the binary)"
+bash hack/build.sh bin/socialweb
+export SOCIALWEB_TEST_BIN="$PWD/bin/socialweb"
+
 echo "== tests"
 # The interop rows start the reference PDS (Node 22 and @atproto/pds from npm, installed
 # into .cache/ on first use); SOCIALWEB_INTEROP=1 runs them rather than skipping.

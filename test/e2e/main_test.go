@@ -13,6 +13,11 @@ import (
 var socialwebBin string
 
 func TestMain(m *testing.M) {
+	// The test command builds the binary once for every package that runs it.
+	if bin := os.Getenv("SOCIALWEB_TEST_BIN"); bin != "" {
+		socialwebBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "socialweb-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
