@@ -55,13 +55,17 @@ func EnsureAdvertiseAddress() (net.IP, error) {
 		}
 		return nil
 	}
-	if _, err := os.Stat("/run/netns/" + AdvertiseNetns); err != nil {
-		if err := run("netns", "add", AdvertiseNetns); err != nil {
+	// Another process of this binary may be making the same pair at the same moment: a
+	// failed add is fine when what it was to add is there afterwards.
+	netnsThere := func() bool { _, err := os.Stat("/run/netns/" + AdvertiseNetns); return err == nil }
+	linkThere := func() bool { _, err := net.InterfaceByName(AdvertiseLink); return err == nil }
+	if !netnsThere() {
+		if err := run("netns", "add", AdvertiseNetns); err != nil && !netnsThere() {
 			return nil, explain(err.Error())
 		}
 	}
-	if _, err := net.InterfaceByName(AdvertiseLink); err != nil {
-		if err := run("link", "add", AdvertiseLink, "type", "veth", "peer", "name", AdvertisePeer, "netns", AdvertiseNetns); err != nil {
+	if !linkThere() {
+		if err := run("link", "add", AdvertiseLink, "type", "veth", "peer", "name", AdvertisePeer, "netns", AdvertiseNetns); err != nil && !linkThere() {
 			return nil, explain(err.Error())
 		}
 	}
