@@ -23,7 +23,7 @@ func TestPayloadOf(t *testing.T) {
 	// A node contract's userData is its join, as the node substrate reads it; the bundle's
 	// credentials are secrets, named only.
 	spec := v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindNode,
-		NodeJoin: &v1alpha1.NodeJoin{Server: "https://127.0.0.1:6443", NodeName: "n-abc", BundleSecretRef: &v1alpha1.SecretKeyRef{Name: "b"}},
+		NodeJoin:   &v1alpha1.NodeJoin{Server: "https://127.0.0.1:6443", NodeName: "n-abc", BundleSecretRef: &v1alpha1.SecretKeyRef{Name: "b"}},
 		SecretsRef: &v1alpha1.SecretKeyRef{Name: "b"}}
 	vm, err = payloadOf(spec, []string{"ca", "kubeconfig"})
 	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindNode || vm.UserData == nil {
