@@ -15,19 +15,23 @@ import (
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/deno"
+	"socialweb.computer/internal/substrate/node"
 )
 
 func newBidderCommand() *cobra.Command {
-	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen string
+	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind, imageDir string
 	var cost int64
 	var free bool
 	var capacity int
 	cmd := &cobra.Command{
 		Use:   "bidder",
-		Short: "Bid on compute rfps from an account on any PDS and run won guests on Deno",
+		Short: "Bid on compute rfps from an account on any PDS and run won guests on Deno or as tenant nodes",
 		Long: "Bid on the market from an account on any PDS: write an offering, bid on rfps the\n" +
-			"policy and capacity allow, run accepted guests with Deno and report them in events.\n" +
+			"policy and capacity allow, run accepted guests and report them in events.\n" +
+			"--substrate deno runs computeKind deno guests; --substrate node runs computeKind node\n" +
+			"guests as Kubernetes nodes of tenant clusters on this host (root; images from --image-dir).\n" +
 			"Guests and their state live in --state-dir; a restarted bidder finds them again.\n" +
 			"The password is read from --password-file or $SOCIALWEB_BIDDER_PASSWORD.\n" +
 			"Requesters hand a won contract's secrets to --listen (published as the offering's\n" +
@@ -53,7 +57,7 @@ func newBidderCommand() *cobra.Command {
 				return errors.New("no password: give --password-file or set SOCIALWEB_BIDDER_PASSWORD")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
-			sub, err := deno.New(deno.Config{StateDir: filepath.Join(stateDir, "guests")})
+			sub, err := newSubstrate(kind, filepath.Join(stateDir, "guests"), imageDir)
 			if err != nil {
 				return err
 			}
@@ -87,5 +91,28 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	f.StringVar(&plcURL, "plc-url", "https://plc.directory", "did:plc directory that resolves requesters' DIDs")
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")
+	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
+	f.StringVar(&imageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
 	return cmd
+}
+
+// UnknownSubstrateError is a --substrate the bidder command cannot run.
+type UnknownSubstrateError struct{ Kind string }
+
+func (e *UnknownSubstrateError) Error() string {
+	return fmt.Sprintf("--substrate %q: want %s or %s", e.Kind, deno.Kind, node.Kind)
+}
+
+// newSubstrate is the substrate of --substrate, its guests under stateDir.
+func newSubstrate(kind, stateDir, imageDir string) (substrate.Substrate, error) {
+	switch kind {
+	case deno.Kind:
+		if imageDir != "" {
+			return nil, errors.New("--image-dir is for --substrate node")
+		}
+		return deno.New(deno.Config{StateDir: stateDir})
+	case node.Kind:
+		return node.New(node.Config{StateDir: stateDir, ImageDir: imageDir})
+	}
+	return nil, &UnknownSubstrateError{Kind: kind}
 }

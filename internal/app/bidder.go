@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"socialweb.computer/internal/market/bidder"
@@ -12,10 +13,14 @@ import (
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/deno"
+	"socialweb.computer/internal/substrate/node"
 )
 
 // LocalBidderHandle is the account of the bidder `up` runs on the embedded PDS.
 const LocalBidderHandle = "bidder.test"
+
+// LocalNodeBidderHandle is the account of the bidder `up` runs for tenant nodes.
+const LocalNodeBidderHandle = "nodebidder.test"
 
 // startLocalBidder runs the local default bidder (deno guests, free bids) until ctx ends:
 // its own account on srv (password in DATA_DIR/bidder/account.json) and its guests' state
@@ -30,7 +35,37 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *sl
 	if err != nil {
 		return err
 	}
-	acct, err := EnsureLocalAccount(ctx, srv, dir, LocalBidderHandle)
+	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, log, phase)
+}
+
+// startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids) until
+// ctx ends: a second account on srv (DATA_DIR/node-bidder/account.json) whose guests are
+// nodes of the tenant clusters this process serves, kept in DATA_DIR/node-bidder/guests and
+// given the image tarballs of DATA_DIR/node-bidder/images at boot. A bidder serves one
+// substrate, so nodes get their own account rather than a second substrate in the deno
+// bidder. It runs only beside tenant control planes (a node joins a gate on this host) and
+// when the node substrate's prerequisites hold (root, containerd, runc, the CNI plugins);
+// otherwise it says why and runs none.
+func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, log *slog.Logger, phase func(string, ...any)) error {
+	dir := filepath.Join(root, "node-bidder")
+	images := filepath.Join(dir, "images")
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		return err
+	}
+	sub, err := node.New(node.Config{StateDir: filepath.Join(dir, "guests"), ImageDir: images})
+	if errors.Is(err, substrate.ErrUnavailable) {
+		phase("local node bidder not started: %v", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, log, phase)
+}
+
+// runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends.
+func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, log *slog.Logger, phase func(string, ...any)) error {
+	acct, err := EnsureLocalAccount(ctx, srv, dir, handle)
 	if err != nil {
 		return err
 	}
@@ -39,12 +74,12 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *sl
 		return err
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
-		Directory: srv.Directory(), Log: log})
+		Directory: srv.Directory(), Log: log.With("bidder", handle)})
 	go func() {
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("local bidder stopped", "err", err)
+			log.Error("local bidder stopped", "bidder", handle, "err", err)
 		}
 	}()
-	phase("local bidder %s %s (deno guests)", acct.Handle, acct.DID)
+	phase("local bidder %s %s (%s guests)", acct.Handle, acct.DID, sub.Kind())
 	return nil
 }

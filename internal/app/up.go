@@ -121,6 +121,14 @@ func Up(ctx context.Context, o UpOptions) error {
 	if err := startLocalBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
 		return err
 	}
+	if tenants != nil {
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
+			return err
+		}
+		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {
+			return err
+		}
+	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why})
 	if err != nil {
 		return err

@@ -313,12 +313,20 @@ func nodeFor(spec v1alpha1.InfraSpec, contract string) *v1alpha1.InfraContractNo
 	return nil
 }
 
+// NodeRequesterRepo is the AtprotoRepo, in the contract workspace, that a cluster Infra's
+// node contracts run the market from while the Infra is bound to no record.
+const NodeRequesterRepo = "node-requester"
+
 // RequesterRepo is the repo a deployment's contracts run the market from: the AtprotoRepo
 // its record lives in (spec.record.repoRef). The deployment and its contracts speak for one
-// account. An unbound deployment has none, and its requested contracts fail with InvalidSpec
-// naming spec.repoRef.
+// account. An unbound cluster Infra's contracts use NodeRequesterRepo of its workspace (`up`
+// makes it for its local account). Any other unbound deployment has none, and its requested
+// contracts fail with InvalidSpec naming spec.repoRef.
 func RequesterRepo(spec v1alpha1.InfraSpec) *v1alpha1.ObjectRef {
 	if spec.Record == nil {
+		if spec.ClusterRef != nil {
+			return &v1alpha1.ObjectRef{Name: NodeRequesterRepo}
+		}
 		return nil
 	}
 	r := spec.Record.RepoRef

@@ -463,3 +463,16 @@ func TestNeedsReleaseFinalizer(t *testing.T) {
 		}
 	}
 }
+
+func TestRequesterRepo(t *testing.T) {
+	if r := RequesterRepo(v1alpha1.InfraSpec{}); r != nil {
+		t.Errorf("unbound deployment: %+v, want none", r)
+	}
+	if r := RequesterRepo(v1alpha1.InfraSpec{ClusterRef: &v1alpha1.ObjectRef{Name: "c"}}); r == nil || r.Name != NodeRequesterRepo || r.Namespace != "" {
+		t.Errorf("unbound cluster Infra: %+v, want %s of its own workspace", r, NodeRequesterRepo)
+	}
+	bound := v1alpha1.InfraSpec{ClusterRef: &v1alpha1.ObjectRef{Name: "c"}, Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "mine"}}}
+	if r := RequesterRepo(bound); r == nil || r.Name != "mine" {
+		t.Errorf("bound: %+v, want its record's repo", r)
+	}
+}

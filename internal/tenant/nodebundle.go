@@ -18,11 +18,13 @@ import (
 // of a joined kubelet comes with the node guest.
 const NodeBundleTTL = 24 * time.Hour
 
-// Keys of a join bundle Secret.
+// Keys of a join bundle Secret. They are the names of the secrets a node guest is handed
+// (the market delivers every key of the Secret, and a secret's name takes no dots): the
+// node substrate reads "kubeconfig" and "ca".
 const (
 	BundleKeyServer     = "server"
-	BundleKeyCA         = "ca.crt"
-	BundleKeyKubeconfig = "kubelet.kubeconfig"
+	BundleKeyCA         = "ca"
+	BundleKeyKubeconfig = "kubeconfig"
 	BundleKeyNotAfter   = "notAfter"
 )
 

@@ -50,6 +50,7 @@ const (
 	ComputeVMNSID            = "com.publicdomainrelay.temp.market.compute.vm"
 	ComputeVMComputeKindVM   = "vm"
 	ComputeVMComputeKindDeno = "deno"
+	ComputeVMComputeKindNode = "node"
 	// DeliverSecretsNSID is the NSID of the DeliverSecrets procedure.
 	DeliverSecretsNSID = "com.publicdomainrelay.temp.market.deliverSecrets"
 	// EventNSID is the collection of Event records.
@@ -392,7 +393,7 @@ func (o *ComputeEventsVMStarted) UnmarshalJSON(b []byte) error {
 // ComputeVM is a com.publicdomainrelay.temp.market.compute.vm record (key
 // tid). The guest a requester asks for; an rfp points at it.
 type ComputeVM struct {
-	// (at most 32 bytes; known values vm, deno)
+	// (at most 32 bytes; known values vm, deno, node)
 	ComputeKind *string `json:"computeKind,omitempty"`
 	// (Required; minimum 1; maximum 1024)
 	Cpus int64 `json:"cpus"`
@@ -413,8 +414,8 @@ type ComputeVM struct {
 	// endpointUrl) before the guest boots. Names only: a value never appears in a
 	// record. (at most 64 items)
 	Secrets []string `json:"secrets,omitzero"`
-	// cloud-init user_data, or the program for deno. Public: never a secret. (at
-	// most 65536 bytes)
+	// cloud-init user_data, the program for deno, or for a node the JSON {server,
+	// nodeName} it joins with. Public: never a secret. (at most 65536 bytes)
 	UserData *string `json:"user_data,omitempty"`
 }
 

@@ -31,6 +31,7 @@ import (
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate/node"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -273,6 +274,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.secretsCondition(&obj, metav1.ConditionFalse, ReasonAwaitingReceipt, fmt.Sprintf("%d secret(s) to deliver to the winner once its receipt binds", len(names)))
 		}
 		uri, err := r.writeRFP(ctx, repo, &obj, policyNSID, names)
+		var pe *PayloadError
+		if errors.As(err, &pe) {
+			// Nothing to retry until the spec changes (a change reconciles again).
+			return r.write(ctx, orig, &obj, market.Decision{Phase: v1alpha1.ComputeContractPending, Reason: ReasonInvalidPayload, Message: pe.Error()})
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -425,17 +431,9 @@ func fetchOwn(ctx context.Context, repo repos.Repo, uri string) (*repos.Record, 
 // writeRFP writes the compute.vm payload, the policy record and the rfp naming both.
 // secrets are the names (never the values) of the secrets the winner will be handed.
 func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string, secrets []string) (string, error) {
-	kind := string(obj.Spec.ComputeKind)
-	if kind == "" {
-		kind = mk.ComputeVMComputeKindVM
-	}
-	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256, Secrets: secrets}
-	if obj.Spec.UserData != "" {
-		ud := obj.Spec.UserData
-		vm.UserData = &ud
-	}
-	for _, p := range obj.Spec.Ports {
-		vm.Ports = append(vm.Ports, mk.ComputeVMPort{Name: p.Name, Port: int64(p.Port)})
+	vm, err := payloadOf(obj.Spec, secrets)
+	if err != nil {
+		return "", err
 	}
 	pay, err := put(ctx, repo, obj, keyPayload, mk.ComputeVMNSID, vm)
 	if err != nil {
@@ -457,6 +455,43 @@ func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha
 	}
 	return res.URI, nil
 }
+
+// payloadOf is the compute.vm payload of spec. A node contract's userData is its nodeJoin
+// as the JSON the node substrate boots from (node.Join{server, nodeName}); its credentials
+// are the secrets (the join bundle Secret's kubeconfig and ca), never the payload.
+func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeVM, error) {
+	kind := string(spec.ComputeKind)
+	if kind == "" {
+		kind = mk.ComputeVMComputeKindVM
+	}
+	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256, Secrets: secrets}
+	ud := spec.UserData
+	if spec.ComputeKind == v1alpha1.ComputeKindNode && spec.NodeJoin != nil {
+		if ud != "" {
+			return vm, &PayloadError{Reason: "a node contract with nodeJoin takes no userData: its userData is the join"}
+		}
+		raw, err := json.Marshal(node.Join{Server: spec.NodeJoin.Server, NodeName: spec.NodeJoin.NodeName})
+		if err != nil {
+			return vm, err
+		}
+		ud = string(raw)
+	}
+	if ud != "" {
+		vm.UserData = &ud
+	}
+	for _, p := range spec.Ports {
+		vm.Ports = append(vm.Ports, mk.ComputeVMPort{Name: p.Name, Port: int64(p.Port)})
+	}
+	return vm, nil
+}
+
+// ReasonInvalidPayload is the Ready reason of a contract whose spec makes no payload.
+const ReasonInvalidPayload = "InvalidPayload"
+
+// PayloadError is a spec no compute payload can be written from.
+type PayloadError struct{ Reason string }
+
+func (e *PayloadError) Error() string { return "compute payload: " + e.Reason }
 
 // write records the decided phase, reason and message once, and returns the requeue.
 func (r *Reconciler) write(ctx context.Context, orig, obj *v1alpha1.ComputeContract, d market.Decision) (reconcile.Result, error) {

@@ -548,6 +548,10 @@ func (b *Bidder) watchEnd(ctx context.Context, id string, rc atrepo.StrongRef) {
 		if err != nil || ctx.Err() != nil {
 			return
 		}
+		// The guest's state goes with finish: keep the end of its log where the operator looks.
+		if tail, err := b.cfg.Substrate.Logs(ctx, id, 20); err == nil && len(tail) > 0 {
+			b.log.Warn("market_guest_ended", "guest", id, "phase", gs.Phase, "exit", gs.ExitCode, "log", string(tail))
+		}
 		b.finish(ctx, id, rc, fmt.Sprintf("guest ended by itself: %s (exit %d)", gs.Phase, gs.ExitCode))
 	}()
 }

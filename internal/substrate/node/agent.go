@@ -37,7 +37,10 @@ import (
 func (ns nodeState) work(p ...string) string {
 	return filepath.Join(append([]string{ns.Dir, workDir}, p...)...)
 }
-func (ns nodeState) sock() string           { return filepath.Join(ns.RunDir, "containerd.sock") }
+func (ns nodeState) sock() string { return filepath.Join(ns.RunDir, "containerd.sock") }
+
+// kubeletRoot is the kubelet's --root-dir: a link in the run dir to work/kubelet.
+func (ns nodeState) kubeletRoot() string    { return filepath.Join(ns.RunDir, "kubelet") }
 func (ns nodeState) netnsPath() string      { return "/run/netns/" + ns.Netns }
 func (ns nodeState) secret(k string) string { return filepath.Join(ns.Dir, secretsDir, k) }
 
@@ -88,6 +91,12 @@ func (a *agent) start() error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+	// The kubelet makes unix sockets under its root dir (pod-resources, plugins), and a
+	// socket's path holds at most 107 bytes: a guest dir deep in a data dir is too long. It
+	// is given the short path of a link in the run dir; its data stays in the node's dir.
+	if err := os.Symlink(ns.work("kubelet"), ns.kubeletRoot()); err != nil && !os.IsExist(err) {
+		return err
 	}
 	// 0. The node's own cgroups: every process below joins them.
 	cg := joinCgroups(ns.Cgroup)
@@ -149,7 +158,7 @@ func (a *agent) start() error {
 		"--kubeconfig", ns.secret(SecretKubeconfig),
 		"--node-ip", ns.NodeIP,
 		"--hostname-override", ns.NodeName,
-		"--root-dir", ns.work("kubelet"),
+		"--root-dir", ns.kubeletRoot(),
 		"--cert-dir", ns.work("kubelet", "pki"),
 	)
 	if err != nil {
@@ -181,7 +190,10 @@ func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
 	go func() {
 		err := cmd.Wait()
 		lf.Close()
-		a.ended <- fmt.Sprintf("%s ended: %v (see %s)", name, err, logName)
+		// The end of its log says why, in the agent's own log: the guest's dir (and the
+		// process's log with it) may be gone before anyone reads it.
+		tail, _ := guestproc.Tail(filepath.Join(a.ns.Dir, logName), 5)
+		a.ended <- fmt.Sprintf("%s ended: %v; the end of %s:\n%s", name, err, logName, strings.TrimRight(string(tail), "\n"))
 	}()
 	return cmd, nil
 }

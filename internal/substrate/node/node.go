@@ -7,7 +7,7 @@
 // everything down when stopped.
 //
 // The guest's userData is a JSON Join{Server, NodeName}; its secrets "kubeconfig" and "ca" are
-// the join bundle's kubelet.kubeconfig and ca.crt (internal/tenant.MintNodeBundle). See docs/substrates.md.
+// the join bundle Secret's keys of those names (internal/tenant.MintNodeBundle). See docs/substrates.md.
 package node
 
 import (
@@ -33,8 +33,8 @@ import (
 // Kind is this substrate's name.
 const Kind = "node"
 
-// Secret names a node guest needs: the join bundle Secret's kubelet.kubeconfig and ca.crt
-// (secret names take no dots).
+// Secret names a node guest needs: the join bundle Secret's keys of the same names
+// (tenant.BundleKeyKubeconfig, tenant.BundleKeyCA; secret names take no dots).
 const (
 	SecretKubeconfig = "kubeconfig"
 	SecretCA         = "ca"
@@ -200,7 +200,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	}
 	for _, k := range []string{SecretKubeconfig, SecretCA} {
 		if len(spec.Secrets[k]) == 0 {
-			return fail(substrate.ErrInvalidSpec, "secret %s missing (the join bundle's kubelet.kubeconfig and ca.crt)", k)
+			return fail(substrate.ErrInvalidSpec, "secret %s missing (the join bundle's kubeconfig and ca)", k)
 		}
 	}
 

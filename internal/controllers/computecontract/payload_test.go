@@ -1,0 +1,43 @@
+package computecontract
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/substrate/node"
+)
+
+func TestPayloadOf(t *testing.T) {
+	vm, err := payloadOf(v1alpha1.ComputeContractSpec{}, nil)
+	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindVM || vm.UserData != nil {
+		t.Fatalf("empty spec: %+v %v, want kind vm and no userData", vm, err)
+	}
+	vm, err = payloadOf(v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, UserData: "console.log(1)"}, []string{"token"})
+	if err != nil || *vm.ComputeKind != "deno" || *vm.UserData != "console.log(1)" || len(vm.Secrets) != 1 {
+		t.Fatalf("deno: %+v %v", vm, err)
+	}
+
+	// A node contract's userData is its join, as the node substrate reads it; the bundle's
+	// credentials are secrets, named only.
+	spec := v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindNode,
+		NodeJoin:   &v1alpha1.NodeJoin{Server: "https://127.0.0.1:6443", NodeName: "n-abc", BundleSecretRef: &v1alpha1.SecretKeyRef{Name: "b"}},
+		SecretsRef: &v1alpha1.SecretKeyRef{Name: "b"}}
+	vm, err = payloadOf(spec, []string{"ca", "kubeconfig"})
+	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindNode || vm.UserData == nil {
+		t.Fatalf("node: %+v %v", vm, err)
+	}
+	var j node.Join
+	if err := json.Unmarshal([]byte(*vm.UserData), &j); err != nil || j != (node.Join{Server: "https://127.0.0.1:6443", NodeName: "n-abc"}) {
+		t.Fatalf("node userData %q: %+v %v", *vm.UserData, j, err)
+	}
+
+	spec.UserData = "#!/bin/sh"
+	_, err = payloadOf(spec, nil)
+	var pe *PayloadError
+	if !errors.As(err, &pe) {
+		t.Fatalf("node with userData and nodeJoin: %v, want a PayloadError", err)
+	}
+}
