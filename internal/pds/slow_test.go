@@ -51,8 +51,19 @@ func TestPDSFirehoseDropsASlowConsumerWithoutBlockingWriters(t *testing.T) {
 		}
 		return time.Since(t0)
 	}
-	put(0)
-	<-started
+	// The subscription is live only and may register after a first write: write until it
+	// has seen a frame (each value differs, so each write is a commit).
+	for i, waiting := -1, true; waiting; i-- {
+		put(i)
+		select {
+		case <-started:
+			waiting = false
+		case <-time.After(20 * time.Millisecond):
+			if i < -500 {
+				t.Fatal("the subscriber saw no frame of 500 writes")
+			}
+		}
+	}
 	// Far more writes than the buffer holds: each must complete on its own, never waiting for
 	// the stuck consumer.
 	for i := 1; i <= 4*buffer; i++ {

@@ -307,7 +307,11 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		st.Phase, st.EndedAt = substrate.Stopped, t
 		return st
 	}
-	if code, at, ok := guestproc.Exit(dir); ok && !rec.Alive() {
+	// Liveness first, then the exit file: the supervisor writes the file before it exits,
+	// so a supervisor seen gone has left its exit status (read the other way round, an
+	// exit in between reads as a guest gone without one).
+	alive := rec.Alive()
+	if code, at, ok := guestproc.Exit(dir); ok && !alive {
 		// Ended once the supervisor, which records the status, is gone too.
 		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
 		st.RunningAt = gs.StartedAt
@@ -316,7 +320,7 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		}
 		return st
 	}
-	if rec.Alive() {
+	if alive {
 		st.Phase, st.PID, st.RunningAt = substrate.Running, rec.PID, gs.StartedAt
 		return st
 	}

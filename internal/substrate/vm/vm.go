@@ -331,7 +331,11 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		st.Phase, st.EndedAt = substrate.Stopped, t
 		return st
 	}
-	if qcode, at, ok := guestproc.Exit(dir); ok && !rec.Alive() {
+	// Liveness first, then the exit file: the supervisor writes the file before it exits,
+	// so a supervisor seen gone has left its exit status (read the other way round, an
+	// exit in between reads as a guest gone without one).
+	alive := rec.Alive()
+	if qcode, at, ok := guestproc.Exit(dir); ok && !alive {
 		// Ended once the supervisor, which records the status, is gone too.
 		st.EndedAt = at
 		tail, _ := guestproc.Tail(filepath.Join(dir, serialFile), 40)
@@ -351,7 +355,7 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		}
 		return st
 	}
-	if !rec.Alive() {
+	if !alive {
 		st.Phase = substrate.Failed
 		st.Message = "qemu is gone without an exit status (killed, or the host restarted)"
 		return st
