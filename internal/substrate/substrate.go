@@ -310,3 +310,17 @@ func StateDirStatus[T any](store guestproc.Store, kind, id, stateFile string, st
 	_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
 	return status(dir, state, rec), nil
 }
+
+// StateDirLogs is Logs for a substrate that keeps each guest in a state dir of store: the
+// last tail lines of the guest's file logFile (nil before it exists), ErrNotFound for an
+// unknown ID.
+func StateDirLogs(store guestproc.Store, kind, id, logFile string, tail int) ([]byte, error) {
+	if !ValidID(id) || !store.Exists(id) {
+		return nil, Errorf(kind, "logs", id, ErrNotFound, "")
+	}
+	b, err := guestproc.Tail(filepath.Join(store.Dir(id), logFile), tail)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}

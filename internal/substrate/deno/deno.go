@@ -331,14 +331,7 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 
 // Logs implements substrate.Substrate.
 func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
-	if !substrate.ValidID(id) || !s.store.Exists(id) {
-		return nil, substrate.Errorf(Kind, "logs", id, substrate.ErrNotFound, "")
-	}
-	b, err := guestproc.Tail(filepath.Join(s.store.Dir(id), guestproc.LogFile), tail)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	return b, err
+	return substrate.StateDirLogs(s.store, Kind, id, guestproc.LogFile, tail)
 }
 
 // Stop implements substrate.Substrate.

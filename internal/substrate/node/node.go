@@ -444,14 +444,7 @@ func lastLine(path string) string {
 // Logs implements substrate.Substrate: the agent's log, which names each step; the
 // kubelet's and containerd's own logs are kubelet.log and containerd.log in the guest dir.
 func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
-	if !substrate.ValidID(id) || !s.store.Exists(id) {
-		return nil, substrate.Errorf(Kind, "logs", id, substrate.ErrNotFound, "")
-	}
-	b, err := guestproc.Tail(filepath.Join(s.store.Dir(id), guestproc.LogFile), tail)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	return b, err
+	return substrate.StateDirLogs(s.store, Kind, id, guestproc.LogFile, tail)
 }
 
 // Stop implements substrate.Substrate: SIGTERM to the agent's group (the agent removes the

@@ -421,13 +421,7 @@ func lastLine(b []byte) string {
 // Logs implements substrate.Substrate: the serial console, with LF line
 // ends.
 func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
-	if !substrate.ValidID(id) || !s.store.Exists(id) {
-		return nil, substrate.Errorf(Kind, "logs", id, substrate.ErrNotFound, "")
-	}
-	b, err := guestproc.Tail(filepath.Join(s.store.Dir(id), serialFile), tail)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	b, err := substrate.StateDirLogs(s.store, Kind, id, serialFile, tail)
 	// The serial console ends lines with CRLF.
 	return bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")), err
 }
