@@ -214,10 +214,10 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 	}
 	if rc.ComputeKind != nil {
 		switch k := v1alpha1.ComputeKind(*rc.ComputeKind); k {
-		case v1alpha1.ComputeKindVM, v1alpha1.ComputeKindDeno:
+		case v1alpha1.ComputeKindVM, v1alpha1.ComputeKindDeno, v1alpha1.ComputeKindNode:
 			c.ComputeKind = k
 		default:
-			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".computeKind", "%q is not vm or deno", *rc.ComputeKind)
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".computeKind", "%q is not vm, deno or node", *rc.ComputeKind)
 		}
 	}
 	if rc.ReleaseRequestedAt != nil {

@@ -73,7 +73,7 @@ func TestDeclarationFromRecord(t *testing.T) {
 		{name: "duplicate names", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged"},{"name":"a","state":"requested"}]}`, reason: InvalidDuplicateName},
 		{name: "unknown state", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"running"}]}`, reason: InvalidUnknownState},
 		{name: "API word for state", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"Staged"}]}`, reason: InvalidUnknownState},
-		{name: "unknown compute kind", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","computeKind":"node"}]}`, reason: InvalidBadField},
+		{name: "unknown compute kind", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","computeKind":"gpu"}]}`, reason: InvalidBadField},
 		{name: "timeout out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","vmReadyTimeoutSec":0}]}`, reason: InvalidBadField},
 		{name: "bad datetime", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"released","releaseRequestedAt":"yesterday"}]}`, reason: InvalidBadField},
 		{name: "nested policyArgs", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","policyArgs":{"x":{"y":1}}}]}`, reason: InvalidBadField},

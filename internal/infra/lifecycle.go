@@ -319,14 +319,16 @@ const NodeRequesterRepo = "node-requester"
 
 // RequesterRepo is the repo a deployment's contracts run the market from: the AtprotoRepo
 // its record lives in (spec.record.repoRef). The deployment and its contracts speak for one
-// account. An unbound cluster Infra's contracts use NodeRequesterRepo of its workspace (`up`
-// makes it for its local account). Any other unbound deployment has none, and its requested
-// contracts fail with InvalidSpec naming spec.repoRef.
+// account. A cluster Infra's contracts always use NodeRequesterRepo of its workspace (`up`
+// makes it for its local account), bound or not: its record is published to the cluster
+// owner's repo only to show the nodes (publishInfra), and opting in must not change who
+// requests them. Any other unbound deployment has none, and its requested contracts fail
+// with InvalidSpec naming spec.repoRef.
 func RequesterRepo(spec v1alpha1.InfraSpec) *v1alpha1.ObjectRef {
+	if spec.ClusterRef != nil {
+		return &v1alpha1.ObjectRef{Name: NodeRequesterRepo}
+	}
 	if spec.Record == nil {
-		if spec.ClusterRef != nil {
-			return &v1alpha1.ObjectRef{Name: NodeRequesterRepo}
-		}
 		return nil
 	}
 	r := spec.Record.RepoRef

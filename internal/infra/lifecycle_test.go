@@ -472,6 +472,10 @@ func TestRequesterRepo(t *testing.T) {
 		t.Errorf("unbound cluster Infra: %+v, want %s of its own workspace", r, NodeRequesterRepo)
 	}
 	bound := v1alpha1.InfraSpec{ClusterRef: &v1alpha1.ObjectRef{Name: "c"}, Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "mine"}}}
+	if r := RequesterRepo(bound); r == nil || r.Name != NodeRequesterRepo {
+		t.Errorf("bound cluster Infra: %+v, want %s: publishing does not change the requester", r, NodeRequesterRepo)
+	}
+	bound.ClusterRef = nil
 	if r := RequesterRepo(bound); r == nil || r.Name != "mine" {
 		t.Errorf("bound: %+v, want its record's repo", r)
 	}

@@ -294,3 +294,24 @@ func StaleNodeEntries(spec v1alpha1.InfraSpec, claims map[string]string) []strin
 	}
 	return out
 }
+
+// OwnerRepoName is the AtprotoRepo, in the contract workspace, of the cluster owner did: the
+// repo a cluster Infra publishes its record to when the Cluster opts in (publishInfra):
+// owner-<16 hex of sha256(did)> (a DID is not a valid object name).
+func OwnerRepoName(did string) string {
+	sum := sha256.Sum256([]byte(did))
+	return "owner-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// ClusterRecordBinding is the record binding a cluster's Infra carries: none unless the
+// Cluster opted in (spec.publishInfra) and is not being deleted; then the owner's repo
+// (OwnerRepoName of spec.account, in the Infra's own workspace) with sync Publish: the record
+// shows the nodes and an edit of it is overwritten, never pulled (an entry added or removed
+// on the PDS must not scale the cluster).
+func ClusterRecordBinding(c *v1alpha1.Cluster) *v1alpha1.InfraRecordBinding {
+	if c == nil || !c.Spec.PublishInfra || !c.DeletionTimestamp.IsZero() || c.Spec.Account == "" {
+		return nil
+	}
+	return &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: OwnerRepoName(c.Spec.Account)},
+		Sync: v1alpha1.RecordSyncPublish}
+}

@@ -62,7 +62,7 @@ func (r *Reconciler) record(ctx context.Context, p *pass) error {
 	stored := o.status.Record.DeepCopy()
 	d := infra.Decide(infra.SyncInput{
 		Bound: true, Mode: o.spec.Record.Sync, Following: b.following, Rkey: b.rkey,
-		Generation: o.obj.GetGeneration(), Spec: infra.DeclarationFromSpec(*o.spec), Stored: stored,
+		Generation: o.obj.GetGeneration(), Spec: o.declaration(), Stored: stored,
 		Unavailable: b.unavailable != nil, Record: b.read, URI: b.uri, Now: p.now,
 	})
 	for _, c := range d.Conditions {
@@ -88,7 +88,7 @@ func (r *Reconciler) record(ctx context.Context, p *pass) error {
 		// in sync in this pass instead of waiting for the event of its own spec change.
 		again := infra.Decide(infra.SyncInput{
 			Bound: true, Mode: o.spec.Record.Sync, Following: b.following, Rkey: b.rkey,
-			Generation: o.obj.GetGeneration(), Spec: infra.DeclarationFromSpec(*o.spec), Stored: o.status.Record,
+			Generation: o.obj.GetGeneration(), Spec: o.declaration(), Stored: o.status.Record,
 			Record: b.read, URI: b.uri, Now: p.now,
 		})
 		if again.Action == infra.ActionInSync {
@@ -127,6 +127,21 @@ func (r *Reconciler) record(ctx context.Context, p *pass) error {
 		}
 	}
 	return nil
+}
+
+// publishes reports whether the object is bound with sync Publish: its record is a view
+// (infra.PublishedSpec), never pulled.
+func (o *object) publishes() bool {
+	return o.spec.Record != nil && o.spec.Record.Sync == v1alpha1.RecordSyncPublish
+}
+
+// declaration is the spec's declaration as the record is compared with: under Publish the
+// projection the record shows.
+func (o *object) declaration() infra.Declaration {
+	if o.publishes() {
+		return infra.DeclarationFromSpec(infra.PublishedSpec(*o.spec))
+	}
+	return infra.DeclarationFromSpec(*o.spec)
 }
 
 // bind resolves the repo, the record key (following spec.record.uri, or the successor rkey
@@ -262,7 +277,11 @@ func (r *Reconciler) pull(ctx context.Context, p *pass, d *infra.Declaration) er
 // cid), so the child never writes a stale record and never recreates one deleted elsewhere.
 func (r *Reconciler) writeRecord(ctx context.Context, p *pass, b *binding, swapCID string, force bool) error {
 	o := p.obj
-	rendered, err := infra.RenderRecord(r.Kind, o.meta(), o.ephemeralSpec(), o.ephemeralStatus(), p.now)
+	spec, status := o.ephemeralSpec(), o.ephemeralStatus()
+	if o.publishes() {
+		spec.InfraSpec, status = infra.PublishedSpec(spec.InfraSpec), infra.PublishedStatus(status)
+	}
+	rendered, err := infra.RenderRecord(r.Kind, o.meta(), spec, status, p.now)
 	if err != nil {
 		setCondition(o, v1alpha1.ConditionSynced, false, ReasonRenderFailed, err.Error(), p.now)
 		return nil

@@ -81,11 +81,16 @@ func (r *Reconciler) writeEntry(ctx context.Context, p *pass, want *infra.NodeEn
 
 // writeInfra is the one way the Infra's spec is written: under the Infra's lock, read it
 // straight from the API server, compose this claim's entry into it (change says what the
-// entry becomes, or that there is nothing to write), and update the whole spec with the
+// entry becomes, or that there is nothing to write) and the record binding the Cluster asks
+// for (binding), and update the whole spec with the
 // resourceVersion read (an optimistic lock: a conflict reads again). A missing Infra is
 // created; one with no entry left is deleted, with preconditions on the uid and version
 // just written, so an entry added in between is never deleted with it.
 func (r *Reconciler) writeInfra(ctx context.Context, p *pass, change func(v1alpha1.InfraSpec) (*infra.NodeEntry, bool)) error {
+	bind, bindKnown, err := r.binding(ctx, p)
+	if err != nil {
+		return err
+	}
 	unlock := r.locks.lock(p.infraKey)
 	defer unlock()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -108,6 +113,9 @@ func (r *Reconciler) writeInfra(ctx context.Context, p *pass, change func(v1alph
 			return nil
 		}
 		spec := infra.ComposeNodeEntry(inf.Spec, p.clusterInfra(), p.entry, want)
+		if bindKnown {
+			spec.Record = bind
+		}
 		switch {
 		case !exists && len(spec.Contracts) == 0:
 			p.infra, p.state = nil, ""
@@ -123,6 +131,9 @@ func (r *Reconciler) writeInfra(ctx context.Context, p *pass, change func(v1alph
 			}
 			r.log().Info("nodeclaim_infra_created", "infra", p.infraKey.String(), "claim", p.claim.Name, "entry", p.entry)
 		case !equality.Semantic.DeepEqual(spec, inf.Spec):
+			if (spec.Record == nil) != (inf.Spec.Record == nil) {
+				r.log().Info("nodeclaim_infra_record_binding", "infra", p.infraKey.String(), "publish", spec.Record != nil)
+			}
 			inf.Spec = spec
 			if err := r.Client.Update(ctx, &inf, client.FieldOwner(FieldManager)); err != nil {
 				return fmt.Errorf("writing Infra %s: %w", p.infraKey, err)
