@@ -61,6 +61,69 @@ type ClusterSpec struct {
 	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
 	// +optional
 	PublishInfra bool `json:"publishInfra,omitempty"`
+
+	// members are the identities whose access to the cluster was decided beyond the owner's
+	// implicit grant. An entry Revoked is a deny record: the gateway refuses that DID every
+	// method that acts in the cluster (kubeconfig, apply, job reads), and the Cluster
+	// controller keeps the DID's ServiceAccount and bindings out of the tenant cluster.
+	// +optional
+	// +listType=map
+	// +listMapKey=did
+	// +kubebuilder:validation:MaxItems=256
+	Members []ClusterMember `json:"members,omitempty"`
+}
+
+// MemberState is an identity's access to a cluster.
+// +kubebuilder:validation:Enum=Granted;Revoked
+type MemberState string
+
+const (
+	// MemberGranted: the identity acts in the cluster through its ServiceAccount.
+	MemberGranted MemberState = "Granted"
+	// MemberRevoked: the identity is denied; the grant is kept to say so.
+	MemberRevoked MemberState = "Revoked"
+)
+
+// ClusterMember is one identity's grant on a cluster.
+type ClusterMember struct {
+	// did is the identity.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Did string `json:"did"`
+
+	// state is Granted or Revoked.
+	// +required
+	State MemberState `json:"state"`
+
+	// revokedAt is when the identity was revoked.
+	// +optional
+	RevokedAt *metav1.Time `json:"revokedAt,omitempty"`
+}
+
+// MemberStateOf is did's state on the cluster: its entry in spec.members, else Granted for
+// the owner; ok is false for an identity that is no member.
+func (s *ClusterSpec) MemberStateOf(did string) (state MemberState, ok bool) {
+	for _, m := range s.Members {
+		if m.Did == did {
+			return m.State, true
+		}
+	}
+	if did == s.Account {
+		return MemberGranted, true
+	}
+	return "", false
+}
+
+// RevokedDids are the identities spec.members denies.
+func (s *ClusterSpec) RevokedDids() []string {
+	var out []string
+	for _, m := range s.Members {
+		if m.State == MemberRevoked {
+			out = append(out, m.Did)
+		}
+	}
+	return out
 }
 
 // ClusterStatus is the observed state of a tenant cluster.

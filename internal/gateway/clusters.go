@@ -47,6 +47,7 @@ func (s *Server) clusterMethods() map[string]method {
 		cluster.ControlPlaneDownNSID: proc(s.controlPlaneDown),
 		cluster.DeleteClusterNSID:    proc(s.deleteCluster),
 		cluster.SetPublishInfraNSID:  proc(s.setPublishInfra),
+		cluster.RevokeIdentityNSID:   proc(s.revokeIdentity),
 		cluster.ListClustersNSID:     {call: s.listClusters},
 	}
 }
@@ -236,6 +237,9 @@ func (s *Server) getKubeconfig(ctx context.Context, account string, in []byte) (
 	}
 	if !c.DeletionTimestamp.IsZero() {
 		return nil, notReady("cluster %q is being deleted", v.Name)
+	}
+	if err := revoked(c, account); err != nil {
+		return nil, err
 	}
 	if c.Status.Server == "" {
 		return nil, notReady("cluster %q has not started yet (phase %s)", v.Name, phaseOf(c))

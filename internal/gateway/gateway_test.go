@@ -195,14 +195,17 @@ func TestSecurityTable(t *testing.T) {
 		{"expired", skewedAhead, func() string { return f.a.token(t, skewedAhead.DID(), cluster.DeleteClusterNSID) }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "JwtExpired"},
 		{"future iat", skewedBehind, func() string { return f.a.token(t, skewedBehind.DID(), cluster.DeleteClusterNSID) }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "BadJwt: jwt issued in the future"},
 	}
-	for _, nsid := range []string{cluster.DeleteClusterNSID, cluster.ControlPlaneUpNSID, cluster.ControlPlaneDownNSID, cluster.GetKubeconfigNSID, cluster.CreateClusterNSID, cluster.SetPublishInfraNSID} {
+	for _, nsid := range []string{cluster.DeleteClusterNSID, cluster.ControlPlaneUpNSID, cluster.ControlPlaneDownNSID, cluster.GetKubeconfigNSID, cluster.CreateClusterNSID, cluster.SetPublishInfraNSID, cluster.RevokeIdentityNSID} {
 		for _, target := range []string{"b1", "planted"} {
 			if nsid == cluster.CreateClusterNSID && target == "b1" {
 				continue // A's own namespace has no b1: creating it there is A's own cluster
 			}
 			var in any = name{target}
-			if nsid == cluster.SetPublishInfraNSID {
+			switch nsid {
+			case cluster.SetPublishInfraNSID:
 				in = map[string]any{"name": target, "publish": true}
+			case cluster.RevokeIdentityNSID:
+				in = map[string]any{"name": target, "did": f.b.did}
 			}
 			rows = append(rows, secRow{"A names B's cluster " + target + " in " + nsid, f.gw, func() string { return f.a.token(t, f.gw.DID(), nsid) }, nsid, in, gateway.ErrClusterNotFound, ""})
 		}
@@ -215,6 +218,21 @@ func TestSecurityTable(t *testing.T) {
 			secRow{"A names B's cluster " + target + " in getJob", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.GetJobNSID) },
 				cluster.GetJobNSID + "?cluster=" + target + "&namespace=default&name=j", nil, gateway.ErrClusterNotFound, ""})
 	}
+	// A revoked identity: A revokes itself on its own cluster a2 (the deny record; no
+	// controller runs here, so the cluster never starts). Every method that acts in a2 is
+	// refused with Forbidden before it reads anything there.
+	f.do(t, f.a, cluster.CreateClusterNSID, name{"a2"}, nil)
+	f.do(t, f.a, cluster.RevokeIdentityNSID, map[string]string{"name": "a2", "did": f.a.did}, nil)
+	rows = append(rows,
+		secRow{"a revoked identity in getKubeconfig", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.GetKubeconfigNSID) },
+			cluster.GetKubeconfigNSID, name{"a2"}, gateway.ErrForbidden, "identity " + f.a.did + " is revoked"},
+		secRow{"a revoked identity in kubectlApplyServerSide", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.KubectlApplyServerSideNSID) },
+			cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "a2", "manifest": json.RawMessage(configMap)}, gateway.ErrForbidden, "identity " + f.a.did + " is revoked"},
+		secRow{"a revoked identity in getJob", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.GetJobNSID) },
+			cluster.GetJobNSID + "?cluster=a2&namespace=default&name=j", nil, gateway.ErrForbidden, "identity " + f.a.did + " is revoked"},
+		secRow{"A revokes B, no member of a1", f.gw, func() string { return f.a.token(t, f.gw.DID(), cluster.RevokeIdentityNSID) },
+			cluster.RevokeIdentityNSID, map[string]any{"name": "a1", "did": f.b.did}, gateway.ErrInvalidRequest, ""},
+	)
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			before := f.snapshot(t)
@@ -245,7 +263,7 @@ func TestSecurityTable(t *testing.T) {
 	t.Run("A lists only its own", func(t *testing.T) {
 		var out cluster.ListClustersOutput
 		f.do(t, f.a, cluster.ListClustersNSID, nil, &out)
-		if len(out.Clusters) != 1 || out.Clusters[0].Name != "a1" {
+		if len(out.Clusters) != 2 || out.Clusters[0].Name != "a1" || out.Clusters[1].Name != "a2" {
 			t.Errorf("A's list: %+v", out.Clusters)
 		}
 	})
@@ -343,6 +361,12 @@ func TestBadInput(t *testing.T) {
 		{cluster.GetJobNSID + "?cluster=a1&name=j", "GET", ``, 400, gateway.ErrInvalidRequest},
 		{cluster.GetJobNSID + "?cluster=a1&namespace=default", "GET", ``, 400, gateway.ErrInvalidRequest},
 		{cluster.GetJobNSID, "GET", ``, 400, gateway.ErrInvalidRequest},
+		{cluster.RevokeIdentityNSID, "POST", `{"name":"a1"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.RevokeIdentityNSID, "POST", `{"name":"a1","did":"not-a-did"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.RevokeIdentityNSID, "POST", `{"name":"a1","did":7}`, 400, gateway.ErrInvalidRequest},
+		{cluster.RevokeIdentityNSID, "POST", `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}`, 400, gateway.ErrInvalidRequest},
+		{cluster.RevokeIdentityNSID, "POST", `{"name":"none","did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}`, 400, gateway.ErrClusterNotFound},
+		{cluster.RevokeIdentityNSID, "POST", `{"name":"a1","did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}`, 400, gateway.ErrInvalidRequest},
 	}
 	for _, r := range rows {
 		t.Run(r.nsid+" "+r.method+" "+r.body[:min(len(r.body), 60)], func(t *testing.T) {
@@ -420,4 +444,47 @@ func TestSetPublishInfra(t *testing.T) {
 			t.Errorf("publish %v: answered %+v, stored %v", publish, out, c.Spec.PublishInfra)
 		}
 	}
+}
+
+// revokeIdentity: the deny record (spec.members, the DID Revoked) is written and kept; the
+// answer names the identity's ServiceAccount; a second call answers the same and writes
+// nothing; the revoked owner may still manage the cluster object (list, stop, delete) but
+// no longer act in it.
+func TestRevokeIdentity(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.do(t, f.a, cluster.CreateClusterNSID, name{"a1"}, nil)
+	key := client.ObjectKey{Namespace: gateway.AccountNamespace(f.a.did), Name: "a1"}
+	var first cluster.RevokeIdentityOutput
+	f.do(t, f.a, cluster.RevokeIdentityNSID, map[string]string{"name": "a1", "did": f.a.did}, &first)
+	if len(first.Revoked) != 1 || first.Revoked[0].State != "Revoked" || !strings.HasPrefix(first.Revoked[0].Name, "serviceaccount/socialweb-system/account-") {
+		t.Fatalf("answer %+v", first)
+	}
+	var c v1alpha1.Cluster
+	if err := f.env.Client.Get(ctx, key, &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Spec.Members) != 1 || c.Spec.Members[0].Did != f.a.did || c.Spec.Members[0].State != v1alpha1.MemberRevoked || c.Spec.Members[0].RevokedAt == nil {
+		t.Fatalf("members %+v", c.Spec.Members)
+	}
+	var again cluster.RevokeIdentityOutput
+	f.do(t, f.a, cluster.RevokeIdentityNSID, map[string]string{"name": "a1", "did": f.a.did}, &again)
+	var c2 v1alpha1.Cluster
+	if err := f.env.Client.Get(ctx, key, &c2); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(again) != fmt.Sprint(first) || c2.ResourceVersion != c.ResourceVersion {
+		t.Errorf("second revoke: %+v (rv %s -> %s)", again, c.ResourceVersion, c2.ResourceVersion)
+	}
+	var list cluster.ListClustersOutput
+	f.do(t, f.a, cluster.ListClustersNSID, nil, &list)
+	f.do(t, f.a, cluster.ControlPlaneDownNSID, name{"a1"}, nil)
+	if len(list.Clusters) != 1 {
+		t.Errorf("list %+v", list)
+	}
+	// B cannot revoke on A's cluster, nor learn whether it exists.
+	if got := call(t, f.gw, cluster.RevokeIdentityNSID, f.b.token(t, f.gw.DID(), cluster.RevokeIdentityNSID), map[string]string{"name": "a1", "did": f.a.did}, nil); got != gateway.ErrClusterNotFound {
+		t.Errorf("B revoking on A's cluster: %s", got)
+	}
+	f.do(t, f.a, cluster.DeleteClusterNSID, name{"a1"}, nil)
 }

@@ -63,6 +63,9 @@ func (s *Server) onBehalfOf(ctx context.Context, account, name string) (*rest.Co
 	if err != nil {
 		return nil, err
 	}
+	if err := revoked(c, account); err != nil {
+		return nil, err
+	}
 	if !c.DeletionTimestamp.IsZero() || c.Status.Phase != v1alpha1.ClusterReady || c.Status.Server == "" {
 		return nil, notReady("cluster %q is %s, not Ready", name, phaseOf(c))
 	}

@@ -39,7 +39,8 @@ func (s *Server) closeStreams() {
 	}
 }
 
-// subscribeClusters streams the caller's clusters (or the one named) and their NodeClaims:
+// subscribeClusters streams the caller's clusters (or the one named), their members (#member:
+// the owner and spec.members, sent when a member's state changes) and their NodeClaims:
 // a snapshot on connect, #info SnapshotComplete, then every change. Each frame is one JSON
 // text message, a subscribeClusters union member chosen by $type. The token is checked once,
 // on the upgrade. When the core's watch ends (a restart, an expired resourceVersion) the
@@ -128,10 +129,25 @@ func (s *Server) subscribeClusters(w http.ResponseWriter, r *http.Request, accou
 		return shown[n.Spec.ClusterRef.Name] && (n.Spec.ClusterRef.Namespace == "" || n.Spec.ClusterRef.Namespace == ns)
 	}
 	shown := map[string]bool{}
+	// members is what each shown cluster's #member frames said last.
+	members := map[string]map[string]string{}
+	sendMembers := func(name string, now map[string]string) bool {
+		for _, f := range memberFrames(name, members[name], now) {
+			if !send(f) {
+				return false
+			}
+		}
+		if now == nil {
+			delete(members, name)
+		} else {
+			members[name] = now
+		}
+		return true
+	}
 	for i := range clusters.Items {
 		if c := &clusters.Items[i]; mine(c) {
 			shown[c.Name] = true
-			if !send(clusterFrame(c, false)) {
+			if !send(clusterFrame(c, false)) || !sendMembers(c.Name, membersOf(c)) {
 				return
 			}
 		}
@@ -169,7 +185,11 @@ func (s *Server) subscribeClusters(w http.ResponseWriter, r *http.Request, accou
 			}
 			gone := ev.Type == watch.Deleted
 			shown[c.Name] = !gone
-			if !send(clusterFrame(c, gone)) {
+			now := membersOf(c)
+			if gone {
+				now = nil
+			}
+			if !send(clusterFrame(c, gone)) || !sendMembers(c.Name, now) {
 				return
 			}
 		case ev, ok := <-nw.ResultChan():

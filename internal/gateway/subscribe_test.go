@@ -23,6 +23,8 @@ type frame struct {
 	Phase   string `json:"phase"`
 	Running *bool  `json:"running"`
 	Deleted bool   `json:"deleted"`
+	DID     string `json:"did"`
+	State   string `json:"state"`
 }
 
 func dial(t *testing.T, gw *gateway.Server, token, query string) (*websocket.Conn, *http.Response, error) {
@@ -49,8 +51,9 @@ func next(t *testing.T, ws *websocket.Conn) frame {
 	return f
 }
 
-// subscribeClusters: a snapshot of the caller's clusters and their NodeClaims, SnapshotComplete,
-// then changes; nothing of another account's; refused like any call without a good token.
+// subscribeClusters: a snapshot of the caller's clusters, their members and their NodeClaims,
+// SnapshotComplete, then changes; nothing of another account's; refused like any call without
+// a good token.
 func TestSubscribeClusters(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
@@ -97,8 +100,9 @@ func TestSubscribeClusters(t *testing.T) {
 		}
 		snap = append(snap, fr)
 	}
-	if len(snap) != 2 || snap[0].Type != (cluster.SubscribeClustersCluster{}).LexiconType() || snap[0].Name != "a1" || snap[0].Phase != "Initializing" ||
-		snap[1].Type != (cluster.SubscribeClustersNodeClaim{}).LexiconType() || snap[1].Name != "a1-n1" || snap[1].Cluster != "a1" {
+	if len(snap) != 3 || snap[0].Type != (cluster.SubscribeClustersCluster{}).LexiconType() || snap[0].Name != "a1" || snap[0].Phase != "Initializing" ||
+		snap[1].Type != (cluster.SubscribeClustersMember{}).LexiconType() || snap[1].Cluster != "a1" || snap[1].DID != f.a.did || snap[1].State != "Granted" ||
+		snap[2].Type != (cluster.SubscribeClustersNodeClaim{}).LexiconType() || snap[2].Name != "a1-n1" || snap[2].Cluster != "a1" {
 		t.Fatalf("snapshot %+v", snap)
 	}
 
@@ -108,6 +112,9 @@ func TestSubscribeClusters(t *testing.T) {
 	if fr := next(t, ws); fr.Name != "a2" || fr.Phase != "Initializing" || fr.Deleted {
 		t.Errorf("after createCluster a2: %+v", fr)
 	}
+	if fr := next(t, ws); fr.Type != (cluster.SubscribeClustersMember{}).LexiconType() || fr.Cluster != "a2" || fr.DID != f.a.did || fr.State != "Granted" {
+		t.Errorf("a2's owner: %+v", fr)
+	}
 	f.do(t, f.a, cluster.ControlPlaneDownNSID, name{"a2"}, nil)
 	if fr := next(t, ws); fr.Name != "a2" || fr.Running == nil || *fr.Running {
 		t.Errorf("after controlPlaneDown a2: %+v", fr)
@@ -116,6 +123,17 @@ func TestSubscribeClusters(t *testing.T) {
 	f.do(t, f.a, cluster.DeleteClusterNSID, name{"a2"}, nil)
 	if fr := next(t, ws); fr.Name != "a2" || !fr.Deleted {
 		t.Errorf("after deleteCluster a2: %+v", fr)
+	}
+	if fr := next(t, ws); fr.Type != (cluster.SubscribeClustersMember{}).LexiconType() || fr.Cluster != "a2" || fr.DID != f.a.did || !fr.Deleted {
+		t.Errorf("a2's owner after deleteCluster: %+v", fr)
+	}
+	// revokeIdentity: the cluster changes, and its member frame says Revoked.
+	f.do(t, f.a, cluster.RevokeIdentityNSID, map[string]string{"name": "a1", "did": f.a.did}, nil)
+	if fr := next(t, ws); fr.Type != (cluster.SubscribeClustersCluster{}).LexiconType() || fr.Name != "a1" {
+		t.Errorf("after revokeIdentity: %+v", fr)
+	}
+	if fr := next(t, ws); fr.Type != (cluster.SubscribeClustersMember{}).LexiconType() || fr.Cluster != "a1" || fr.DID != f.a.did || fr.State != "Revoked" || fr.Deleted {
+		t.Errorf("a1's owner after revokeIdentity: %+v", fr)
 	}
 
 	// ?name= narrows to one cluster.

@@ -102,6 +102,10 @@ func OwnerServiceAccount(account string) string {
 	return "account-" + hex.EncodeToString(h[:])[:16]
 }
 
+// OwnerBinding is the ClusterRoleBinding of cluster-admin to the owner (its DID as a user
+// and its ServiceAccount).
+const OwnerBinding = "socialweb:owner"
+
 // APIServerKubeletClientUser is the user of the apiserver's client certificate towards
 // kubelets (pki.go).
 const APIServerKubeletClientUser = "kube-apiserver-kubelet-client"
@@ -111,7 +115,11 @@ const APIServerKubeletClientUser = "kube-apiserver-kubelet-client"
 // ServiceAccount for the account, bound likewise, for applies made on the owner's behalf.
 // It also binds system:kubelet-api-admin to the apiserver's kubelet client, so logs and
 // exec reach the nodes. Idempotent.
-func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
+//
+// revoked are the identities the Cluster denies (spec.members Revoked): their ServiceAccount
+// and bindings are removed (RevokeIdentity) and, for a revoked owner, not made again, so a
+// revocation made while the cluster was stopped holds from its next start.
+func (m *Manager) Bootstrap(ctx context.Context, k Key, account string, revoked []string) error {
 	cfg, err := m.AdminConfig(k)
 	if err != nil {
 		return err
@@ -120,21 +128,31 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
 	if err != nil {
 		return err
 	}
+	ownerRevoked := false
+	for _, did := range revoked {
+		if did == account {
+			ownerRevoked = true
+		}
+		if _, err := RevokeIdentity(ctx, cs, did); err != nil {
+			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)
+		}
+	}
 	sa := OwnerServiceAccount(account)
 	objs := []func() error{
 		func() error {
 			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OwnerNamespace}}, metav1.CreateOptions{})
 			return err
 		},
-		func() error {
+	}
+	if !ownerRevoked {
+		objs = append(objs, func() error {
 			_, err := cs.CoreV1().ServiceAccounts(OwnerNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
 				Name: sa, Annotations: map[string]string{"socialweb.computer/account": account},
 			}}, metav1.CreateOptions{})
 			return err
-		},
-		func() error {
+		}, func() error {
 			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "socialweb:owner", Annotations: map[string]string{"socialweb.computer/account": account}},
+				ObjectMeta: metav1.ObjectMeta{Name: OwnerBinding, Annotations: map[string]string{"socialweb.computer/account": account}},
 				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 				Subjects: []rbacv1.Subject{
 					{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: account},
@@ -142,7 +160,7 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string) error {
 				},
 			}, metav1.CreateOptions{})
 			return err
-		},
+		})
 	}
 	// The apiserver's identity towards kubelets may use the kubelet API (logs, exec,
 	// port-forward): kubelets authorize it through the cluster (webhook mode).
@@ -252,4 +270,76 @@ func loadPKI(dir string) (*PKI, error) {
 	p.CA, p.CAKey = c, key
 	p.CAPEM = pemCert(c.Raw)
 	return p, nil
+}
+
+// RevokeIdentity removes an identity from a tenant cluster: its ServiceAccount
+// (OwnerServiceAccount of the DID in OwnerNamespace) is deleted, and every ClusterRoleBinding
+// and RoleBinding loses the subjects that name the DID as a user or that ServiceAccount (a
+// binding left with no subject is deleted). Kubeconfigs minted for the DID (CN the DID) and
+// applies made as the ServiceAccount are refused from then on. It answers what it removed
+// (serviceaccount/<namespace>/<name>, clusterrolebinding/<name>,
+// rolebinding/<namespace>/<name>). Idempotent: a second call removes nothing.
+func RevokeIdentity(ctx context.Context, cs kubernetes.Interface, did string) ([]string, error) {
+	var removed []string
+	sa := OwnerServiceAccount(did)
+	err := cs.CoreV1().ServiceAccounts(OwnerNamespace).Delete(ctx, sa, metav1.DeleteOptions{})
+	switch {
+	case err == nil:
+		removed = append(removed, "serviceaccount/"+OwnerNamespace+"/"+sa)
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("deleting ServiceAccount %s/%s: %w", OwnerNamespace, sa, err)
+	}
+	names := func(subjects []rbacv1.Subject) ([]rbacv1.Subject, bool) {
+		var keep []rbacv1.Subject
+		for _, s := range subjects {
+			if (s.Kind == rbacv1.UserKind && s.Name == did) || (s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == OwnerNamespace) {
+				continue
+			}
+			keep = append(keep, s)
+		}
+		return keep, len(keep) != len(subjects)
+	}
+	crbs, err := cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ClusterRoleBindings: %w", err)
+	}
+	for i := range crbs.Items {
+		b := &crbs.Items[i]
+		keep, changed := names(b.Subjects)
+		if !changed {
+			continue
+		}
+		if len(keep) == 0 {
+			err = cs.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &b.UID}})
+		} else {
+			b.Subjects = keep
+			_, err = cs.RbacV1().ClusterRoleBindings().Update(ctx, b, metav1.UpdateOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("ClusterRoleBinding %s: %w", b.Name, err)
+		}
+		removed = append(removed, "clusterrolebinding/"+b.Name)
+	}
+	rbs, err := cs.RbacV1().RoleBindings("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing RoleBindings: %w", err)
+	}
+	for i := range rbs.Items {
+		b := &rbs.Items[i]
+		keep, changed := names(b.Subjects)
+		if !changed {
+			continue
+		}
+		if len(keep) == 0 {
+			err = cs.RbacV1().RoleBindings(b.Namespace).Delete(ctx, b.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &b.UID}})
+		} else {
+			b.Subjects = keep
+			_, err = cs.RbacV1().RoleBindings(b.Namespace).Update(ctx, b, metav1.UpdateOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("RoleBinding %s/%s: %w", b.Namespace, b.Name, err)
+		}
+		removed = append(removed, "rolebinding/"+b.Namespace+"/"+b.Name)
+	}
+	return removed, nil
 }

@@ -8,6 +8,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,7 +57,7 @@ type Reconciler struct {
 	NodesRefresh time.Duration
 
 	mu           sync.Mutex
-	bootstrapped map[tenant.Key]string // instance that was bootstrapped
+	bootstrapped map[tenant.Key]string // instance (and revoked identities) that was bootstrapped
 }
 
 // Setup registers the Cluster controller with m. tenants may be nil (then every Cluster
@@ -129,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Status.Server, c.Status.Instance = s.Server, s.Instance
 		switch s.State {
 		case tenant.StateReady:
-			if err := r.bootstrap(ctx, key, s.Instance, c.Spec.Account); err != nil {
+			if err := r.bootstrap(ctx, key, s.Instance, c.Spec.Account, c.Spec.RevokedDids()); err != nil {
 				c.Status.Phase = v1alpha1.ClusterInitializing
 				setReady(&c, metav1.ConditionFalse, ReasonStarting, err.Error())
 				result.RequeueAfter = time.Second
@@ -196,16 +198,22 @@ func (r *Reconciler) teardown(ctx context.Context, key tenant.Key, c *v1alpha1.C
 	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, c, patch))
 }
 
-func (r *Reconciler) bootstrap(ctx context.Context, key tenant.Key, instance, account string) error {
+// bootstrap runs tenant.Bootstrap once per instance and set of revoked identities: a
+// revocation while the cluster runs is applied again here, so the identity is out of the
+// cluster even when the gateway's own removal did not reach it.
+func (r *Reconciler) bootstrap(ctx context.Context, key tenant.Key, instance, account string, revoked []string) error {
+	sort.Strings(revoked)
+	stamp := instance + "\x00" + strings.Join(revoked, "\x00")
 	r.mu.Lock()
-	done := r.bootstrapped[key] == instance
+	done := r.bootstrapped[key] == stamp
 	r.mu.Unlock()
 	if done {
 		return nil
 	}
-	if err := r.Tenants.Bootstrap(ctx, key, account); err != nil {
+	if err := r.Tenants.Bootstrap(ctx, key, account, revoked); err != nil {
 		return err
 	}
+	instance = stamp
 	r.mu.Lock()
 	if r.bootstrapped == nil {
 		r.bootstrapped = map[tenant.Key]string{}
