@@ -18,7 +18,9 @@ import (
 func TestRevokeIdentity(t *testing.T) {
 	const did, other = "did:plc:revoked", "did:plc:kept"
 	sa, otherSA := OwnerServiceAccount(did), OwnerServiceAccount(other)
-	user := func(n string) rbacv1.Subject { return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: n} }
+	user := func(n string) rbacv1.Subject {
+		return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: n}
+	}
 	acct := func(n string) rbacv1.Subject {
 		return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: n, Namespace: OwnerNamespace}
 	}
