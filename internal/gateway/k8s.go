@@ -287,17 +287,39 @@ func containerLog(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod,
 		return "", err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 16<<20))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxLog {
-		b = b[len(b)-maxLog:]
-		for len(b) > 0 && !utf8.RuneStart(b[0]) {
-			b = b[1:]
+	return tailLog(io.LimitReader(rc, maxLogRead), maxLog)
+}
+
+// maxLogRead bounds what one container's log read takes from the apiserver (tailLines lines
+// of any length); only the last maxLog bytes of it are kept.
+const maxLogRead = 16 << 20
+
+// tailLog reads r to its end and answers its last max bytes at most, starting on a character
+// boundary (a multi-byte character cut by the cap is dropped whole). It holds at most two
+// chunks of max bytes while it reads.
+func tailLog(r io.Reader, max int) (string, error) {
+	buf := make([]byte, 0, 2*max)
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if len(buf) > 2*max {
+			buf = append(buf[:0], buf[len(buf)-max:]...)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
 		}
 	}
-	return string(b), nil
+	if len(buf) > max {
+		buf = buf[len(buf)-max:]
+		for len(buf) > 0 && !utf8.RuneStart(buf[0]) {
+			buf = buf[1:]
+		}
+	}
+	return string(buf), nil
 }
 
 func ptr[T any](v T) *T { return &v }
