@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	_ "github.com/bluesky-social/indigo/atproto/auth" // registers the ES256K and ES256 JWT methods
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -63,9 +64,47 @@ type Claims struct {
 
 // Verifier checks tokens. It is safe for concurrent use.
 type Verifier struct {
-	cfg  Config
-	mu   sync.Mutex
-	seen map[string]time.Time // issuer + " " + jti -> expiry
+	cfg       Config
+	mu        sync.Mutex
+	seen      map[string]time.Time // issuer + " " + jti -> expiry
+	lastSweep time.Time            // when seen was last swept of expired entries
+
+	keysMu sync.Mutex
+	keys   map[identity.VerificationMethod]atcrypto.PublicKey // parsed #atproto keys
+}
+
+// maxKeys bounds the parsed-key cache; past it the cache starts over.
+const maxKeys = 10000
+
+// sweepEvery is how often the replay cache is swept of expired entries: a sweep walks the
+// whole cache, so it is not done on every call.
+const sweepEvery = time.Second
+
+// publicKey is the issuer's #atproto key, parsed once per key: the DID document comes from
+// the directory's cache, and the parsed key from this one, keyed by the key as the document
+// states it, so a rotated key is a new entry and never served stale.
+func (v *Verifier) publicKey(ident *identity.Identity) (atcrypto.PublicKey, error) {
+	vm, ok := ident.Keys["atproto"]
+	if !ok {
+		return ident.PublicKey()
+	}
+	v.keysMu.Lock()
+	pub, hit := v.keys[vm]
+	v.keysMu.Unlock()
+	if hit {
+		return pub, nil
+	}
+	pub, err := ident.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	v.keysMu.Lock()
+	if v.keys == nil || len(v.keys) >= maxKeys {
+		v.keys = map[identity.VerificationMethod]atcrypto.PublicKey{}
+	}
+	v.keys[vm] = pub
+	v.keysMu.Unlock()
+	return pub, nil
 }
 
 // New returns a Verifier.
@@ -108,10 +147,13 @@ func (v *Verifier) Verify(ctx context.Context, token, lxm string) (*Claims, erro
 	key := c.Issuer.String() + " " + c.ID
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for k, exp := range v.seen {
-		if now.After(exp.Add(v.cfg.Leeway)) {
-			delete(v.seen, k)
+	if now.Sub(v.lastSweep) >= sweepEvery || now.Before(v.lastSweep) {
+		for k, exp := range v.seen {
+			if now.After(exp.Add(v.cfg.Leeway)) {
+				delete(v.seen, k)
+			}
 		}
+		v.lastSweep = now
 	}
 	if _, dup := v.seen[key]; dup {
 		return nil, refuse("JwtReplayed", "token was already used (jti %s)", c.ID)
@@ -154,7 +196,7 @@ func (v *Verifier) check(ctx context.Context, token, lxm string, _ bool) (*Claim
 			keyErr = refuse("BadJwtIss", "could not resolve iss %s: %v", did, err)
 			return nil, keyErr
 		}
-		pub, err := ident.PublicKey()
+		pub, err := v.publicKey(ident)
 		if err != nil {
 			keyErr = refuse("BadJwtIss", "iss %s has no #atproto key: %v", did, err)
 			return nil, keyErr

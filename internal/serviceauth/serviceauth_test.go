@@ -85,3 +85,68 @@ func FuzzVerify(f *testing.F) {
 		_, _ = v.Verify(context.Background(), tok, "")
 	})
 }
+
+// The issuer's key is parsed once per key, not per call; a rotated key is a new entry, and
+// a token of the old key then fails against it.
+func TestKeyParsedOncePerKey(t *testing.T) {
+	ctx := context.Background()
+	v, key, did := setup(t)
+	lxm := syntax.NSID("computer.socialweb.k8s.apply")
+	for range 20 {
+		tok, _ := auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, key)
+		if _, err := v.Verify(ctx, tok, lxm.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(v.keys) != 1 {
+		t.Fatalf("%d parsed keys after 20 calls with one key", len(v.keys))
+	}
+	var first atcrypto.PublicKey
+	for _, k := range v.keys {
+		first = k
+	}
+	k2, _ := atcrypto.GeneratePrivateKeyK256()
+	pub2, _ := k2.PublicKey()
+	dir := v.cfg.Directory.(*identity.MockDirectory)
+	dir.Insert(identity.Identity{DID: did, Keys: map[string]identity.VerificationMethod{
+		"atproto": {Type: "Multikey", PublicKeyMultibase: pub2.Multibase()}}})
+	tok, _ := auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, k2)
+	if _, err := v.Verify(ctx, tok, lxm.String()); err != nil {
+		t.Fatalf("the rotated key's token: %v", err)
+	}
+	old, _ := auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, key)
+	if _, err := v.Verify(ctx, old, lxm.String()); err == nil || !strings.HasPrefix(err.Error(), "BadJwtSignature:") {
+		t.Fatalf("the old key's token after the rotation: %v", err)
+	}
+	if len(v.keys) != 2 {
+		t.Fatalf("%d parsed keys after a rotation", len(v.keys))
+	}
+	for _, k := range v.keys {
+		if k.Multibase() == first.Multibase() {
+			return
+		}
+	}
+	t.Errorf("the first key's entry is gone")
+}
+
+// Verify of tokens from one issuer whose document is cached: the per-call work.
+func BenchmarkVerify(b *testing.B) {
+	key, _ := atcrypto.GeneratePrivateKeyK256()
+	pub, _ := key.PublicKey()
+	did := syntax.DID("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa")
+	dir := identity.NewMockDirectory()
+	dir.Insert(identity.Identity{DID: did, Keys: map[string]identity.VerificationMethod{
+		"atproto": {Type: "Multikey", PublicKeyMultibase: pub.Multibase()}}})
+	v := New(Config{Directory: dir, Audiences: []string{"did:web:gw.test"}})
+	lxm := syntax.NSID("computer.socialweb.k8s.apply")
+	toks := make([]string, b.N)
+	for i := range toks {
+		toks[i], _ = auth.SignServiceAuth(did, "did:web:gw.test", time.Minute, &lxm, key)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := v.Verify(context.Background(), toks[i], lxm.String()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
