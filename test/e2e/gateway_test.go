@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -90,8 +91,8 @@ func errName(err error) string {
 }
 
 // A tenant cluster's whole life through the gateway's XRPC methods, as two accounts of the
-// PDS `up` runs: create, list, a kubeconfig used with client-go, down, up, delete; the other
-// account sees none of it.
+// PDS `up` runs: create, list, a kubeconfig used with client-go, down, up, the owner's own
+// identity revoked, delete; the other account sees none of it.
 func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
@@ -325,6 +326,40 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	t.Logf("controlPlaneUp -> Ready in %.2fs", time.Since(t1).Seconds())
 	if _, err := listNamespaces(); err != nil {
 		t.Errorf("the same kubeconfig after controlPlaneUp: %v", err)
+	}
+
+	// revokeIdentity of the owner's own DID: the deny record first (the gateway refuses it
+	// every method that acts in g1), then its ServiceAccount and bindings leave the cluster,
+	// so the kubeconfig minted before is refused by the tenant apiserver; a restart does not
+	// give them back.
+	var rev cluster.RevokeIdentityOutput
+	a.must(cluster.RevokeIdentityNSID, map[string]string{"name": "g1", "did": acct.DID}, &rev)
+	if len(rev.Revoked) != 1 || rev.Revoked[0].State != "Revoked" || rev.Revoked[0].Name != "serviceaccount/"+tenant.OwnerNamespace+"/"+tenant.OwnerServiceAccount(acct.DID) {
+		t.Errorf("revokeIdentity: %+v", rev)
+	}
+	for _, c := range []struct {
+		nsid string
+		in   any
+	}{
+		{cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "g1", "manifest": cm("revoked"), "force": true}},
+		{cluster.GetJobNSID + "?cluster=g1&namespace=default&name=hello", nil},
+		{cluster.GetKubeconfigNSID, map[string]any{"name": "g1"}},
+	} {
+		if got := errName(a.call(c.nsid, c.in, nil)); got != gateway.ErrForbidden {
+			t.Errorf("a revoked identity's %s: %q, want Forbidden", c.nsid, got)
+		}
+	}
+	forbidden := func() bool {
+		_, err := listNamespaces()
+		return apierrors.IsForbidden(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the revoked DID's kubeconfig is refused", func() (bool, error) { return forbidden(), nil })
+	a.must(cluster.ControlPlaneDownNSID, map[string]string{"name": "g1"}, nil)
+	a.waitPhase("g1", "Unavailable", 60*time.Second)
+	a.must(cluster.ControlPlaneUpNSID, map[string]string{"name": "g1"}, nil)
+	a.waitPhase("g1", "Ready", 90*time.Second)
+	if !forbidden() {
+		t.Errorf("the revoked DID's kubeconfig answers again after a restart")
 	}
 
 	t2 := time.Now()

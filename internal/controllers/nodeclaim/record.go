@@ -39,11 +39,12 @@ func (r *Reconciler) binding(ctx context.Context, p *pass) (*v1alpha1.InfraRecor
 }
 
 // ensureOwnerRepo makes the owner's AtprotoRepo (infra.OwnerRepoName) in the contract
-// workspace unless one exists.
+// workspace unless one exists (read from the cache: one the cache has not seen yet answers
+// AlreadyExists to the create, which is fine).
 func (r *Reconciler) ensureOwnerRepo(ctx context.Context, did string) error {
 	key := types.NamespacedName{Namespace: r.contractNamespace(), Name: infra.OwnerRepoName(did)}
 	var repo v1alpha1.AtprotoRepo
-	err := r.reader().Get(ctx, key, &repo)
+	err := r.Client.Get(ctx, key, &repo)
 	if err == nil {
 		return nil
 	}
@@ -52,9 +53,12 @@ func (r *Reconciler) ensureOwnerRepo(ctx context.Context, did string) error {
 	}
 	repo = v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: did}}}
-	if err := r.Client.Create(ctx, &repo); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := r.Client.Create(ctx, &repo); {
+	case apierrors.IsAlreadyExists(err):
+	case err != nil:
 		return fmt.Errorf("creating AtprotoRepo %s: %w", key, err)
+	default:
+		r.log().Info("nodeclaim_owner_repo_created", "repo", key.String(), "account", did)
 	}
-	r.log().Info("nodeclaim_owner_repo_created", "repo", key.String(), "account", did)
 	return nil
 }
