@@ -87,10 +87,7 @@ func (r *Reconciler) writeEntry(ctx context.Context, p *pass, want *infra.NodeEn
 // created; one with no entry left is deleted, with preconditions on the uid and version
 // just written, so an entry added in between is never deleted with it.
 func (r *Reconciler) writeInfra(ctx context.Context, p *pass, change func(v1alpha1.InfraSpec) (*infra.NodeEntry, bool)) error {
-	bind, bindKnown, err := r.binding(ctx, p)
-	if err != nil {
-		return err
-	}
+	bind, bindKnown := r.binding(ctx, p)
 	unlock := r.locks.lock(p.infraKey)
 	defer unlock()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

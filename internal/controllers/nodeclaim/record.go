@@ -25,17 +25,20 @@ import (
 // Synced False RecordUnavailable: nothing is published. An operator who holds that owner's
 // app password makes owner-<hash> beforehand with spec.remote; one that exists is left as
 // it is.
-func (r *Reconciler) binding(ctx context.Context, p *pass) (*v1alpha1.InfraRecordBinding, bool, error) {
+func (r *Reconciler) binding(ctx context.Context, p *pass) (*v1alpha1.InfraRecordBinding, bool) {
 	if p.cluster == nil || !p.cluster.DeletionTimestamp.IsZero() {
-		return nil, false, nil
+		return nil, false
 	}
 	b := infra.ClusterRecordBinding(p.cluster)
 	if b != nil {
+		// A repo that cannot be made must not hold the nodes up: the binding is written
+		// anyway, the Infra reports Synced False RecordUnavailable, and the next pass tries
+		// again.
 		if err := r.ensureOwnerRepo(ctx, p.cluster.Spec.Account); err != nil {
-			return nil, false, err
+			r.log().Warn("nodeclaim_owner_repo_failed", "account", p.cluster.Spec.Account, "error", err)
 		}
 	}
-	return b, true, nil
+	return b, true
 }
 
 // ensureOwnerRepo makes the owner's AtprotoRepo (infra.OwnerRepoName) in the contract
