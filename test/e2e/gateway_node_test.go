@@ -17,15 +17,19 @@ import (
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/atproto/cluster"
+	atinfra "socialweb.computer/internal/atproto/infra"
 	"socialweb.computer/internal/gateway"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
-// getJob over XRPC reads a running Job's logs from the node it runs on: a cluster made through
-// the gateway scales up to one node for the Job applied through the gateway, and getJob
-// answers the Job Succeeded with its container's output, cut to tailLines.
+// getJob over XRPC reads a Job's logs from the node it ran on: a cluster made through the
+// gateway scales up to one node for the Job applied through the gateway, and getJob answers
+// the Job Succeeded with its container's output, cut to tailLines. The cluster opted in to
+// publishing (setPublishInfra), so the owner's repo shows the node entry deployed with the
+// node bidder as winner while it runs, nothing kcp-only, and the record ends with the cluster.
 func TestGateway_GetJobLogsFromANode(t *testing.T) {
 	requireTenantHost(t)
 	if err := node.Prerequisites(); err != nil {
@@ -46,7 +50,7 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 	})
 	up := startUp(t, dir)
 	gwURL, pdsURL := up.phase(t, "gateway serving at "), up.phase(t, "PDS serving at ")
-	up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
+	nodeBidder := up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +84,20 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitPhase("j1", "Ready", 90*time.Second)
+	a.must(cluster.SetPublishInfraNSID, map[string]any{"name": "j1", "publish": true}, nil)
+	rkey := infra.ClusterInfraName(gateway.AccountNamespace(acct.DID), "j1")
+	record := func() (*atinfra.Infra, string) {
+		rec, err := pa.GetRecord(ctx, acct.DID, atinfra.InfraNSID, rkey)
+		if err != nil {
+			return nil, ""
+		}
+		var v atinfra.Infra
+		if err := json.Unmarshal(rec.Value, &v); err != nil {
+			t.Fatalf("record: %v (%s)", err, rec.Value)
+		}
+		return &v, string(rec.Value)
+	}
+	var deployed string // the record as seen while the node was deployed
 
 	job := `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"count"},"spec":{"backoffLimit":0,"template":{"spec":{
 		"restartPolicy":"Never","automountServiceAccountToken":false,"containers":[{"name":"c","image":"` + node.BusyboxImage + `",
@@ -88,6 +106,10 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "j1", "manifest": json.RawMessage(job)}, nil)
 	var out cluster.GetJobOutput
 	testenv.Eventually(t, 180*time.Second, "getJob Succeeded with its log", func() (bool, error) {
+		if rec, raw := record(); deployed == "" && rec != nil && rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "deployed" &&
+			len(rec.Status.Contracts) == 1 && rec.Status.Contracts[0].Winner != nil && *rec.Status.Contracts[0].Winner == nodeBidder {
+			deployed = raw
+		}
 		a.must(cluster.GetJobNSID+"?cluster=j1&namespace=default&name=count&tailLines=2", nil, &out)
 		if out.Phase == "Failed" {
 			t.Fatalf("the Job failed: %+v", out)
@@ -105,9 +127,30 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 	if got := *out.Pods[0].Containers[0].Log; strings.Count(got, "line ") != 5 {
 		t.Errorf("log with the default tailLines: %q", got)
 	}
+	testenv.Eventually(t, 30*time.Second, "the published record seen deployed", func() (bool, error) {
+		if rec, raw := record(); deployed == "" && rec != nil && rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "deployed" {
+			deployed = raw
+		}
+		return deployed != "", nil
+	})
+	var rec atinfra.Infra
+	_ = json.Unmarshal([]byte(deployed), &rec)
+	if len(rec.Contracts) != 1 || rec.Contracts[0].State != "requested" || rec.Contracts[0].ComputeKind == nil || *rec.Contracts[0].ComputeKind != "node" ||
+		rec.Contracts[0].VMName == nil || *rec.Contracts[0].VMName == "" {
+		t.Errorf("the published node entry: %s", deployed)
+	}
+	for _, w := range []string{"nodeJoin", "ownerDid", "nodeClaimRef", "secret", "bundle", "clusterRef", "userData", "policy", "repoRef", "127.0.0.1"} {
+		if strings.Contains(strings.ToLower(deployed), strings.ToLower(w)) {
+			t.Errorf("the published record carries %q: %s", w, deployed)
+		}
+	}
 	a.must(cluster.DeleteClusterNSID, map[string]string{"name": "j1"}, nil)
 	testenv.Eventually(t, 90*time.Second, "j1 gone", func() (bool, error) {
 		_, ok := a.list()["j1"]
 		return !ok, nil
+	})
+	testenv.Eventually(t, 60*time.Second, "the record ended with the cluster's Infra", func() (bool, error) {
+		rec, raw := record()
+		return rec != nil && rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "ended", fmt.Errorf("%s", raw)
 	})
 }
