@@ -398,3 +398,39 @@ func sortedOf(s ...string) []string {
 	slices.Sort(s)
 	return s
 }
+
+// An owner whose account is not on the embedded PDS: opting in binds the Infra and makes the
+// owner's repo, which never connects; the Infra reports Synced False RecordUnavailable, nothing
+// is published, and the node goes on as if the cluster had not opted in.
+func TestNodeClaims_REC9_OwnerElsewherePublishesNothing(t *testing.T) {
+	r := newPubRig(t)
+	const elsewhere = "did:plc:ownerelsewhere"
+	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "web"},
+		Spec: v1alpha1.ClusterSpec{Account: elsewhere, Name: "web", MaxNodes: 4, PublishInfra: true}}
+	if err := r.c.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenant.EnsurePKI(tenant.LayoutFor(r.root, home, "web").PKI(), []net.IP{net.IPv4(127, 0, 0, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a := r.claim("node-a", "web")
+	ccA := contractOf("web", a)
+	r.eventually("ComputeContract of a", func() (bool, string) { _, ok := r.contract(ccA); return ok, "absent" })
+	r.drive(ccA, v1alpha1.ComputeContractHeld, true)
+	r.eventually("Deployed, bound, the record unavailable", func() (bool, string) {
+		got, _ := r.infraOf("web")
+		return got.Status.Phase == v1alpha1.InfraDeployed && got.Spec.Record != nil &&
+				condition(got, v1alpha1.ConditionSynced) == "False "+infra.ReasonSyncUnavailable,
+			fmt.Sprintf("%s record %+v synced %s", got.Status.Phase, got.Spec.Record, condition(got, v1alpha1.ConditionSynced))
+	})
+	var repo v1alpha1.AtprotoRepo
+	if !r.get(types.NamespacedName{Namespace: gateway, Name: infra.OwnerRepoName(elsewhere)}, &repo) || repo.Spec.Local == nil || repo.Spec.Local.Account != elsewhere {
+		t.Fatalf("owner repo %+v", repo.Spec)
+	}
+	if got, _ := r.nodeClaim("node-a"); got.Status.Phase != v1alpha1.NodeClaimJoining {
+		t.Errorf("the claim is %s, want Joining", got.Status.Phase)
+	}
+	if n := r.listRecords(); n != 0 {
+		t.Errorf("%d records in the local account's repo", n)
+	}
+}
