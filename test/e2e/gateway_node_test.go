@@ -29,7 +29,8 @@ import (
 // gateway scales up to one node for the Job applied through the gateway, and getJob answers
 // the Job Succeeded with its container's output, cut to tailLines. The cluster opted in to
 // publishing (setPublishInfra), so the owner's repo shows the node entry deployed with the
-// node bidder as winner while it runs, nothing kcp-only, and the record ends with the cluster.
+// node bidder as winner while it runs, nothing kcp-only, and the record goes with the cluster's
+// node Infra.
 func TestGateway_GetJobLogsFromANode(t *testing.T) {
 	requireTenantHost(t)
 	if err := node.Prerequisites(); err != nil {
@@ -149,8 +150,8 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 		_, ok := a.list()["j1"]
 		return !ok, nil
 	})
-	testenv.Eventually(t, 60*time.Second, "the record ended with the cluster's Infra", func() (bool, error) {
+	testenv.Eventually(t, 60*time.Second, "the record gone with the cluster's Infra", func() (bool, error) {
 		rec, raw := record()
-		return rec != nil && rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "ended", fmt.Errorf("%s", raw)
+		return rec == nil, fmt.Errorf("%s", raw)
 	})
 }

@@ -20,7 +20,8 @@ import (
 //  1. release every unfinished ComputeContract, delete every finished one, and wait while any
 //     is left (the ComputeContract watch wakes the object; nothing polls);
 //  2. the record's final write (phase ended, endedAt, endReason deleted) through the child,
-//     with swapCid the cid just read, and wait for the child to report it;
+//     with swapCid the cid just read, and wait for the child to report it; a cluster's node
+//     Infra bound with sync Publish deletes its record instead;
 //  3. the index at self: the entry leaves live for recentEnded;
 //  4. the watch released, the child forced to Retain and deleted (the record stays) and
 //     waited for;
@@ -147,7 +148,17 @@ func (r *Reconciler) finalRecord(ctx context.Context, p *pass) (bool, error) {
 		return false, nil
 	}
 	b.read, b.value = read, value
-	if read.Found && !read.Ended && read.Invalid == nil {
+	if read.Found && o.spec.ClusterRef != nil && o.spec.Record.Sync == v1alpha1.RecordSyncPublish {
+		// A cluster's node Infra is deleted with its last node (docs/nodes.md section 10):
+		// its published record goes with it rather than staying ended, so a cluster that
+		// scales from zero again and again does not leave a record per cycle in its owner's
+		// repo. The swap is the cid just read; a write in between is read again next pass.
+		cid := read.CID
+		if err := repo.Delete(ctx, r.Kind.Collection(), u.Rkey, &cid); err != nil {
+			return false, fmt.Errorf("deleting the record %s of a cluster Infra: %w", st.URI, err)
+		}
+		r.log().Info("infra_record_deleted_with_cluster", "object", o.obj.GetNamespace()+"/"+o.obj.GetName(), "uri", st.URI)
+	} else if read.Found && !read.Ended && read.Invalid == nil {
 		// The final render: phase ended, endedAt the deletion time, endReason deleted (or the
 		// ephemeral end already recorded), against the cid just read.
 		if err := r.writeRecord(ctx, p, b, read.CID, true); err != nil {

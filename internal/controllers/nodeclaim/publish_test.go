@@ -334,8 +334,8 @@ func TestNodeClaims_REC9_PublishEditOptOut(t *testing.T) {
 }
 
 // ACC31-REC9-SCALE-IN-RECORD: a cluster opted in at two nodes scales in to one: the record
-// shows only the remaining entry, still deployed; the last node leaving deletes the Infra,
-// whose final write leaves the record ended (endReason deleted).
+// shows only the remaining entry, still deployed; the last node leaving deletes the Infra and
+// its record. A new node publishes at the same key again.
 func TestNodeClaims_REC9_ScaleInRecord(t *testing.T) {
 	r := newPubRig(t)
 	ctx := context.Background()
@@ -388,10 +388,22 @@ func TestNodeClaims_REC9_ScaleInRecord(t *testing.T) {
 		hasChild := r.get(types.NamespacedName{Namespace: gateway, Name: infra.RecordChildName(infra.KindInfra, rkey)}, &ch)
 		return !hasInfra && !hasClaim && !hasChild, fmt.Sprintf("infra %v claim %v child %v", hasInfra, hasClaim, hasChild)
 	})
-	got, raw, _ := r.record(rkey)
-	if got == nil || got.Status == nil || *got.Status.Phase != "ended" || got.Status.EndReason == nil || *got.Status.EndReason != "deleted" {
-		t.Fatalf("the last node's record: %s, want phase ended, endReason deleted", raw)
+	if got, raw, _ := r.record(rkey); got != nil {
+		t.Fatalf("the record after the last node: %s, want none", raw)
 	}
+	if n := r.listRecords(); n != 0 {
+		t.Fatalf("%d infra records left in the owner's repo", n)
+	}
+
+	// Scaling from zero again publishes at the same key: nothing accumulates.
+	c := r.claim("node-c", "web")
+	ccC := contractOf("web", c)
+	r.eventually("ComputeContract of c", func() (bool, string) { _, ok := r.contract(ccC); return ok, "absent" })
+	r.drive(ccC, v1alpha1.ComputeContractHeld, true)
+	r.eventually("the record again at the same key", func() (bool, string) {
+		got, raw, _ := r.record(rkey)
+		return got != nil && slices.Equal(entryNames(got), []string{infra.NodeEntryName(string(c.UID)) + "=requested"}), raw
+	})
 }
 
 func sortedOf(s ...string) []string {
