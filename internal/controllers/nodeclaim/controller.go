@@ -65,7 +65,10 @@ type Reconciler struct {
 	Nodes Nodes
 	// ContractNamespace is where cluster Infras live; empty means DefaultContractNamespace.
 	ContractNamespace string
-	Log               *slog.Logger
+	// BidWindow is the bid window of the node contracts (policyArgs bidWindowSec); 0 leaves
+	// the market's default (market.DefaultBidWindow).
+	BidWindow time.Duration
+	Log       *slog.Logger
 
 	locks locks
 	index index
@@ -76,8 +79,10 @@ type Options struct {
 	Bundler           Bundler
 	Nodes             Nodes
 	ContractNamespace string
-	Log               *slog.Logger
-	Observer          manager.ReconcileObserver
+	// BidWindow: Reconciler.BidWindow.
+	BidWindow time.Duration
+	Log       *slog.Logger
+	Observer  manager.ReconcileObserver
 }
 
 // Setup registers the NodeClaim controller and its start-up resync with m.
@@ -87,7 +92,7 @@ func Setup(m crmanager.Manager, o Options) error {
 		log = slog.Default()
 	}
 	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), Bundler: o.Bundler, Nodes: o.Nodes,
-		ContractNamespace: o.ContractNamespace, Log: log.With("controller", ControllerName)}
+		ContractNamespace: o.ContractNamespace, BidWindow: o.BidWindow, Log: log.With("controller", ControllerName)}
 	if err := ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.NodeClaim{}).

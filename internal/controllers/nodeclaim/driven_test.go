@@ -27,6 +27,7 @@ import (
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
@@ -86,7 +87,7 @@ func (r *rig) start() {
 	if err := infractl.Setup(m, &repos.Resolver{Client: m.GetClient()}, nil, quiet(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, Log: quiet()}); err != nil {
+	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, BidWindow: 1500 * time.Millisecond, Log: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -247,6 +248,9 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 			cc.Spec.NodeJoin.NodeName != c.Name || cc.Spec.NodeJoin.Server != server || cc.Spec.SecretsRef == nil ||
 			cc.Spec.NodeJoin.BundleSecretRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name {
 			t.Fatalf("%s spec %+v (nodeJoin %+v)", name, cc.Spec, cc.Spec.NodeJoin)
+		}
+		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
+			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)
 		}
 		var s v1alpha1.Secret
 		if !r.get(types.NamespacedName{Namespace: gateway, Name: cc.Spec.SecretsRef.Name}, &s) || len(s.Data[tenant.BundleKeyKubeconfig]) == 0 {
