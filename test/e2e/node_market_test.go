@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
@@ -188,14 +190,23 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 	}
 }
 
-// ACC31: a tenant cluster Ready at zero nodes scales up by one for a pending pod and back
-// down once the pod is gone, with every part real: the node host claims a node, the NodeClaim
-// controller mints the join bundle and composes the cluster's Infra entry, the Infra
-// controller makes the node contract (its requester up's node-requester repo), up's node
-// bidder wins it and boots a node guest that joins; the claim is Running and the pod runs to
-// Succeeded on the node. Deleted, the pod leaves the node empty: after scaleHold the claim
-// goes, the contract is released, and the node leaves no process or network namespace.
-func TestACC31_ScaleUpOne(t *testing.T) {
+// nodeUp is a `socialweb up` whose node bidder rents node guests, for the ACC31 rows: its
+// data dir, the node bidder's state dir, a client of its core, and the tags of every node
+// guest seen so far (run dirs and network namespaces are named by them).
+type nodeUp struct {
+	t     *testing.T
+	dir   string
+	state string
+	up    *upProc
+	c     client.Client
+	ctx   context.Context
+	tags  map[string]string // guest dir -> tag
+}
+
+// startNodeUp starts up with its node bidder and the busybox image in the bidder's image
+// dir; a cleanup registered before up stops any node a failure left.
+func startNodeUp(t *testing.T, args ...string) *nodeUp {
+	t.Helper()
 	requireTenantHost(t)
 	if err := node.Prerequisites(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -204,130 +215,237 @@ func TestACC31_ScaleUpOne(t *testing.T) {
 		t.Skip(err)
 	}
 	dir := filepath.Join(t.TempDir(), "data")
-	state := filepath.Join(dir, "node-bidder", "guests")
+	n := &nodeUp{t: t, dir: dir, state: filepath.Join(dir, "node-bidder", "guests"), ctx: context.Background(), tags: map[string]string{}}
 	t.Cleanup(func() {
-		s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin})
+		s, err := node.New(node.Config{StateDir: n.state, Binary: socialwebBin})
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		substratetest.Cleanup(t, s, state)
+		substratetest.Cleanup(t, s, n.state)
 	})
-	up := startUp(t, dir)
-	up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
+	n.up = startUp(t, dir, args...)
+	n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
-	c := coreClient(t, dir)
-	ctx := context.Background()
+	n.c = coreClient(t, dir)
+	return n
+}
 
-	ckey := client.ObjectKey{Namespace: "default", Name: "s1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+// cluster applies a Cluster in default with the given extra spec fields (YAML flow, e.g.
+// "maxNodes: 1, scaleHold: 3s"), waits until it is Ready and checks it has no node; it
+// returns a kubeconfig of the tenant.
+func (n *nodeUp) cluster(name, spec string) string {
+	t := n.t
+	t.Helper()
+	n.up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
-metadata: {name: s1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: s1, running: true, maxNodes: 1, scaleHold: 3s}
+metadata: {name: `+name+`, namespace: default}
+spec: {account: "`+tenantOwner+`", name: `+name+`, running: true, `+spec+`}
 `, "apply", "-f", "-")
-	cl := waitPhase(t, c, ckey, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
+	cl := waitPhase(t, n.c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
+	kc := mint(t, n.dir, cl)
 	if out, _ := tkubectlErr(kc, "get", "nodes", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Fatalf("nodes before any pod: %q", out)
 	}
+	return kc
+}
 
-	claims := func() []v1alpha1.NodeClaim {
-		var l v1alpha1.NodeClaimList
-		if err := c.List(ctx, &l, client.InNamespace("default")); err != nil {
-			t.Fatal(err)
+// claims are the NodeClaims of the Cluster named cluster, by node name.
+func (n *nodeUp) claims(cluster string) map[string]v1alpha1.NodeClaim {
+	var l v1alpha1.NodeClaimList
+	if err := n.c.List(n.ctx, &l, client.InNamespace("default")); err != nil {
+		n.t.Fatal(err)
+	}
+	out := map[string]v1alpha1.NodeClaim{}
+	for _, nc := range l.Items {
+		if nc.Spec.ClusterRef.Name == cluster {
+			out[nc.Spec.NodeName] = nc
 		}
-		var out []v1alpha1.NodeClaim
-		for _, nc := range l.Items {
-			if nc.Spec.ClusterRef.Name == "s1" {
-				out = append(out, nc)
+	}
+	return out
+}
+
+// waitClaimsRunning waits until the cluster has exactly want claims, all Running, and fails
+// at once on more claims or an ended one.
+func (n *nodeUp) waitClaimsRunning(cluster string, want int, timeout time.Duration) map[string]v1alpha1.NodeClaim {
+	t := n.t
+	t.Helper()
+	var cs map[string]v1alpha1.NodeClaim
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d NodeClaim(s) Running", want), func() (bool, error) {
+		cs = n.claims(cluster)
+		if len(cs) > want {
+			t.Fatalf("%d claims, want %d\n%s", len(cs), want, n.dump())
+		}
+		running := 0
+		for _, c := range cs {
+			if c.Status.Phase == v1alpha1.NodeClaimFailed || c.Status.Phase == v1alpha1.NodeClaimLost {
+				t.Fatalf("claim %s %s: %s\n%s", c.Name, c.Status.Phase, c.Status.Message, n.dump())
+			}
+			if c.Status.Phase == v1alpha1.NodeClaimRunning {
+				running++
 			}
 		}
-		return out
-	}
-	dump := func() string {
-		var s strings.Builder
-		if b, err := os.ReadFile(filepath.Join(dir, "logs", "socialweb.log")); err == nil {
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.Contains(l, "nodeclaim") || strings.Contains(l, "nodehost") || strings.Contains(l, app.LocalNodeBidderHandle) || strings.Contains(l, "computecontract_phase") {
-					fmt.Fprintln(&s, l)
-				}
+		return len(cs) == want && running == want, fmt.Errorf("%d claims, %d Running\n%s", len(cs), running, n.dump())
+	})
+	n.guests()
+	return cs
+}
+
+// dump is what up logged about claims, the node host and the node bidder.
+func (n *nodeUp) dump() string {
+	var s strings.Builder
+	if b, err := os.ReadFile(filepath.Join(n.dir, "logs", "socialweb.log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "nodeclaim") || strings.Contains(l, "nodehost") || strings.Contains(l, app.LocalNodeBidderHandle) || strings.Contains(l, "computecontract_phase") {
+				fmt.Fprintln(&s, l)
 			}
 		}
-		return s.String()
 	}
+	return s.String()
+}
+
+// guests records the node guests now in the bidder's state dir and returns their count.
+func (n *nodeUp) guests() int {
+	ids, err := filepath.Glob(filepath.Join(n.state, "g*")) // bidder.GuestID; .images is the sandbox image
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, id := range ids {
+		h := sha256.Sum256([]byte(id))
+		n.tags[id] = hex.EncodeToString(h[:])[:10]
+	}
+	return len(ids)
+}
+
+// guestProcs are the live processes of the node guests seen so far (kubelet, containerd,
+// shims, pods), found by the bidder's state dir or their run dir in their command line.
+func (n *nodeUp) guestProcs(only ...string) []int {
+	subs := []string{}
+	for id, tag := range n.tags {
+		if len(only) == 0 || slices.Contains(only, id) {
+			subs = append(subs, id, "/run/swnode/"+tag)
+		}
+	}
+	if len(only) == 0 {
+		subs = append(subs, n.state)
+	}
+	return procsWithArg(subs...)
+}
+
+// waitGuestsGone waits until the guests (all seen so far without ids) have no process left
+// and checks they left no run dir, network namespace or mount.
+func (n *nodeUp) waitGuestsGone(timeout time.Duration, ids ...string) {
+	t := n.t
+	t.Helper()
+	testenv.Eventually(t, timeout, "no node guest process left", func() (bool, error) {
+		pids := n.guestProcs(ids...)
+		return len(pids) == 0, fmt.Errorf("left: %v", pids)
+	})
+	for id, tag := range n.tags {
+		if len(ids) > 0 && !slices.Contains(ids, id) {
+			continue
+		}
+		if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
+			t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
+		}
+		if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
+			t.Errorf("network namespace swnode-%s left: %v", tag, err)
+		}
+		if m := mountsUnder(id); len(m) != 0 {
+			t.Errorf("mounts left: %v", m)
+		}
+	}
+}
+
+// guestOf is the guest dir of the node named nodeName: the one whose node.json names it.
+func (n *nodeUp) guestOf(nodeName string) string {
+	n.t.Helper()
+	n.guests()
+	for id := range n.tags {
+		if b, err := os.ReadFile(filepath.Join(id, "node.json")); err == nil && strings.Contains(string(b), `"`+nodeName+`"`) {
+			return id
+		}
+	}
+	n.t.Fatalf("no guest of node %s in %v", nodeName, n.tags)
+	return ""
+}
+
+// contractOf reads the ComputeContract of a claim from its status.infra.
+func (n *nodeUp) contractOf(claim v1alpha1.NodeClaim) (v1alpha1.ComputeContract, client.ObjectKey) {
+	n.t.Helper()
+	if claim.Status.Infra == nil || claim.Status.Infra.ComputeContract == "" {
+		n.t.Fatalf("claim %s status.infra: %+v", claim.Name, claim.Status.Infra)
+	}
+	key := client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: claim.Status.Infra.ComputeContract}
+	var cc v1alpha1.ComputeContract
+	if err := n.c.Get(n.ctx, key, &cc); err != nil {
+		n.t.Fatal(err)
+	}
+	return cc, key
+}
+
+// waitPod waits for the pod's phase and node (node "" takes any) and returns its node.
+func waitPod(t *testing.T, kc, pod, phase, nodeName string, timeout time.Duration) string {
+	t.Helper()
+	var got string
+	testenv.Eventually(t, timeout, "pod "+pod+" "+phase, func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", pod, "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		if strings.HasPrefix(out, "Failed") && phase != "Failed" {
+			t.Fatalf("pod %s failed: %s", pod, tkubectl(t, kc, "", "get", "pod", pod, "-o", "yaml"))
+		}
+		p, nn, _ := strings.Cut(out, "/")
+		got = nn
+		return p == phase && nn != "" && (nodeName == "" || nn == nodeName), fmt.Errorf("%q", out)
+	})
+	return got
+}
+
+// ACC31: a tenant cluster Ready at zero nodes scales up by one for a pending pod and back
+// down once the pod is gone, with every part real: the node host claims a node, the NodeClaim
+// controller mints the join bundle and composes the cluster's Infra entry, the Infra
+// controller makes the node contract (its requester up's node-requester repo), up's node
+// bidder wins it and boots a node guest that joins; the claim is Running and the pod runs to
+// Succeeded on the node. Deleted, the pod leaves the node empty: after scaleHold the claim
+// goes, the contract is released, and the node leaves no process or network namespace.
+func TestACC31_ScaleUpOne(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("s1", "maxNodes: 1, scaleHold: 3s")
 
 	t0 := time.Now()
 	tkubectl(t, kc, nodePod, "apply", "-f", "-")
 	var claim v1alpha1.NodeClaim
-	testenv.Eventually(t, 120*time.Second, "one NodeClaim Running", func() (bool, error) {
-		cs := claims()
-		if len(cs) > 1 {
-			t.Fatalf("%d claims for one pod", len(cs))
-		}
-		if len(cs) == 0 {
-			return false, fmt.Errorf("no claim\n%s", dump())
-		}
-		claim = cs[0]
-		if claim.Status.Phase == v1alpha1.NodeClaimFailed || claim.Status.Phase == v1alpha1.NodeClaimLost {
-			t.Fatalf("claim %s: %s\n%s", claim.Status.Phase, claim.Status.Message, dump())
-		}
-		return claim.Status.Phase == v1alpha1.NodeClaimRunning, fmt.Errorf("%s %q\n%s", claim.Status.Phase, claim.Status.Message, dump())
-	})
+	for _, c := range n.waitClaimsRunning("s1", 1, 120*time.Second) {
+		claim = c
+	}
 	t.Logf("pod -> claim Running in %.2fs", time.Since(t0).Seconds())
-	nodeName := claim.Spec.NodeName
-	testenv.Eventually(t, 90*time.Second, "pod Succeeded on the claimed node", func() (bool, error) {
-		out, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
-		if strings.HasPrefix(out, "Failed") {
-			t.Fatalf("pod failed: %s", tkubectl(t, kc, "", "get", "pod", "hello", "-o", "yaml"))
-		}
-		return out == "Succeeded/"+nodeName, fmt.Errorf("%q", out)
-	})
+	waitPod(t, kc, "hello", "Succeeded", claim.Spec.NodeName, 90*time.Second)
 	t.Logf("pod -> Succeeded in %.2fs", time.Since(t0).Seconds())
-	if claim.Status.Infra == nil || claim.Status.Infra.ComputeContract == "" {
-		t.Fatalf("claim status.infra: %+v", claim.Status.Infra)
-	}
-	ccKey := client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: claim.Status.Infra.ComputeContract}
-	var cc v1alpha1.ComputeContract
-	if err := c.Get(ctx, ccKey, &cc); err != nil {
-		t.Fatal(err)
-	}
+	cc, ccKey := n.contractOf(claim)
 	if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode || cc.Spec.RepoRef == nil || cc.Spec.RepoRef.Name != infra.NodeRequesterRepo {
 		t.Errorf("contract spec: %+v", cc.Spec)
 	}
-	ids, err := filepath.Glob(filepath.Join(state, "g*"))
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("node guests in %s: %v %v", state, ids, err)
+	if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "2" {
+		t.Errorf("bid window %q, want up's default 2", w)
 	}
-	h := sha256.Sum256([]byte(ids[0]))
-	tag := hex.EncodeToString(h[:])[:10]
+	if g := n.guests(); g != 1 {
+		t.Fatalf("%d node guests, want 1", g)
+	}
 
 	tkubectl(t, kc, "", "delete", "pod", "hello")
 	t1 := time.Now()
 	testenv.Eventually(t, 90*time.Second, "the claim gone", func() (bool, error) {
-		cs := claims()
-		return len(cs) == 0, fmt.Errorf("%d claims\n%s", len(cs), dump())
+		cs := n.claims("s1")
+		return len(cs) == 0, fmt.Errorf("%d claims\n%s", len(cs), n.dump())
 	})
 	t.Logf("pod deleted -> claim gone in %.2fs", time.Since(t1).Seconds())
 	testenv.Eventually(t, 60*time.Second, "the contract released", func() (bool, error) {
-		err := c.Get(ctx, ccKey, &cc)
+		err := n.c.Get(n.ctx, ccKey, &cc)
 		if apierrors.IsNotFound(err) {
 			return true, nil // released, then deleted by the Infra controller
 		}
 		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %v", cc.Status.Phase, err)
 	})
-	testenv.Eventually(t, 30*time.Second, "the node's processes gone", func() (bool, error) {
-		pids := procsWithArg(state, "/run/swnode/"+tag)
-		return len(pids) == 0, fmt.Errorf("left: %v", pids)
-	})
-	if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
-		t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
-	}
-	if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
-		t.Errorf("network namespace swnode-%s left: %v", tag, err)
-	}
-	if m := mountsUnder(state); len(m) != 0 {
-		t.Errorf("mounts left: %v", m)
-	}
+	n.waitGuestsGone(30 * time.Second)
 }
