@@ -47,10 +47,13 @@ type Bundler interface {
 	MintNodeBundle(k tenant.Key, nodeName string) (tenant.NodeBundle, error)
 }
 
-// Nodes reports whether a tenant cluster's node is registered and Ready (tenant.Manager is
-// one). Nil: no claim reaches Running.
+// Nodes reads and removes a tenant cluster's nodes (tenant.Manager is one). Nil: no claim
+// reaches Running, and a released node's object stays in its cluster.
 type Nodes interface {
+	// NodeReady reports whether the node is registered and Ready.
 	NodeReady(ctx context.Context, k tenant.Key, nodeName string) (bool, error)
+	// DeleteNode deletes the node's object (absent is no error).
+	DeleteNode(ctx context.Context, k tenant.Key, nodeName string) error
 }
 
 // Reconciler reconciles NodeClaims.
