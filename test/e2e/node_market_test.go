@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,42 +37,13 @@ import (
 // Succeeded on it. Released, the guest stops: no kubelet or containerd process, no network
 // namespace, no mount is left.
 func TestNode_MarketContractJoinsTheTenantCluster(t *testing.T) {
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	// Registered before up: runs after up stopped, and stops any node a failure left.
-	state := filepath.Join(dir, "node-bidder", "guests")
-	t.Cleanup(func() {
-		s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		substratetest.Cleanup(t, s, state)
-	})
-
-	up := startUp(t, dir)
-	bidderDID := up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
-	// up made the node bidder's image dir; every node imports what it holds at boot.
-	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
+	n := startNodeUp(t)
+	dir, state, c, ctx := n.dir, n.state, n.c, n.ctx
+	kc := n.cluster("m1", "")
+	var cl v1alpha1.Cluster
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "m1"}, &cl); err != nil {
 		t.Fatal(err)
 	}
-	c := coreClient(t, dir)
-	ctx := context.Background()
-
-	ckey := client.ObjectKey{Namespace: "default", Name: "m1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
-kind: Cluster
-metadata: {name: m1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: m1, running: true}
-`, "apply", "-f", "-")
-	cl := waitPhase(t, c, ckey, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
 
 	repo := &v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owner"},
 		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: app.DefaultHandle}}}
@@ -126,8 +97,8 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		}
 		return cc.Status.Phase == v1alpha1.ComputeContractHeld, fmt.Errorf("%s %q", cc.Status.Phase, cc.Status.Message)
 	})
-	if cc.Status.Winner != bidderDID {
-		t.Errorf("winner %s, want the node bidder %s", cc.Status.Winner, bidderDID)
+	if cc.Status.Winner != n.bidder {
+		t.Errorf("winner %s, want the node bidder %s", cc.Status.Winner, n.bidder)
 	}
 	if d := meta.FindStatusCondition(cc.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered)); d == nil || d.Status != metav1.ConditionTrue {
 		t.Errorf("SecretsDelivered: %+v", d)
@@ -149,13 +120,9 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
 	})
 
-	// The guests of this bidder: their run dirs and network namespaces are named by tag.
-	ids, err := filepath.Glob(filepath.Join(state, "g*")) // bidder.GuestID; .images is the sandbox image
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("node guests in %s: %v %v", state, ids, err)
+	if g := n.guests(); g != 1 {
+		t.Fatalf("%d node guests in %s, want 1", g, state)
 	}
-	h := sha256.Sum256([]byte(ids[0]))
-	tag := hex.EncodeToString(h[:])[:10]
 
 	// Release: the requester deletes the contract on the market, the bidder stops the node.
 	if err := c.Get(ctx, ckKey, cc); err != nil {
@@ -169,22 +136,7 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		err := c.Get(ctx, ckKey, cc)
 		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %q %v", cc.Status.Phase, cc.Status.Message, err)
 	})
-	testenv.Eventually(t, 30*time.Second, "the node's processes gone", func() (bool, error) {
-		pids := procsWithArg(state, "/run/swnode/"+tag)
-		return len(pids) == 0, fmt.Errorf("left: %v", pids)
-	})
-	if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
-		t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
-	}
-	if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
-		t.Errorf("network namespace swnode-%s left: %v", tag, err)
-	}
-	if out, _ := exec.Command("ip", "link", "show", "swn"+tag).Output(); len(out) != 0 {
-		t.Errorf("veth swn%s left: %s", tag, out)
-	}
-	if m := mountsUnder(state); len(m) != 0 {
-		t.Errorf("mounts left: %v", m)
-	}
+	n.waitGuestsGone(30 * time.Second)
 	if err := c.Delete(ctx, cc); err != nil {
 		t.Fatal(err)
 	}
@@ -198,9 +150,11 @@ type nodeUp struct {
 	dir   string
 	state string
 	up    *upProc
-	c     client.Client
-	ctx   context.Context
-	tags  map[string]string // guest dir -> tag
+	// bidder is the node bidder's DID.
+	bidder string
+	c      client.Client
+	ctx    context.Context
+	tags   map[string]string // guest dir -> tag
 }
 
 // startNodeUp starts up with its node bidder and the busybox image in the bidder's image
@@ -225,7 +179,7 @@ func startNodeUp(t *testing.T, args ...string) *nodeUp {
 		substratetest.Cleanup(t, s, n.state)
 	})
 	n.up = startUp(t, dir, args...)
-	n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
+	n.bidder = n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +196,7 @@ func (n *nodeUp) cluster(name, spec string) string {
 	n.up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: `+name+`, namespace: default}
-spec: {account: "`+tenantOwner+`", name: `+name+`, running: true, `+spec+`}
+spec: {account: "`+tenantOwner+`", name: `+name+`, running: true`+strings.TrimSuffix(", "+spec, ", ")+`}
 `, "apply", "-f", "-")
 	cl := waitPhase(t, n.c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
 	kc := mint(t, n.dir, cl)
@@ -360,6 +314,9 @@ func (n *nodeUp) waitGuestsGone(timeout time.Duration, ids ...string) {
 		}
 		if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
 			t.Errorf("network namespace swnode-%s left: %v", tag, err)
+		}
+		if out, _ := exec.Command("ip", "link", "show", "swn"+tag).Output(); len(out) != 0 {
+			t.Errorf("veth swn%s left: %s", tag, out)
 		}
 		if m := mountsUnder(id); len(m) != 0 {
 			t.Errorf("mounts left: %v", m)
