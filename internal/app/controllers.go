@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"log/slog"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -46,6 +47,9 @@ type ControllerOptions struct {
 	// TenantsUnavailable (reported on every Cluster) says why.
 	Tenants            *tenant.Manager
 	TenantsUnavailable string
+	// NodeBidWindow is the bid window of node contracts (nodeclaim.Options.BidWindow); 0
+	// leaves the market's default.
+	NodeBidWindow time.Duration
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -87,7 +91,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer}
+	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer, BidWindow: o.NodeBidWindow}
 	if o.Tenants != nil {
 		nco.Bundler, nco.Nodes = o.Tenants, o.Tenants
 	}

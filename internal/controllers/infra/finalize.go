@@ -149,7 +149,7 @@ func (r *Reconciler) finalRecord(ctx context.Context, p *pass) (bool, error) {
 	}
 	b.read, b.value = read, value
 	if read.Found && o.spec.ClusterRef != nil && o.spec.Record.Sync == v1alpha1.RecordSyncPublish {
-		// A cluster's node Infra is deleted with its last node (docs/nodes.md section 10):
+		// A cluster's node Infra is deleted with its last node (docs/nodes.md section 11):
 		// its published record goes with it rather than staying ended, so a cluster that
 		// scales from zero again and again does not leave a record per cycle in its owner's
 		// repo. The swap is the cid just read; a write in between is read again next pass.
