@@ -439,9 +439,10 @@ func TestNodeClaims_REC9_OwnerElsewherePublishesNothing(t *testing.T) {
 	if !r.get(types.NamespacedName{Namespace: gateway, Name: infra.OwnerRepoName(elsewhere)}, &repo) || repo.Spec.Local == nil || repo.Spec.Local.Account != elsewhere {
 		t.Fatalf("owner repo %+v", repo.Spec)
 	}
-	if got, _ := r.nodeClaim("node-a"); got.Status.Phase != v1alpha1.NodeClaimJoining {
-		t.Errorf("the claim is %s, want Joining", got.Status.Phase)
-	}
+	r.eventually("the claim Joining", func() (bool, string) {
+		got, _ := r.nodeClaim("node-a")
+		return got.Status.Phase == v1alpha1.NodeClaimJoining, string(got.Status.Phase)
+	})
 	if n := r.listRecords(); n != 0 {
 		t.Errorf("%d records in the local account's repo", n)
 	}
