@@ -70,7 +70,7 @@ func newBidderCommand() *cobra.Command {
 			}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
 				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
-				Directory: &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}, Listen: listen})
+				Directory: &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}, Listen: listen, StateDir: stateDir})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
 			if cmd.Context().Err() != nil {
