@@ -48,6 +48,7 @@ CRDs installed. Use --leader-elect when more than one replica runs.`,
 	cmd.Flags().StringVar(&o.MetricsAddr, "metrics-addr", "0", "address for Prometheus metrics, e.g. 127.0.0.1:9090 (0 turns it off)")
 	cmd.Flags().BoolVar(&o.LeaderElection, "leader-elect", false, "take a Lease before reconciling (needs coordination.k8s.io)")
 	cmd.Flags().StringVar(&o.LeaderElectionNS, "leader-elect-namespace", "default", "namespace of the leader Lease")
+	cmd.Flags().StringArrayVar(&o.MarketSources, "market-follow", nil, "firehose of a PDS (or relay) URL the requester follows besides its repos' PDSes, repeatable: bidders there")
 	cmd.Flags().StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	return cmd
 }

@@ -19,7 +19,6 @@ import (
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/controllers/nodehost"
-	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
@@ -46,6 +45,9 @@ type ControllerOptions struct {
 	// TenantsUnavailable (reported on every Cluster) says why.
 	Tenants            *tenant.Manager
 	TenantsUnavailable string
+	// MarketSources are firehoses (PDS or relay URLs) the requester follows besides its
+	// repos' own PDSes, to see the offerings, bids, receipts and events of bidders elsewhere.
+	MarketSources []string
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -84,7 +86,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
+	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer}

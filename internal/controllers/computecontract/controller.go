@@ -30,6 +30,7 @@ import (
 	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate/node"
 )
@@ -52,19 +53,22 @@ type Reconciler struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 
-	mu  sync.Mutex
-	ctx context.Context // the manager's: the index's followers live as long as it
+	local *pds.Server // the embedded PDS, whose firehose and records are read in-process
+	mu    sync.Mutex
+	ctx   context.Context // the manager's: the index's followers live as long as it
 }
 
-// Setup registers the controller. Records of other repos are read through fetch.
-func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Logger, obs manager.ReconcileObserver) error {
+// Setup registers the controller. A contract's requester follows the firehose of its repo's
+// PDS (in-process for local, the embedded PDS) and every firehose of sources (PDS or relay
+// URLs) besides, from the start: bidders are the offerings seen on any of them.
+func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, log *slog.Logger, obs manager.ReconcileObserver) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("controller", ControllerName)
 	wake := make(chan event.GenericEvent, 1024)
-	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now}
-	r.Index = &Index{Fetch: fetch, Log: log, Wake: func(k types.NamespacedName) {
+	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now, local: local}
+	r.Index = &Index{Log: log, Wake: func(k types.NamespacedName) {
 		o := &v1alpha1.ComputeContract{}
 		o.Namespace, o.Name = k.Namespace, k.Name
 		wake <- event.GenericEvent{Object: o}
@@ -74,6 +78,9 @@ func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Lo
 		r.mu.Lock()
 		r.ctx = ctx
 		r.mu.Unlock()
+		for _, src := range feed.Sources(sources, local) {
+			r.Index.Follow(ctx, src)
+		}
 		<-ctx.Done()
 		return nil
 	})); err != nil {
@@ -180,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: retry}, werr
 	}
-	r.Index.Follow(r.runCtx(), repo.Endpoint(), repo.Events())
+	r.Index.Follow(r.runCtx(), feed.Source{Endpoint: repo.Endpoint(), Events: repo.Events(), Fetch: r.fetcherFor(repo.Endpoint())})
 	if !r.Index.CaughtUp(repo.Endpoint()) {
 		// A restarted requester must not close a window on an index still replaying.
 		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
@@ -349,6 +356,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
 	}
 	return res, nil
+}
+
+// fetcherFor reads the records of the PDS at endpoint: in-process when it is the embedded
+// one, over XRPC without a session otherwise.
+func (r *Reconciler) fetcherFor(endpoint string) feed.Fetcher {
+	return feed.SourceOf(endpoint, r.local).Fetch
 }
 
 // guestPorts are a vm.onNetwork event's port bindings as status.guest.ports.

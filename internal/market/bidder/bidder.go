@@ -30,9 +30,12 @@ import (
 
 // Config of a bidder.
 type Config struct {
-	// Repo is the bidder's own repo; Fetch reads the records of others.
+	// Repo is the bidder's own repo; Fetch reads the records of others on its PDS.
 	Repo  repos.Repo
 	Fetch feed.Fetcher
+	// Sources are firehoses followed besides its PDS's (requesters' PDSes, or a relay), each
+	// with the reader of the records its events name.
+	Sources []feed.Source
 	// Substrate runs the guests (its Kind is the computeKind served).
 	Substrate substrate.Substrate
 	// Cost and Currency price a bid; Free bids bids.free.
@@ -76,6 +79,11 @@ type Bidder struct {
 	delivered map[string]deliveredTo // accept uri -> delivered secrets
 	verifier  *serviceauth.Verifier
 	endpoint  string
+	// router reads any party's records: through the source whose firehose carried the DID's
+	// events, else Fetch, else each source in turn.
+	router *feed.Router
+	// handleMu makes the events of every source one sequence, as they are of one source.
+	handleMu sync.Mutex
 	// recovered is closed once Run rebuilt its state: deliverSecrets waits for it, so a call
 	// in a restart's first moments is not refused for an accept not yet known again.
 	recovered chan struct{}
@@ -96,7 +104,13 @@ func New(cfg Config) *Bidder {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
+	fetchers := []feed.Fetcher{cfg.Fetch}
+	for _, s := range cfg.Sources {
+		fetchers = append(fetchers, s.Fetch)
+	}
+	router := feed.NewRouter(fetchers...)
+	cfg.Fetch = router.Fetcher()
+	return &Bidder{router: router, cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
 		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
 		recovered: make(chan struct{})}
@@ -144,6 +158,18 @@ func (b *Bidder) Run(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	close(b.recovered)
+	for _, src := range b.cfg.Sources {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
+				if ev.DID != "" && ev.DID != b.DID() {
+					b.router.Learn(ev.DID, src.Fetch)
+				}
+				b.handle(ctx, ev)
+			})
+		}()
+	}
 	feed.Follow(ctx, b.cfg.Repo.Events(), 0, func(ev repos.Event) { b.handle(ctx, ev) })
 	b.wg.Wait()
 	return ctx.Err()
@@ -260,6 +286,8 @@ func (b *Bidder) recover(ctx context.Context) error {
 }
 
 func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
+	b.handleMu.Lock()
+	defer b.handleMu.Unlock()
 	for _, op := range ev.Ops {
 		if op.Action == "delete" {
 			continue
