@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/pds/refpds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate/deno"
 	"socialweb.computer/internal/substrate/substratetest"
@@ -24,11 +26,31 @@ import (
 // own A (Sources): the contract is won, Held with a running guest, and released.
 func TestACC_MarketRemoteRequester(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{PDS: true}) // A: the bidder's PDS
-	ctx := context.Background()
 	other, acct := testenv.StartPDS(t, t.TempDir(), "") // B: the requester's PDS
+	remoteMarket(t, env, other.URL(), acct.Handle, acct.Password, acct.DID)
+}
+
+// The same with the requester's repo on the reference PDS (@atproto/pds): its firehose and
+// getRecord serve both the requester's index and the bidder. SOCIALWEB_INTEROP=1 runs it.
+func TestACC_Interop_MarketRequesterOnReferencePDS(t *testing.T) {
+	peer := refpds.Require(t)
+	const handle, password = "requester.test", "requester-pw-1"
+	sess, err := atclient.New(peer.PDSURL).CreateAccount(context.Background(), handle, password, "requester@example.test")
+	if err != nil {
+		t.Fatalf("account on the reference PDS: %v", err)
+	}
+	env := testenv.Start(t, testenv.Options{PDS: true})
+	remoteMarket(t, env, peer.PDSURL, handle, password, sess.DID)
+}
+
+// remoteMarket runs a contract from a remote AtprotoRepo on service (the requester, did) won
+// by a bidder on env's PDS, each following the other's firehose.
+func remoteMarket(t *testing.T, env *testenv.Env, service, identifier, password, did string) {
+	t.Helper()
+	ctx := context.Background()
 	env.MarketSources = []string{env.PDS.URL()}
 	env.StartControllers(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	remoteRepo(t, env, "owner", other.URL(), acct.Handle, acct.Password)
+	remoteRepo(t, env, "owner", service, identifier, password)
 	waitRepoReason(t, env, "owner", v1alpha1.ReasonLoggedIn)
 
 	const handle = "farbidder.test"
@@ -44,7 +66,7 @@ func TestACC_MarketRemoteRequester(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Sources: feed.Sources([]string{other.URL()}, env.PDS),
+	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Sources: feed.Sources([]string{service}, env.PDS),
 		Substrate: sub, Cost: 5, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -58,10 +80,12 @@ func TestACC_MarketRemoteRequester(t *testing.T) {
 	if c.Status.Winner != b.DID() {
 		t.Fatalf("winner %s, want the bidder on the other PDS %s", c.Status.Winner, b.DID())
 	}
-	if !strings.HasPrefix(c.Status.RFP, "at://"+acct.DID+"/") || !strings.HasPrefix(c.Status.Receipt, "at://"+b.DID()+"/") {
-		t.Fatalf("rfp %s (want in %s), receipt %s (want in %s)", c.Status.RFP, acct.DID, c.Status.Receipt, b.DID())
+	if !strings.HasPrefix(c.Status.RFP, "at://"+did+"/") || !strings.HasPrefix(c.Status.Accept, "at://"+did+"/") ||
+		!strings.HasPrefix(c.Status.Receipt, "at://"+b.DID()+"/") {
+		t.Fatalf("rfp %s, accept %s (want in %s), receipt %s (want in %s)", c.Status.RFP, c.Status.Accept, did, c.Status.Receipt, b.DID())
 	}
-	if got, err := other.Repo(acct.DID).Get(ctx, "com.publicdomainrelay.temp.market.accept", c.Status.Accept[strings.LastIndex(c.Status.Accept, "/")+1:]); err != nil || got == nil {
+	_, coll, rkey, _ := feed.ParseURI(c.Status.Accept)
+	if _, err := repos.GetPublic(ctx, service, did, coll, rkey); err != nil {
 		t.Fatalf("the accept is not on the requester's PDS: %v", err)
 	}
 	if n := running(t, &runningBidder{sub: sub}); n != 1 {
