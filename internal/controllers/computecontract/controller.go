@@ -55,7 +55,9 @@ type Reconciler struct {
 
 	local *pds.Server // the embedded PDS, whose firehose and records are read in-process
 	mu    sync.Mutex
-	ctx   context.Context // the manager's: the index's followers live as long as it
+	// rfpTimes are the createdAt of our rfps (uri ->), read once per process.
+	rfpTimes map[string]time.Time
+	ctx      context.Context // the manager's: the index's followers live as long as it
 }
 
 // Setup registers the controller. A contract's requester follows the firehose of its repo's
@@ -195,6 +197,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	key := req.NamespacedName
 	s.Policy = market.Policy{NSID: policyNSID, RequesterDID: repo.DID()}
 	s.RFPAt = at(lastEvent(st, evRFP))
+	if st.RFP != "" {
+		// The window counts from the rfp's createdAt (our own clock, to the nanosecond), not
+		// from the status event, which the API keeps to the second (see at).
+		if t, ok := r.rfpCreated(ctx, repo, st.RFP); ok {
+			s.RFPAt = t
+		}
+	}
 	s.AcceptAt = at(lastEvent(st, evAccept))
 	s.DeleteAt = at(lastEvent(st, evDelete))
 	if obj.Spec.Release != nil {
@@ -352,10 +361,51 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return res, err
 	}
+	if d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed {
+		r.forgetRFP(st.RFP)
+	}
 	if deleting && (d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed) {
 		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
 	}
 	return res, nil
+}
+
+// rfpCreated is the createdAt of our rfp at uri, read from our repo the first time it is
+// asked for in this process; false when it cannot be read or parsed (the caller falls back
+// on the status event's time).
+func (r *Reconciler) rfpCreated(ctx context.Context, repo repos.Repo, uri string) (time.Time, bool) {
+	r.mu.Lock()
+	t, ok := r.rfpTimes[uri]
+	r.mu.Unlock()
+	if ok {
+		return t, true
+	}
+	rec, err := fetchOwn(ctx, repo, uri)
+	if err != nil {
+		return time.Time{}, false
+	}
+	rfp, err := mk.DecodeRFP(rec.Value)
+	if err != nil {
+		return time.Time{}, false
+	}
+	t, err = time.Parse(time.RFC3339Nano, rfp.CreatedAt)
+	if err != nil {
+		return time.Time{}, false
+	}
+	r.mu.Lock()
+	if r.rfpTimes == nil {
+		r.rfpTimes = map[string]time.Time{}
+	}
+	r.rfpTimes[uri] = t
+	r.mu.Unlock()
+	return t, true
+}
+
+// forgetRFP drops what rfpCreated kept for a contract that ended.
+func (r *Reconciler) forgetRFP(uri string) {
+	r.mu.Lock()
+	delete(r.rfpTimes, uri)
+	r.mu.Unlock()
 }
 
 // fetcherFor reads the records of the PDS at endpoint: in-process when it is the embedded
