@@ -69,10 +69,10 @@ func newBidderCommand() *cobra.Command {
 			if plcURL == "" {
 				return errors.New("--plc-url is empty: the secrets endpoint resolves requesters' DIDs through it")
 			}
+			dir := &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
 				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
-				Directory: &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}, Listen: listen, StateDir: stateDir,
-				Sources: feed.Sources(follow, nil)})
+				Directory: dir, Listen: listen, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
 			if cmd.Context().Err() != nil {

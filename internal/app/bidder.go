@@ -75,7 +75,7 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 		return err
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
-		Sources: feed.Sources(sources, srv), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)})
+		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)})
 	go func() {
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("local bidder stopped", "bidder", handle, "err", err)

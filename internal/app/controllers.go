@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"log/slog"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -48,6 +49,9 @@ type ControllerOptions struct {
 	// MarketSources are firehoses (PDS or relay URLs) the requester follows besides its
 	// repos' own PDSes, to see the offerings, bids, receipts and events of bidders elsewhere.
 	MarketSources []string
+	// MarketDirectory resolves DIDs to their PDS for records a market source does not serve
+	// (a relay); nil means the embedded PDS's did:plc directory when PDS is set.
+	MarketDirectory identity.Directory
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -67,6 +71,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		res = &repos.Resolver{}
 	}
 	res.PDS, res.Client = o.PDS, m.GetClient()
+	if o.MarketDirectory == nil && o.PDS != nil {
+		o.MarketDirectory = o.PDS.Directory()
+	}
 	broker := o.Broker
 	if broker == nil {
 		broker = &watch.Broker{}
@@ -86,7 +93,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.Logger, o.Observer); err != nil {
+	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer}

@@ -4,9 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -27,7 +32,37 @@ import (
 func TestACC_MarketRemoteRequester(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{PDS: true}) // A: the bidder's PDS
 	other, acct := testenv.StartPDS(t, t.TempDir(), "") // B: the requester's PDS
-	remoteMarket(t, env, other.URL(), acct.Handle, acct.Password, acct.DID)
+	remoteMarket(t, env, other.URL(), acct.Handle, acct.Password, acct.DID, env.PDS.URL())
+}
+
+// The same with the requester following a relay rather than the bidder's PDS: a stand-in that
+// serves A's firehose and refuses every other call, as a relay serves no getRecord. The
+// requester reads the bidder's offering, bid, receipt and events from the PDS of the
+// bidder's DID document (the embedded PDS's did:plc directory resolves it).
+func TestACC_MarketRequesterFollowsRelay(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{PDS: true})
+	other, acct := testenv.StartPDS(t, t.TempDir(), "")
+	target, err := url.Parse(env.PDS.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/xrpc/com.atproto.sync.subscribeRepos" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		refused.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotImplemented)
+		_, _ = w.Write([]byte(`{"error":"MethodNotImplemented","message":"a relay"}`))
+	}))
+	t.Cleanup(relay.Close)
+	remoteMarket(t, env, other.URL(), acct.Handle, acct.Password, acct.DID, relay.URL)
+	if refused.Load() == 0 {
+		t.Fatal("no record was asked of the relay: the row does not show the DID-document path")
+	}
 }
 
 // The same with the requester's repo on the reference PDS (@atproto/pds): its firehose and
@@ -40,15 +75,16 @@ func TestACC_Interop_MarketRequesterOnReferencePDS(t *testing.T) {
 		t.Fatalf("account on the reference PDS: %v", err)
 	}
 	env := testenv.Start(t, testenv.Options{PDS: true})
-	remoteMarket(t, env, peer.PDSURL, handle, password, sess.DID)
+	remoteMarket(t, env, peer.PDSURL, handle, password, sess.DID, env.PDS.URL())
 }
 
 // remoteMarket runs a contract from a remote AtprotoRepo on service (the requester, did) won
-// by a bidder on env's PDS, each following the other's firehose.
-func remoteMarket(t *testing.T, env *testenv.Env, service, identifier, password, did string) {
+// by a bidder on env's PDS: the bidder follows service, the requester follows follow (env's
+// PDS, or a relay of it).
+func remoteMarket(t *testing.T, env *testenv.Env, service, identifier, password, did, follow string) {
 	t.Helper()
 	ctx := context.Background()
-	env.MarketSources = []string{env.PDS.URL()}
+	env.MarketSources = []string{follow}
 	env.StartControllers(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	remoteRepo(t, env, "owner", service, identifier, password)
 	waitRepoReason(t, env, "owner", v1alpha1.ReasonLoggedIn)
@@ -66,7 +102,7 @@ func remoteMarket(t *testing.T, env *testenv.Env, service, identifier, password,
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Sources: feed.Sources([]string{service}, env.PDS),
+	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(env.PDS), Sources: feed.Sources([]string{service}, env.PDS, nil),
 		Substrate: sub, Cost: 5, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,8 +63,10 @@ type Reconciler struct {
 
 // Setup registers the controller. A contract's requester follows the firehose of its repo's
 // PDS (in-process for local, the embedded PDS) and every firehose of sources (PDS or relay
-// URLs) besides, from the start: bidders are the offerings seen on any of them.
-func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, log *slog.Logger, obs manager.ReconcileObserver) error {
+// URLs) besides, from the start: bidders are the offerings seen on any of them. A record a
+// source does not serve itself (a relay's) is read from its DID's PDS, resolved through dir
+// (nil: not at all).
+func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, dir identity.Directory, log *slog.Logger, obs manager.ReconcileObserver) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -80,7 +83,7 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 		r.mu.Lock()
 		r.ctx = ctx
 		r.mu.Unlock()
-		for _, src := range feed.Sources(sources, local) {
+		for _, src := range feed.Sources(sources, local, dir) {
 			r.Index.Follow(ctx, src)
 		}
 		<-ctx.Done()
@@ -411,7 +414,7 @@ func (r *Reconciler) forgetRFP(uri string) {
 // fetcherFor reads the records of the PDS at endpoint: in-process when it is the embedded
 // one, over XRPC without a session otherwise.
 func (r *Reconciler) fetcherFor(endpoint string) feed.Fetcher {
-	return feed.SourceOf(endpoint, r.local).Fetch
+	return feed.SourceOf(endpoint, r.local, nil).Fetch
 }
 
 // guestPorts are a vm.onNetwork event's port bindings as status.guest.ports.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"socialweb.computer/internal/pds"
@@ -130,21 +131,57 @@ type Source struct {
 }
 
 // Sources are the firehoses at urls, their records read from the same host without a
-// session; local (when not nil) is read in-process for the URL it serves.
-func Sources(urls []string, local *pds.Server) []Source {
+// session; local (when not nil) is read in-process for the URL it serves. With dir, a record
+// the host does not serve (a relay serves no getRecord) is read from the PDS of its DID's
+// document instead.
+func Sources(urls []string, local *pds.Server, dir identity.Directory) []Source {
 	var out []Source
 	for _, u := range urls {
-		out = append(out, SourceOf(u, local))
+		out = append(out, SourceOf(u, local, dir))
 	}
 	return out
 }
 
 // SourceOf is the firehose at url (see Sources).
-func SourceOf(url string, local *pds.Server) Source {
+func SourceOf(url string, local *pds.Server, dir identity.Directory) Source {
 	if local != nil && strings.TrimSuffix(url, "/") == strings.TrimSuffix(local.URL(), "/") {
 		return Source{Endpoint: local.URL(), Events: repos.LocalFirehose(local), Fetch: Local(local)}
 	}
-	return Source{Endpoint: url, Events: repos.Firehose(url), Fetch: Remote(url)}
+	f := Remote(url)
+	if dir != nil {
+		f = f.Or(ByDID(dir))
+	}
+	return Source{Endpoint: url, Events: repos.Firehose(url), Fetch: f}
+}
+
+// ByDID reads a record from the PDS that its DID's document names, without a session.
+func ByDID(dir identity.Directory) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		d, err := syntax.ParseDID(did)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", repos.ErrNotFound, err)
+		}
+		id, err := dir.LookupDID(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: resolving %s: %v", repos.ErrUnavailable, did, err)
+		}
+		ep := id.PDSEndpoint()
+		if ep == "" {
+			return nil, fmt.Errorf("%w: %s names no PDS", repos.ErrUnavailable, did)
+		}
+		return repos.GetPublic(ctx, ep, did, collection, rkey)
+	}
+}
+
+// Or reads through f, and through g when f fails.
+func (f Fetcher) Or(g Fetcher) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		rec, err := f(ctx, did, collection, rkey)
+		if err == nil {
+			return rec, nil
+		}
+		return g(ctx, did, collection, rkey)
+	}
 }
 
 // Router is a Fetcher over several PDSes: a DID's records are read from the PDS whose
