@@ -135,9 +135,13 @@ type AtprotoRecordSpec struct {
 	// +kubebuilder:validation:Type=object
 	Record runtime.RawExtension `json:"record"`
 
-	// swapCid, when set, makes the controller write only while the repo holds this CID for the record; empty writes unconditionally.
+	// swapCid, when set, makes the controller write only while the repo holds this CID for the record; empty writes over whatever the repo holds (unless createOnly).
 	// +optional
 	SwapCID string `json:"swapCid,omitempty"`
+
+	// createOnly, with swapCid empty, makes the controller write the record only to create it: never over a record it finds at the path, and never again once it has seen one there (a record deleted after that stays deleted). Ignored when swapCid is set.
+	// +optional
+	CreateOnly bool `json:"createOnly,omitempty"`
 
 	// deletionPolicy is Delete (delete the record with this object) or Retain (leave it in the repo).
 	// +optional

@@ -13,6 +13,7 @@ import (
 
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/workspace"
 )
 
@@ -37,7 +38,12 @@ in the order the deployments need: Infras and EphemeralInfras first (reported as
 remaining ComputeContracts, then the records and watches, then the repos and Secrets.
 The controllers must be running (socialweb up or socialweb controllers): the finalizers
 that release the guests are theirs. Exits 0 once nothing is left; after --timeout it fails
-naming what is still there.`,
+naming what is still there.
+
+The gateway's workspace (gateway) is the gateway root: it holds the node deployments of
+every tenant Cluster, so its deletion first deletes every Cluster and NodeClaim of every
+workspace and waits until they are gone ("<n> cluster(s) and <m> node claim(s) going"),
+then goes on as above; it does not go past the contracts while one still holds a guest.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := workspace.CheckName(args[0]); err != nil {
@@ -64,7 +70,8 @@ naming what is still there.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
-			if err := workspace.Delete(ctx, c, scheme, args[0], workspace.Options{Progress: out}); err != nil {
+			if err := workspace.Delete(ctx, c, scheme, args[0], workspace.Options{Progress: out,
+				Root: args[0] == nodeclaim.DefaultContractNamespace}); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "workspace %s deleted\n", args[0])

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"log/slog"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,9 @@ type ControllerOptions struct {
 	// MarketDirectory resolves DIDs to their PDS for records a market source does not serve
 	// (a relay); nil means the embedded PDS's did:plc directory when PDS is set.
 	MarketDirectory identity.Directory
+	// NodeBidWindow is the bid window of node contracts (nodeclaim.Options.BidWindow); 0
+	// leaves the market's default.
+	NodeBidWindow time.Duration
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -96,7 +100,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer}
+	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer, BidWindow: o.NodeBidWindow}
 	if o.Tenants != nil {
 		nco.Bundler, nco.Nodes = o.Tenants, o.Tenants
 	}

@@ -27,13 +27,22 @@ type UpOptions struct {
 	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
 	// namespace and veth pair for it (tenant.EnsureAdvertiseAddress).
 	TenantAdvertise string
-	LogLevel        slog.Level
+	// NodeBidWindow is the bid window of the node contracts the NodeClaim controller
+	// declares (0: the market's default, 30 s).
+	NodeBidWindow time.Duration
+	LogLevel      slog.Level
 	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
 	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
 	MarketFollow []string
 	// Out receives the ready line; Progress receives phase lines.
 	Out, Progress io.Writer
 }
+
+// DefaultNodeBidWindow is up's bid window for node contracts: up's own node bidder bids in
+// well under a second (docs/market.md: p99 767 ms from Requested to Held), and the window
+// closes at once when every known bidder has bid; the market's 30 s default would be most of a
+// scale-up (docs/nodes.md).
+const DefaultNodeBidWindow = 2 * time.Second
 
 // DefaultDataDir is $XDG_STATE_HOME/socialweb, else ~/.local/state/socialweb: state, not
 // configuration and not the working directory.
@@ -50,6 +59,9 @@ func DefaultDataDir() string {
 // Up runs the embedded stack until ctx ends, then stops it in order: controllers, API
 // server, etcd.
 func Up(ctx context.Context, o UpOptions) error {
+	if o.NodeBidWindow < 0 {
+		return fmt.Errorf("node bid window %s: want 0 (the market's default) or a positive duration", o.NodeBidWindow)
+	}
 	t0 := time.Now()
 	phase := func(format string, a ...any) {
 		fmt.Fprintf(o.Progress, "%6.2fs  %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, a...))
@@ -132,9 +144,10 @@ func Up(ctx context.Context, o UpOptions) error {
 			return err
 		}
 	}
-	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv,
+	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
+		NodeBidWindow: o.NodeBidWindow,
 		// The local bidders live on srv, whatever PDS a requester's repo is on.
-		MarketSources: append([]string{srv.URL()}, o.MarketFollow...), Tenants: tenants, TenantsUnavailable: why})
+		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
 	if err != nil {
 		return err
 	}

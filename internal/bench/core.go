@@ -55,14 +55,9 @@ func Core(ctx context.Context, p Printer, o CoreOptions) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	// up runs from its own copy of the executable: once ready it pages out the start-up
-	// pages of its executable, and the kernel keeps any page another process (this one, run
-	// from the same file) also maps, which would count this process's pages against up.
-	own := filepath.Join(tmp, "socialweb")
-	if err := copyFile(o.Binary, own, 0o755); err != nil {
+	if o.Binary, err = ownCopy(o.Binary, tmp); err != nil {
 		return err
 	}
-	o.Binary = own
 
 	// 1. up to ready, on a fresh data dir and on a restart of the same one.
 	var fresh, again []time.Duration
@@ -262,6 +257,16 @@ func procStatus(pid int, fields ...string) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// ownCopy copies the binary into dir and returns the copy's path, for `up` to run from.
+// Once ready, up (and each tenant control plane it runs) pages out the start-up pages of its
+// executable, and the kernel keeps any page another process also maps: run from the same
+// file as this benchmark process, up's pages would stay resident because this process maps
+// them too, and their RSS would count what `up` alone does not keep.
+func ownCopy(binary, dir string) (string, error) {
+	own := filepath.Join(dir, "socialweb")
+	return own, copyFile(binary, own, 0o755)
 }
 
 func copyFile(from, to string, mode os.FileMode) error {

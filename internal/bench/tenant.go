@@ -27,7 +27,7 @@ type TenantOptions struct {
 	Progress func(format string, a ...any)
 }
 
-// Tenant prints the figures of issue 7: Cluster created -> Ready at zero nodes, a stopped
+// Tenant prints the tenant-cluster figures: Cluster created -> Ready at zero nodes, a stopped
 // cluster's controlPlaneUp -> Ready, the idle RSS of one tenant control plane and how many
 // fit in 8 GiB. It runs a real `socialweb up` (as root: the advertise address's network
 // namespace) on a temporary data dir.
@@ -48,6 +48,9 @@ func Tenant(ctx context.Context, p Printer, o TenantOptions) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	if o.Binary, err = ownCopy(o.Binary, tmp); err != nil {
+		return err
+	}
 	dir := filepath.Join(tmp, "data")
 	up, err := startUp(ctx, o.Binary, dir)
 	if err != nil {

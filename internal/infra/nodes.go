@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 
 	"socialweb.computer/api/v1alpha1"
 )
@@ -44,6 +45,8 @@ type NodeEntry struct {
 	// Bundle is the Secret with the join bundle, the ComputeContract's secretsRef; nil
 	// until it is written.
 	Bundle *v1alpha1.SecretKeyRef
+	// PolicyArgs are the contract's policyArgs (the node contracts' bid window).
+	PolicyArgs map[string]string
 }
 
 // NodeEntryState is the desired state of a claim's entry: Released once the claim is
@@ -145,6 +148,7 @@ func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraCo
 		State:              want.State,
 		VMName:             want.VMName,
 		ComputeKind:        v1alpha1.ComputeKindNode,
+		PolicyArgs:         maps.Clone(want.PolicyArgs),
 		ReleaseRequestedAt: prev.ReleaseRequestedAt.DeepCopy(),
 	}
 }
@@ -156,6 +160,7 @@ func NodeEntryOf(spec v1alpha1.InfraSpec, entry string) (*NodeEntry, bool) {
 	for _, c := range spec.Contracts {
 		if c.Name == entry {
 			e.Name, e.State, e.VMName, found = c.Name, c.State, c.VMName, true
+			e.PolicyArgs = maps.Clone(c.PolicyArgs)
 		}
 	}
 	if !found {

@@ -112,3 +112,19 @@ func (m *Manager) NodeReady(ctx context.Context, k Key, name string) (bool, erro
 	}
 	return false, nil
 }
+
+// DeleteNode deletes node name's object from cluster k; a node already gone is no error.
+func (m *Manager) DeleteNode(ctx context.Context, k Key, name string) error {
+	cfg, err := m.AdminConfig(k)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}

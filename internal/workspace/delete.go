@@ -26,6 +26,9 @@ type Options struct {
 	Progress io.Writer
 	// Poll is how often what is left is listed again (0: 250 ms).
 	Poll time.Duration
+	// Root deletes the workspace as a gateway root (NextRoot): every Cluster and NodeClaim
+	// of every workspace first.
+	Root bool
 }
 
 // TimeoutError is a deletion that did not finish in time: the step it was in and the objects
@@ -101,7 +104,14 @@ func Delete(ctx context.Context, c client.Client, scheme *runtime.Scheme, ns str
 	var left []object
 	for {
 		var err error
-		left, err = list(ctx, c, ns, kinds)
+		var everywhere []object // a root's deletion: the Clusters and NodeClaims of every workspace
+		if o.Root {
+			everywhere, err = list(ctx, c, "", rootKinds)
+		}
+		left = everywhere
+		if err == nil && len(everywhere) == 0 {
+			left, err = list(ctx, c, ns, kinds)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return timeout(ns, step, left)
@@ -118,6 +128,9 @@ func Delete(ctx context.Context, c client.Client, scheme *runtime.Scheme, ns str
 			counts[obj.kind] = cnt
 		}
 		p := Next(counts)
+		if len(everywhere) > 0 {
+			p = NextRoot(counts, nil)
+		}
 		step = p.Step
 		if p.Step == StepDone {
 			return nil
@@ -131,7 +144,7 @@ func Delete(ctx context.Context, c client.Client, scheme *runtime.Scheme, ns str
 				if ctx.Err() != nil {
 					return timeout(ns, step, left)
 				}
-				return fmt.Errorf("workspace %s: delete %s/%s: %w", ns, obj.kind, obj.meta.Name, err)
+				return fmt.Errorf("workspace %s: delete %s %s/%s: %w", ns, obj.kind, obj.meta.Namespace, obj.meta.Name, err)
 			}
 		}
 		if line := p.Step + ": " + p.Progress; line != lastLine {
@@ -150,6 +163,9 @@ func timeout(ns, step string, left []object) error {
 	e := &TimeoutError{Namespace: ns, Step: step}
 	for _, obj := range left {
 		s := obj.kind + "/" + obj.meta.Name
+		if obj.meta.Namespace != ns {
+			s = obj.kind + "/" + obj.meta.Namespace + "/" + obj.meta.Name
+		}
 		if obj.meta.DeletionTimestamp != nil {
 			s += fmt.Sprintf(" (deleting, finalizers %v)", obj.meta.Finalizers)
 		}

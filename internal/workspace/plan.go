@@ -26,6 +26,8 @@ const (
 
 // Step names, in order.
 const (
+	// StepClusters is the first step of a gateway root's deletion (NextRoot) only.
+	StepClusters    = "clusters"
 	StepDeployments = "deployments"
 	StepContracts   = "contracts"
 	StepRecords     = "records"
@@ -121,4 +123,27 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// rootKinds are the kinds a gateway root's deletion deletes in every workspace before its
+// own: the Clusters the gateway serves and their NodeClaims, which compose the root's node
+// Infras and would write them again.
+var rootKinds = []string{KindCluster, KindNodeClaim}
+
+// NextRoot decides the next step of deleting a gateway root, the workspace that holds the
+// gateway's deployments (the node Infras of every Cluster, their contracts, join bundles and
+// requester repo; docs/nodes.md). clusters counts the Clusters and NodeClaims of every
+// workspace, left what is left of the root's own. It is pure, like Next.
+//
+//   - clusters: every Cluster and NodeClaim is deleted; waits until none is left:
+//     "<n> cluster(s) and <m> node claim(s) going". A deleted Cluster has its claims
+//     deleted and its node Infra deleted; a claim goes once its node is released.
+//   - then Next on the root: any deployment left ("<n> deployment(s) releasing"), then the
+//     contracts, waiting while a ComputeContract still holds a guest, then the rest.
+func NextRoot(clusters, left map[string]Count) Plan {
+	if n, m := clusters[KindCluster].Total, clusters[KindNodeClaim].Total; n+m > 0 {
+		return Plan{Step: StepClusters, Delete: present(clusters, rootKinds), WaitFor: rootKinds,
+			Progress: fmt.Sprintf("%d cluster(s) and %d node claim(s) going", n, m)}
+	}
+	return Next(left)
 }

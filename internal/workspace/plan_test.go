@@ -90,3 +90,31 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+func TestNextRoot(t *testing.T) {
+	root := map[string]Count{KindInfra: {Total: 1}, KindComputeContract: {Total: 2}, KindSecret: {Total: 2}, KindAtprotoRepo: {Total: 1}}
+	for _, tc := range []struct {
+		name           string
+		clusters, left map[string]Count
+		want           Plan
+	}{
+		{"clusters and their claims first, whatever the root holds", map[string]Count{KindCluster: {Total: 2}, KindNodeClaim: {Total: 3, Deleting: 1}}, root,
+			Plan{Step: StepClusters, Delete: []string{KindCluster, KindNodeClaim}, WaitFor: []string{KindCluster, KindNodeClaim},
+				Progress: "2 cluster(s) and 3 node claim(s) going"}},
+		{"claims still releasing their nodes: wait", map[string]Count{KindNodeClaim: {Total: 2, Deleting: 2}}, root,
+			Plan{Step: StepClusters, WaitFor: []string{KindCluster, KindNodeClaim}, Progress: "0 cluster(s) and 2 node claim(s) going"}},
+		{"then the deployments left", nil, root,
+			Plan{Step: StepDeployments, Delete: []string{KindInfra}, WaitFor: []string{KindInfra, KindEphemeralInfra}, Progress: "1 deployment(s) releasing"}},
+		{"then the contracts that still hold a guest", map[string]Count{KindCluster: {}}, map[string]Count{KindComputeContract: {Total: 1, Deleting: 1}, KindSecret: {Total: 1}},
+			Plan{Step: StepContracts, WaitFor: []string{KindComputeContract}, Progress: "1 contract(s) releasing"}},
+		{"then the rest, repos and secrets last", nil, map[string]Count{KindSecret: {Total: 1}},
+			Plan{Step: StepRepos, Delete: []string{KindSecret}, WaitFor: []string{KindSecret}, Progress: "1 repo(s) and secret(s) going"}},
+		{"done", nil, nil, Plan{Step: StepDone}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NextRoot(tc.clusters, tc.left); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("NextRoot:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}

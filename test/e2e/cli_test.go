@@ -264,6 +264,7 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"missing kubeconfig", []string{"controllers", "--kubeconfig", filepath.Join(t.TempDir(), "nope")}, "no such file"},
 		{"unknown command", []string{"launch"}, "unknown command"},
 		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
+		{"negative node bid window", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--node-bid-window", "-1s"}, "node bid window -1s"},
 		{"gateway without a running up", []string{"serve", "gateway", "--data-dir", filepath.Join(t.TempDir(), "d")}, "is socialweb up running"},
 		{"gateway public URL with a port", []string{"serve", "gateway", "--kubeconfig", kubeconfigOf(t), "--public-url", "https://gw.example.test:8443"}, "only for localhost"},
 	}

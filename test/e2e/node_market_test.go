@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
@@ -35,42 +37,13 @@ import (
 // Succeeded on it. Released, the guest stops: no kubelet or containerd process, no network
 // namespace, no mount is left.
 func TestNode_MarketContractJoinsTheTenantCluster(t *testing.T) {
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	// Registered before up: runs after up stopped, and stops any node a failure left.
-	state := filepath.Join(dir, "node-bidder", "guests")
-	t.Cleanup(func() {
-		s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		substratetest.Cleanup(t, s, state)
-	})
-
-	up := startUp(t, dir)
-	bidderDID := up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
-	// up made the node bidder's image dir; every node imports what it holds at boot.
-	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
+	n := startNodeUp(t)
+	dir, state, c, ctx := n.dir, n.state, n.c, n.ctx
+	kc := n.cluster("m1", "")
+	var cl v1alpha1.Cluster
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "m1"}, &cl); err != nil {
 		t.Fatal(err)
 	}
-	c := coreClient(t, dir)
-	ctx := context.Background()
-
-	ckey := client.ObjectKey{Namespace: "default", Name: "m1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
-kind: Cluster
-metadata: {name: m1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: m1, running: true}
-`, "apply", "-f", "-")
-	cl := waitPhase(t, c, ckey, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
 
 	repo := &v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owner"},
 		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: app.DefaultHandle}}}
@@ -124,8 +97,8 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		}
 		return cc.Status.Phase == v1alpha1.ComputeContractHeld, fmt.Errorf("%s %q", cc.Status.Phase, cc.Status.Message)
 	})
-	if cc.Status.Winner != bidderDID {
-		t.Errorf("winner %s, want the node bidder %s", cc.Status.Winner, bidderDID)
+	if cc.Status.Winner != n.bidder {
+		t.Errorf("winner %s, want the node bidder %s", cc.Status.Winner, n.bidder)
 	}
 	if d := meta.FindStatusCondition(cc.Status.Conditions, string(v1alpha1.ConditionSecretsDelivered)); d == nil || d.Status != metav1.ConditionTrue {
 		t.Errorf("SecretsDelivered: %+v", d)
@@ -147,13 +120,9 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
 	})
 
-	// The guests of this bidder: their run dirs and network namespaces are named by tag.
-	ids, err := filepath.Glob(filepath.Join(state, "g*")) // bidder.GuestID; .images is the sandbox image
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("node guests in %s: %v %v", state, ids, err)
+	if g := n.guests(); g != 1 {
+		t.Fatalf("%d node guests in %s, want 1", g, state)
 	}
-	h := sha256.Sum256([]byte(ids[0]))
-	tag := hex.EncodeToString(h[:])[:10]
 
 	// Release: the requester deletes the contract on the market, the bidder stops the node.
 	if err := c.Get(ctx, ckKey, cc); err != nil {
@@ -167,25 +136,235 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 		err := c.Get(ctx, ckKey, cc)
 		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %q %v", cc.Status.Phase, cc.Status.Message, err)
 	})
-	testenv.Eventually(t, 30*time.Second, "the node's processes gone", func() (bool, error) {
-		pids := procsWithArg(state, "/run/swnode/"+tag)
-		return len(pids) == 0, fmt.Errorf("left: %v", pids)
-	})
-	if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
-		t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
-	}
-	if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
-		t.Errorf("network namespace swnode-%s left: %v", tag, err)
-	}
-	if out, _ := exec.Command("ip", "link", "show", "swn"+tag).Output(); len(out) != 0 {
-		t.Errorf("veth swn%s left: %s", tag, out)
-	}
-	if m := mountsUnder(state); len(m) != 0 {
-		t.Errorf("mounts left: %v", m)
-	}
+	n.waitGuestsGone(30 * time.Second)
 	if err := c.Delete(ctx, cc); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// nodeUp is a `socialweb up` whose node bidder rents node guests, for the ACC31 rows: its
+// data dir, the node bidder's state dir, a client of its core, and the tags of every node
+// guest seen so far (run dirs and network namespaces are named by them).
+type nodeUp struct {
+	t     *testing.T
+	dir   string
+	state string
+	up    *upProc
+	// bidder is the node bidder's DID.
+	bidder string
+	c      client.Client
+	ctx    context.Context
+	tags   map[string]string // guest dir -> tag
+}
+
+// startNodeUp starts up with its node bidder and the busybox image in the bidder's image
+// dir; a cleanup registered before up stops any node a failure left.
+func startNodeUp(t *testing.T, args ...string) *nodeUp {
+	t.Helper()
+	requireTenantHost(t)
+	if err := node.Prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	n := &nodeUp{t: t, dir: dir, state: filepath.Join(dir, "node-bidder", "guests"), ctx: context.Background(), tags: map[string]string{}}
+	t.Cleanup(func() {
+		s, err := node.New(node.Config{StateDir: n.state, Binary: socialwebBin})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		substratetest.Cleanup(t, s, n.state)
+	})
+	n.up = startUp(t, dir, args...)
+	n.bidder = n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
+	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	n.c = coreClient(t, dir)
+	return n
+}
+
+// cluster applies a Cluster in default with the given extra spec fields (YAML flow, e.g.
+// "maxNodes: 1, scaleHold: 3s"), waits until it is Ready and checks it has no node; it
+// returns a kubeconfig of the tenant.
+func (n *nodeUp) cluster(name, spec string) string {
+	t := n.t
+	t.Helper()
+	n.up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: `+name+`, namespace: default}
+spec: {account: "`+tenantOwner+`", name: `+name+`, running: true`+strings.TrimSuffix(", "+spec, ", ")+`}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, n.c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
+	kc := mint(t, n.dir, cl)
+	if out, _ := tkubectlErr(kc, "get", "nodes", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Fatalf("nodes before any pod: %q", out)
+	}
+	return kc
+}
+
+// claims are the NodeClaims of the Cluster named cluster, by node name.
+func (n *nodeUp) claims(cluster string) map[string]v1alpha1.NodeClaim {
+	var l v1alpha1.NodeClaimList
+	if err := n.c.List(n.ctx, &l, client.InNamespace("default")); err != nil {
+		n.t.Fatal(err)
+	}
+	out := map[string]v1alpha1.NodeClaim{}
+	for _, nc := range l.Items {
+		if nc.Spec.ClusterRef.Name == cluster {
+			out[nc.Spec.NodeName] = nc
+		}
+	}
+	return out
+}
+
+// waitClaimsRunning waits until the cluster has exactly want claims, all Running, and fails
+// at once on more claims or an ended one.
+func (n *nodeUp) waitClaimsRunning(cluster string, want int, timeout time.Duration) map[string]v1alpha1.NodeClaim {
+	t := n.t
+	t.Helper()
+	var cs map[string]v1alpha1.NodeClaim
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d NodeClaim(s) Running", want), func() (bool, error) {
+		cs = n.claims(cluster)
+		if len(cs) > want {
+			t.Fatalf("%d claims, want %d\n%s", len(cs), want, n.dump())
+		}
+		running := 0
+		for _, c := range cs {
+			if c.Status.Phase == v1alpha1.NodeClaimFailed || c.Status.Phase == v1alpha1.NodeClaimLost {
+				t.Fatalf("claim %s %s: %s\n%s", c.Name, c.Status.Phase, c.Status.Message, n.dump())
+			}
+			if c.Status.Phase == v1alpha1.NodeClaimRunning {
+				running++
+			}
+		}
+		return len(cs) == want && running == want, lazyErr(func() string {
+			return fmt.Sprintf("%d claims, %d Running\n%s", len(cs), running, n.dump())
+		})
+	})
+	n.guests()
+	return cs
+}
+
+// lazyErr is an error whose message is made only when read (a polled condition's last
+// error is read once, on failure).
+type lazyErr func() string
+
+func (e lazyErr) Error() string { return e() }
+
+// dump is what up logged about claims, the node host and the node bidder.
+func (n *nodeUp) dump() string {
+	var s strings.Builder
+	if b, err := os.ReadFile(filepath.Join(n.dir, "logs", "socialweb.log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "nodeclaim") || strings.Contains(l, "nodehost") || strings.Contains(l, app.LocalNodeBidderHandle) || strings.Contains(l, "computecontract_phase") {
+				fmt.Fprintln(&s, l)
+			}
+		}
+	}
+	return s.String()
+}
+
+// guests records the node guests now in the bidder's state dir and returns their count.
+func (n *nodeUp) guests() int {
+	ids, err := filepath.Glob(filepath.Join(n.state, "g*")) // bidder.GuestID; .images is the sandbox image
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, id := range ids {
+		h := sha256.Sum256([]byte(id))
+		n.tags[id] = hex.EncodeToString(h[:])[:10]
+	}
+	return len(ids)
+}
+
+// guestProcs are the live processes of the node guests seen so far (kubelet, containerd,
+// shims, pods), found by the bidder's state dir or their run dir in their command line.
+func (n *nodeUp) guestProcs(only ...string) []int {
+	subs := []string{}
+	for id, tag := range n.tags {
+		if len(only) == 0 || slices.Contains(only, id) {
+			subs = append(subs, id, "/run/swnode/"+tag)
+		}
+	}
+	if len(only) == 0 {
+		subs = append(subs, n.state)
+	}
+	return procsWithArg(subs...)
+}
+
+// waitGuestsGone waits until the guests (all seen so far without ids) have no process left
+// and checks they left no run dir, network namespace or mount.
+func (n *nodeUp) waitGuestsGone(timeout time.Duration, ids ...string) {
+	t := n.t
+	t.Helper()
+	testenv.Eventually(t, timeout, "no node guest process left", func() (bool, error) {
+		pids := n.guestProcs(ids...)
+		return len(pids) == 0, fmt.Errorf("left: %v", pids)
+	})
+	for id, tag := range n.tags {
+		if len(ids) > 0 && !slices.Contains(ids, id) {
+			continue
+		}
+		if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
+			t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
+		}
+		if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
+			t.Errorf("network namespace swnode-%s left: %v", tag, err)
+		}
+		if out, _ := exec.Command("ip", "link", "show", "swn"+tag).Output(); len(out) != 0 {
+			t.Errorf("veth swn%s left: %s", tag, out)
+		}
+		if m := mountsUnder(id); len(m) != 0 {
+			t.Errorf("mounts left: %v", m)
+		}
+	}
+}
+
+// guestOf is the guest dir of the node named nodeName: the one whose node.json names it.
+func (n *nodeUp) guestOf(nodeName string) string {
+	n.t.Helper()
+	n.guests()
+	for id := range n.tags {
+		if b, err := os.ReadFile(filepath.Join(id, "node.json")); err == nil && strings.Contains(string(b), `"`+nodeName+`"`) {
+			return id
+		}
+	}
+	n.t.Fatalf("no guest of node %s in %v", nodeName, n.tags)
+	return ""
+}
+
+// contractOf reads the ComputeContract of a claim from its status.infra.
+func (n *nodeUp) contractOf(claim v1alpha1.NodeClaim) (v1alpha1.ComputeContract, client.ObjectKey) {
+	n.t.Helper()
+	if claim.Status.Infra == nil || claim.Status.Infra.ComputeContract == "" {
+		n.t.Fatalf("claim %s status.infra: %+v", claim.Name, claim.Status.Infra)
+	}
+	key := client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: claim.Status.Infra.ComputeContract}
+	var cc v1alpha1.ComputeContract
+	if err := n.c.Get(n.ctx, key, &cc); err != nil {
+		n.t.Fatal(err)
+	}
+	return cc, key
+}
+
+// waitPod waits for the pod's phase and node (node "" takes any) and returns its node.
+func waitPod(t *testing.T, kc, pod, phase, nodeName string, timeout time.Duration) string {
+	t.Helper()
+	var got string
+	testenv.Eventually(t, timeout, "pod "+pod+" "+phase, func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", pod, "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		if strings.HasPrefix(out, "Failed") && phase != "Failed" {
+			t.Fatalf("pod %s failed: %s", pod, tkubectl(t, kc, "", "get", "pod", pod, "-o", "yaml"))
+		}
+		p, nn, _ := strings.Cut(out, "/")
+		got = nn
+		return p == phase && nn != "" && (nodeName == "" || nn == nodeName), fmt.Errorf("%q", out)
+	})
+	return got
 }
 
 // ACC31: a tenant cluster Ready at zero nodes scales up by one for a pending pod and back
@@ -196,138 +375,369 @@ spec: {account: "`+tenantOwner+`", name: m1, running: true}
 // Succeeded on the node. Deleted, the pod leaves the node empty: after scaleHold the claim
 // goes, the contract is released, and the node leaves no process or network namespace.
 func TestACC31_ScaleUpOne(t *testing.T) {
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	state := filepath.Join(dir, "node-bidder", "guests")
-	t.Cleanup(func() {
-		s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		substratetest.Cleanup(t, s, state)
-	})
-	up := startUp(t, dir)
-	up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
-	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
-		t.Fatal(err)
-	}
-	c := coreClient(t, dir)
-	ctx := context.Background()
-
-	ckey := client.ObjectKey{Namespace: "default", Name: "s1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
-kind: Cluster
-metadata: {name: s1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: s1, running: true, maxNodes: 1, scaleHold: 3s}
-`, "apply", "-f", "-")
-	cl := waitPhase(t, c, ckey, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
-	if out, _ := tkubectlErr(kc, "get", "nodes", "-o", "name"); strings.TrimSpace(out) != "" {
-		t.Fatalf("nodes before any pod: %q", out)
-	}
-
-	claims := func() []v1alpha1.NodeClaim {
-		var l v1alpha1.NodeClaimList
-		if err := c.List(ctx, &l, client.InNamespace("default")); err != nil {
-			t.Fatal(err)
-		}
-		var out []v1alpha1.NodeClaim
-		for _, nc := range l.Items {
-			if nc.Spec.ClusterRef.Name == "s1" {
-				out = append(out, nc)
-			}
-		}
-		return out
-	}
-	dump := func() string {
-		var s strings.Builder
-		if b, err := os.ReadFile(filepath.Join(dir, "logs", "socialweb.log")); err == nil {
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.Contains(l, "nodeclaim") || strings.Contains(l, "nodehost") || strings.Contains(l, app.LocalNodeBidderHandle) || strings.Contains(l, "computecontract_phase") {
-					fmt.Fprintln(&s, l)
-				}
-			}
-		}
-		return s.String()
-	}
+	n := startNodeUp(t)
+	kc := n.cluster("s1", "maxNodes: 1, scaleHold: 3s")
 
 	t0 := time.Now()
 	tkubectl(t, kc, nodePod, "apply", "-f", "-")
 	var claim v1alpha1.NodeClaim
-	testenv.Eventually(t, 120*time.Second, "one NodeClaim Running", func() (bool, error) {
-		cs := claims()
-		if len(cs) > 1 {
-			t.Fatalf("%d claims for one pod", len(cs))
-		}
-		if len(cs) == 0 {
-			return false, fmt.Errorf("no claim\n%s", dump())
-		}
-		claim = cs[0]
-		if claim.Status.Phase == v1alpha1.NodeClaimFailed || claim.Status.Phase == v1alpha1.NodeClaimLost {
-			t.Fatalf("claim %s: %s\n%s", claim.Status.Phase, claim.Status.Message, dump())
-		}
-		return claim.Status.Phase == v1alpha1.NodeClaimRunning, fmt.Errorf("%s %q\n%s", claim.Status.Phase, claim.Status.Message, dump())
-	})
+	for _, c := range n.waitClaimsRunning("s1", 1, 120*time.Second) {
+		claim = c
+	}
 	t.Logf("pod -> claim Running in %.2fs", time.Since(t0).Seconds())
-	nodeName := claim.Spec.NodeName
-	testenv.Eventually(t, 90*time.Second, "pod Succeeded on the claimed node", func() (bool, error) {
-		out, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
-		if strings.HasPrefix(out, "Failed") {
-			t.Fatalf("pod failed: %s", tkubectl(t, kc, "", "get", "pod", "hello", "-o", "yaml"))
-		}
-		return out == "Succeeded/"+nodeName, fmt.Errorf("%q", out)
-	})
+	waitPod(t, kc, "hello", "Succeeded", claim.Spec.NodeName, 90*time.Second)
 	t.Logf("pod -> Succeeded in %.2fs", time.Since(t0).Seconds())
-	if claim.Status.Infra == nil || claim.Status.Infra.ComputeContract == "" {
-		t.Fatalf("claim status.infra: %+v", claim.Status.Infra)
-	}
-	ccKey := client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: claim.Status.Infra.ComputeContract}
-	var cc v1alpha1.ComputeContract
-	if err := c.Get(ctx, ccKey, &cc); err != nil {
-		t.Fatal(err)
-	}
+	cc, ccKey := n.contractOf(claim)
 	if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode || cc.Spec.RepoRef == nil || cc.Spec.RepoRef.Name != infra.NodeRequesterRepo {
 		t.Errorf("contract spec: %+v", cc.Spec)
 	}
-	ids, err := filepath.Glob(filepath.Join(state, "g*"))
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("node guests in %s: %v %v", state, ids, err)
+	if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "2" {
+		t.Errorf("bid window %q, want up's default 2", w)
 	}
-	h := sha256.Sum256([]byte(ids[0]))
-	tag := hex.EncodeToString(h[:])[:10]
+	if g := n.guests(); g != 1 {
+		t.Fatalf("%d node guests, want 1", g)
+	}
 
 	tkubectl(t, kc, "", "delete", "pod", "hello")
 	t1 := time.Now()
 	testenv.Eventually(t, 90*time.Second, "the claim gone", func() (bool, error) {
-		cs := claims()
-		return len(cs) == 0, fmt.Errorf("%d claims\n%s", len(cs), dump())
+		cs := n.claims("s1")
+		return len(cs) == 0, lazyErr(func() string { return fmt.Sprintf("%d claims\n%s", len(cs), n.dump()) })
 	})
 	t.Logf("pod deleted -> claim gone in %.2fs", time.Since(t1).Seconds())
 	testenv.Eventually(t, 60*time.Second, "the contract released", func() (bool, error) {
-		err := c.Get(ctx, ccKey, &cc)
+		err := n.c.Get(n.ctx, ccKey, &cc)
 		if apierrors.IsNotFound(err) {
 			return true, nil // released, then deleted by the Infra controller
 		}
 		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %v", cc.Status.Phase, err)
 	})
-	testenv.Eventually(t, 30*time.Second, "the node's processes gone", func() (bool, error) {
-		pids := procsWithArg(state, "/run/swnode/"+tag)
-		return len(pids) == 0, fmt.Errorf("left: %v", pids)
+	n.waitGuestsGone(30 * time.Second)
+}
+
+// spreadPod is a long-running pod that takes a node of its own (anti-affinity on the
+// hostname with the other pods of app=spread), so two of them need two nodes.
+func spreadPod(name string) string {
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: default, labels: {app: spread}}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector: {matchLabels: {app: spread}}
+        topologyKey: kubernetes.io/hostname
+  containers:
+  - name: c
+    image: ` + node.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+`
+}
+
+// nodesReady maps each registered node of the tenant to its Ready condition's status.
+func nodesReady(kc string) map[string]string {
+	out, _ := tkubectlErr(kc, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+	m := map[string]string{}
+	for _, f := range strings.Fields(out) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// infraOf reads the nodes Infra of the Cluster default/cluster from the gateway workspace.
+func (n *nodeUp) infraOf(cluster string) (*v1alpha1.Infra, error) {
+	var inf v1alpha1.Infra
+	err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "gateway", Name: infra.ClusterInfraName("default", cluster)}, &inf)
+	return &inf, err
+}
+
+// ACC31 SCALE-UP-TWO, SCALE-IN-ONE and CLUSTER-DELETE, one after the other on one cluster
+// (maxNodes 2, podsPerNode 1, scaleHold 3s):
+//
+//   - two pods that each need a node of their own: two NodeClaims, one Infra with two
+//     entries Requested and Deployed, each ComputeContract owned by the Infra and carrying
+//     nodeJoin and the join bundle as secretsRef; both claims Running with status.infra,
+//     both nodes Ready, both pods Running, one per node;
+//   - one pod deleted: after the hold its claim goes, its entry is Released then dropped and
+//     its guest leaves nothing; the other node, claim and contract keep their uid and stay
+//     Ready; the released node leaves the tenant;
+//   - the Cluster deleted: its Infra is Terminating with the release finalizer, the contract
+//     is released, the claims, the Infra and the Cluster go, and no guest is left.
+func TestACC31_ScaleUpTwoThenInOneThenClusterDelete(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("s2", "maxNodes: 2, podsPerNode: 1, scaleHold: 3s")
+
+	// SCALE-UP-TWO
+	t0 := time.Now()
+	tkubectl(t, kc, spreadPod("w1")+"---\n"+spreadPod("w2"), "apply", "-f", "-")
+	claims := n.waitClaimsRunning("s2", 2, 120*time.Second)
+	t.Logf("two pods -> two claims Running in %.2fs", time.Since(t0).Seconds())
+	inf, err := n.infraOf("s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the Infra Deployed 2/2 with two Requested entries", func() (bool, error) {
+		inf, err = n.infraOf("s2")
+		if err != nil {
+			return false, err
+		}
+		requested := 0
+		for _, k := range inf.Spec.Contracts {
+			if k.State == v1alpha1.ContractRequested && k.ComputeKind == v1alpha1.ComputeKindNode {
+				requested++
+			}
+		}
+		return len(inf.Spec.Contracts) == 2 && requested == 2 && inf.Status.Phase == v1alpha1.InfraDeployed && inf.Status.ContractsReady == "2/2",
+			fmt.Errorf("%d entries, %d Requested, %s %s", len(inf.Spec.Contracts), requested, inf.Status.Phase, inf.Status.ContractsReady)
 	})
-	if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
-		t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
+	contracts := map[string]v1alpha1.ComputeContract{} // by node name
+	for nodeName, claim := range claims {
+		cc, _ := n.contractOf(claim)
+		if ref := metav1.GetControllerOf(&cc); ref == nil || ref.Kind != "Infra" || ref.UID != inf.UID {
+			t.Errorf("contract %s controller %v, want the Infra %s", cc.Name, ref, inf.UID)
+		}
+		if cc.Spec.NodeJoin == nil || cc.Spec.NodeJoin.NodeName != nodeName || cc.Spec.NodeJoin.BundleSecretRef == nil ||
+			cc.Spec.SecretsRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name {
+			t.Errorf("contract %s nodeJoin %+v secretsRef %+v", cc.Name, cc.Spec.NodeJoin, cc.Spec.SecretsRef)
+		}
+		if claim.Status.Infra.Name != inf.Name || claim.Status.Infra.Workspace != "gateway" {
+			t.Errorf("claim %s status.infra %+v", claim.Name, claim.Status.Infra)
+		}
+		contracts[nodeName] = cc
 	}
-	if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
-		t.Errorf("network namespace swnode-%s left: %v", tag, err)
+	testenv.Eventually(t, 30*time.Second, "both nodes Ready", func() (bool, error) {
+		ready := nodesReady(kc)
+		ok := len(ready) == 2
+		for nodeName := range claims {
+			ok = ok && ready[nodeName] == "True"
+		}
+		return ok, fmt.Errorf("%v", ready)
+	})
+	on1 := waitPod(t, kc, "w1", "Running", "", 60*time.Second)
+	on2 := waitPod(t, kc, "w2", "Running", "", 60*time.Second)
+	if on1 == on2 || claims[on1].Name == "" || claims[on2].Name == "" {
+		t.Fatalf("pods on %s and %s, claims %v", on1, on2, claims)
 	}
-	if m := mountsUnder(state); len(m) != 0 {
-		t.Errorf("mounts left: %v", m)
+	t.Logf("two pods -> Running in %.2fs", time.Since(t0).Seconds())
+	if g := n.guests(); g != 2 {
+		t.Fatalf("%d node guests, want 2", g)
+	}
+
+	// SCALE-IN-ONE: w2's node goes, w1's stays.
+	gone, kept := claims[on2], claims[on1]
+	goneGuest := n.guestOf(on2)
+	entry := gone.Status.Infra.Contract
+	t1 := time.Now()
+	tkubectl(t, kc, "", "delete", "pod", "w2", "--wait=false")
+	var seen []v1alpha1.ContractState
+	testenv.Eventually(t, 90*time.Second, "the released node's entry dropped", func() (bool, error) {
+		inf, err := n.infraOf("s2")
+		if err != nil {
+			return false, err
+		}
+		for _, k := range inf.Spec.Contracts {
+			if k.Name == entry {
+				if len(seen) == 0 || seen[len(seen)-1] != k.State {
+					seen = append(seen, k.State)
+				}
+				return false, fmt.Errorf("entry %s", k.State)
+			}
+		}
+		return true, nil
+	})
+	if !slices.Equal(seen, []v1alpha1.ContractState{v1alpha1.ContractRequested, v1alpha1.ContractReleased}) {
+		t.Errorf("entry states seen %v, want Requested then Released", seen)
+	}
+	testenv.Eventually(t, 30*time.Second, "the released claim gone", func() (bool, error) {
+		cs := n.claims("s2")
+		_, still := cs[on2]
+		return !still && len(cs) == 1, fmt.Errorf("%d claims", len(cs))
+	})
+	t.Logf("pod deleted -> claim gone in %.2fs", time.Since(t1).Seconds())
+	n.waitGuestsGone(30*time.Second, goneGuest)
+	testenv.Eventually(t, 30*time.Second, "the released node gone from the tenant", func() (bool, error) {
+		ready := nodesReady(kc)
+		_, still := ready[on2]
+		return !still, lazyErr(func() string { return fmt.Sprintf("%v\n%s", ready, n.dump()) })
+	})
+	now := n.claims("s2")[on1]
+	if now.UID != kept.UID || now.Status.Phase != v1alpha1.NodeClaimRunning {
+		t.Errorf("kept claim %s uid %s -> %s, phase %s", kept.Name, kept.UID, now.UID, now.Status.Phase)
+	}
+	cc, _ := n.contractOf(now)
+	if cc.UID != contracts[on1].UID || cc.Status.Phase != v1alpha1.ComputeContractHeld {
+		t.Errorf("kept contract %s uid %s -> %s, phase %s", cc.Name, contracts[on1].UID, cc.UID, cc.Status.Phase)
+	}
+	if r := nodesReady(kc); r[on1] != "True" {
+		t.Errorf("kept node %s: %v", on1, r)
+	}
+	if len(n.guestProcs(n.guestOf(on1))) == 0 {
+		t.Errorf("the kept node %s has no process", on1)
+	}
+
+	// CLUSTER-DELETE
+	var cl v1alpha1.Cluster
+	if err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "s2"}, &cl); err != nil {
+		t.Fatal(err)
+	}
+	t2 := time.Now()
+	if err := n.c.Delete(n.ctx, &cl); err != nil {
+		t.Fatal(err)
+	}
+	terminating := false
+	testenv.Eventually(t, 90*time.Second, "the Infra gone", func() (bool, error) {
+		inf, err := n.infraOf("s2")
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err == nil && inf.DeletionTimestamp != nil && slices.Contains(inf.Finalizers, v1alpha1.FinalizerInfraRelease) {
+			terminating = true
+		}
+		return false, fmt.Errorf("%v %s %v", err, inf.Status.Phase, inf.Finalizers)
+	})
+	if !terminating {
+		t.Error("the Infra was never seen Terminating with its release finalizer")
+	}
+	ccKey := client.ObjectKeyFromObject(&cc)
+	testenv.Eventually(t, 30*time.Second, "the contract released and gone", func() (bool, error) {
+		err := n.c.Get(n.ctx, ccKey, &cc)
+		return apierrors.IsNotFound(err), fmt.Errorf("%s %v", cc.Status.Phase, err)
+	})
+	testenv.Eventually(t, 60*time.Second, "the claims and the Cluster gone", func() (bool, error) {
+		cs := n.claims("s2")
+		err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "s2"}, &cl)
+		return len(cs) == 0 && apierrors.IsNotFound(err), fmt.Errorf("%d claims, cluster %v", len(cs), err)
+	})
+	t.Logf("cluster deleted -> claims, Infra and Cluster gone in %.2fs", time.Since(t2).Seconds())
+	n.waitGuestsGone(30 * time.Second)
+}
+
+// runnerPod is shaped like a GitLab Runner Kubernetes-executor job pod: a bare pod (no Job)
+// with a build and a helper container sharing the builds volume, restartPolicy Never, and
+// the runner's labels and annotations.
+const runnerPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: runner-x1y2z3-project-42-concurrent-0-a1b2c
+  namespace: default
+  labels:
+    pod: runner-x1y2z3-project-42-concurrent-0
+    manager.runner.gitlab.com/name: socialweb-runner
+    manager.runner.gitlab.com/id-short: x1y2z3
+    job.runner.gitlab.com/id: "1001"
+    job.runner.gitlab.com/name: build
+    job.runner.gitlab.com/ref: main
+    job.runner.gitlab.com/sha: 0123456789abcdef0123456789abcdef01234567
+    project.runner.gitlab.com/id: "42"
+  annotations:
+    job.runner.gitlab.com/url: https://gitlab.example/group/project/-/jobs/1001
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: repo
+    emptyDir: {}
+  containers:
+  - name: build
+    image: ` + node.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "for i in $(seq 100); do [ -f /builds/fetched ] && break; sleep 0.1; done; cat /builds/fetched && echo job succeeded"]
+    volumeMounts: [{name: repo, mountPath: /builds}]
+  - name: helper
+    image: ` + node.BusyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "echo sources fetched > /builds/fetched; echo helper done"]
+    volumeMounts: [{name: repo, mountPath: /builds}]
+`
+
+// ACC31 GitLab-runner job and GATEWAY-ROOT-DELETE, on one up:
+//
+//   - a job pod shaped like GitLab Runner's (build and helper containers, restartPolicy
+//     Never, runner labels) on a cluster at zero nodes gets a node rented for it and reaches
+//     Succeeded there; then the cluster returns to zero nodes: no claim, no Infra, no Node in
+//     the tenant, status.nodes 0, no guest;
+//   - with a node rented again for a long-running pod, `socialweb workspace delete gateway`
+//     (the gateway root) deletes the Cluster first, then what is left of the gateway
+//     workspace, within its timeout, and leaves no Cluster, claim, Infra, contract or guest.
+func TestACC31_GitLabRunnerJobThenGatewayRootDelete(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("g1", "maxNodes: 1, scaleHold: 3s")
+	const job = "runner-x1y2z3-project-42-concurrent-0-a1b2c"
+
+	t0 := time.Now()
+	tkubectl(t, kc, runnerPod, "apply", "-f", "-")
+	var claim v1alpha1.NodeClaim
+	for _, c := range n.waitClaimsRunning("g1", 1, 120*time.Second) {
+		claim = c
+	}
+	waitPod(t, kc, job, "Succeeded", claim.Spec.NodeName, 90*time.Second)
+	t.Logf("job pod -> Succeeded on a rented node in %.2fs", time.Since(t0).Seconds())
+	if out, err := tkubectlErr(kc, "logs", job, "-c", "build"); err != nil || !strings.Contains(out, "sources fetched") || !strings.Contains(out, "job succeeded") {
+		t.Errorf("build log: %v %q", err, out)
+	}
+	if out, err := tkubectlErr(kc, "logs", job, "-c", "helper"); err != nil || !strings.Contains(out, "helper done") {
+		t.Errorf("helper log: %v %q", err, out)
+	}
+
+	t1 := time.Now()
+	testenv.Eventually(t, 90*time.Second, "the cluster back at zero nodes", func() (bool, error) {
+		cs := n.claims("g1")
+		_, infErr := n.infraOf("g1")
+		nodes := nodesReady(kc)
+		var cl v1alpha1.Cluster
+		err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "g1"}, &cl)
+		return err == nil && len(cs) == 0 && apierrors.IsNotFound(infErr) && len(nodes) == 0 && cl.Status.Nodes == 0,
+			fmt.Errorf("%d claims, Infra %v, nodes %v, status.nodes %d, %v", len(cs), infErr, nodes, cl.Status.Nodes, err)
+	})
+	t.Logf("job Succeeded -> zero nodes in %.2fs", time.Since(t1).Seconds())
+	n.waitGuestsGone(30 * time.Second)
+
+	// GATEWAY-ROOT-DELETE
+	tkubectl(t, kc, spreadPod("keep"), "apply", "-f", "-")
+	n.waitClaimsRunning("g1", 1, 120*time.Second)
+	waitPod(t, kc, "keep", "Running", "", 60*time.Second)
+	if len(n.guestProcs()) == 0 {
+		t.Fatal("no node guest process before the root's deletion")
+	}
+	t2 := time.Now()
+	out, code := runCLI(t, "workspace", "delete", "gateway", "--timeout", "50s", "--kubeconfig", filepath.Join(n.dir, "kubeconfig"))
+	t.Logf("workspace delete gateway: exit %d in %.2fs\n%s", code, time.Since(t2).Seconds(), out)
+	if code != 0 || !strings.Contains(out, "1 cluster(s) and 1 node claim(s) going") || !strings.Contains(out, "workspace gateway deleted") {
+		t.Fatalf("workspace delete gateway: exit %d\n%s\n%s", code, out, n.dump())
+	}
+	if i, j := strings.Index(out, "cluster(s)"), strings.Index(out, "repo(s) and secret(s) going"); j >= 0 && i > j {
+		t.Errorf("the clusters did not go first:\n%s", out)
+	}
+	var clusters v1alpha1.ClusterList
+	var claims v1alpha1.NodeClaimList
+	var infras v1alpha1.InfraList
+	var contracts v1alpha1.ComputeContractList
+	var secrets v1alpha1.SecretList
+	for _, l := range []client.ObjectList{&clusters, &claims} {
+		if err := n.c.List(n.ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []client.ObjectList{&infras, &contracts, &secrets} {
+		if err := n.c.List(n.ctx, l, client.InNamespace("gateway")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(clusters.Items)+len(claims.Items)+len(infras.Items)+len(contracts.Items)+len(secrets.Items) != 0 {
+		t.Errorf("left: %d clusters, %d claims, %d infras, %d contracts, %d secrets", len(clusters.Items), len(claims.Items),
+			len(infras.Items), len(contracts.Items), len(secrets.Items))
+	}
+	if pids := n.guestProcs(); len(pids) != 0 {
+		t.Errorf("node guest processes left once the root is deleted: %v", pids)
+	}
+	n.waitGuestsGone(10 * time.Second)
+	if pids := controlPlanesRunning(n.dir); len(pids) != 0 {
+		t.Errorf("control planes left: %v", pids)
 	}
 }

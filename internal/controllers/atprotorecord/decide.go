@@ -103,22 +103,43 @@ type decision struct {
 	Message string
 }
 
+// guard is the condition a spec puts on its writes.
+type guard struct {
+	// SwapCID is spec.swapCid: write only while the repo holds this CID.
+	SwapCID string
+	// CreateOnly is spec.createOnly: write only to create the record, and only before the
+	// object has seen one at its path (Seen).
+	CreateOnly bool
+	// Seen says the object has seen a record at its path before (status.cid is set).
+	Seen bool
+}
+
 // decide chooses what to do with the desired record given what the repo holds. Every write
 // is a compare-and-swap: against spec.swapCid when set (the user's condition), else against
 // what was just read (so a concurrent edit makes the write fail and the reconcile re-read
 // rather than overwrite blindly).
-func decide(desired json.RawMessage, swapCID string, cur current) decision {
+func decide(desired json.RawMessage, g guard, cur current) decision {
 	if cur.Exists && sameRecord(desired, cur.Value) {
 		return decision{Step: stepNone}
 	}
-	if swapCID != "" {
+	if g.SwapCID != "" {
 		if !cur.Exists {
-			return decision{Step: stepBlock, Message: fmt.Sprintf("spec.swapCid is %s but the repo holds no record; not written", swapCID)}
+			return decision{Step: stepBlock, Message: fmt.Sprintf("spec.swapCid is %s but the repo holds no record; not written", g.SwapCID)}
 		}
-		if cur.CID != swapCID {
-			return decision{Step: stepBlock, Message: fmt.Sprintf("spec.swapCid is %s but the repo holds %s; not written", swapCID, cur.CID)}
+		if cur.CID != g.SwapCID {
+			return decision{Step: stepBlock, Message: fmt.Sprintf("spec.swapCid is %s but the repo holds %s; not written", g.SwapCID, cur.CID)}
 		}
-		s := swapCID
+		s := g.SwapCID
+		return decision{Step: stepWrite, Swap: &s}
+	}
+	if g.CreateOnly {
+		switch {
+		case cur.Exists:
+			return decision{Step: stepBlock, Message: fmt.Sprintf("spec.createOnly is set but the repo holds %s; not written", cur.CID)}
+		case g.Seen:
+			return decision{Step: stepBlock, Message: "spec.createOnly is set and the record this object saw was deleted; not written again"}
+		}
+		s := ""
 		return decision{Step: stepWrite, Swap: &s}
 	}
 	s := ""

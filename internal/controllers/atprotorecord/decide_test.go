@@ -55,28 +55,36 @@ func TestDecide(t *testing.T) {
 	rows := []struct {
 		name    string
 		swapCID string
+		create  bool // spec.createOnly
+		seen    bool // status.cid set
 		cur     current
 		step    step
 		swap    *string
 	}{
-		{"absent: create, must not exist", "", current{}, stepWrite, str("")},
-		{"same value: nothing", "", current{Exists: true, CID: "a", Value: json.RawMessage(`{"n":1,"$type":"c"}`)}, stepNone, nil},
-		{"same value, other swapCid: nothing (the swap only gates writes)", "z", current{Exists: true, CID: "a", Value: want}, stepNone, nil},
-		{"drift: rewrite over what was read", "", current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepWrite, str("a")},
-		{"swapCid matches: write over it", "a", current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepWrite, str("a")},
-		{"swapCid differs: blocked", "b", current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepBlock, nil},
-		{"swapCid but no record: blocked", "b", current{}, stepBlock, nil},
+		{"absent: create, must not exist", "", false, false, current{}, stepWrite, str("")},
+		{"same value: nothing", "", false, false, current{Exists: true, CID: "a", Value: json.RawMessage(`{"n":1,"$type":"c"}`)}, stepNone, nil},
+		{"same value, other swapCid: nothing (the swap only gates writes)", "z", false, false, current{Exists: true, CID: "a", Value: want}, stepNone, nil},
+		{"drift: rewrite over what was read", "", false, false, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepWrite, str("a")},
+		{"swapCid matches: write over it", "a", false, false, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepWrite, str("a")},
+		{"swapCid differs: blocked", "b", false, false, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepBlock, nil},
+		{"swapCid but no record: blocked", "b", false, false, current{}, stepBlock, nil},
+		{"createOnly, absent, never seen: create, must not exist", "", true, false, current{}, stepWrite, str("")},
+		{"createOnly, same value: nothing", "", true, true, current{Exists: true, CID: "a", Value: want}, stepNone, nil},
+		{"createOnly, another record: blocked", "", true, true, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepBlock, nil},
+		{"createOnly, another record never seen: blocked", "", true, false, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepBlock, nil},
+		{"createOnly, deleted after it was seen: blocked", "", true, true, current{}, stepBlock, nil},
+		{"createOnly and swapCid: swapCid governs", "a", true, true, current{Exists: true, CID: "a", Value: json.RawMessage(`{"$type":"c","n":2}`)}, stepWrite, str("a")},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			d := decide(want, row.swapCID, row.cur)
+			d := decide(want, guard{SwapCID: row.swapCID, CreateOnly: row.create, Seen: row.seen}, row.cur)
 			if d.Step != row.step {
 				t.Fatalf("step %v, want %v (%+v)", d.Step, row.step, d)
 			}
 			if (d.Swap == nil) != (row.swap == nil) || (d.Swap != nil && *d.Swap != *row.swap) {
 				t.Fatalf("swap %v, want %v", d.Swap, row.swap)
 			}
-			if d.Step == stepBlock && !strings.Contains(d.Message, row.swapCID) {
+			if d.Step == stepBlock && row.swapCID != "" && !strings.Contains(d.Message, row.swapCID) {
 				t.Fatalf("message %q does not name the swapCid", d.Message)
 			}
 		})

@@ -35,7 +35,7 @@ func (r *Reconciler) sync(ctx context.Context, obj *v1alpha1.AtprotoRecord) (rec
 		cur = current{Exists: true, CID: rec.CID, Value: rec.Value}
 	}
 	obj.Status.URI = fmt.Sprintf("at://%s/%s/%s", repo.DID(), coll, rkey)
-	d := decide(desired, obj.Spec.SwapCID, cur)
+	d := decide(desired, guard{SwapCID: obj.Spec.SwapCID, CreateOnly: obj.Spec.CreateOnly, Seen: obj.Status.CID != ""}, cur)
 	switch d.Step {
 	case stepNone:
 		obj.Status.CID = cur.CID
@@ -56,6 +56,10 @@ func (r *Reconciler) sync(ctx context.Context, obj *v1alpha1.AtprotoRecord) (rec
 	switch {
 	case errors.Is(err, repos.ErrSwapMismatch) && obj.Spec.SwapCID != "":
 		setInSync(obj, false, v1alpha1.ReasonSwapMismatch, fmt.Sprintf("spec.swapCid is %s but the repo holds another version; not written (%v)", obj.Spec.SwapCID, err))
+		return reconcile.Result{}, nil
+	case errors.Is(err, repos.ErrSwapMismatch) && obj.Spec.CreateOnly:
+		// Created by someone else between our read and our write: never overwritten.
+		setInSync(obj, false, v1alpha1.ReasonSwapMismatch, fmt.Sprintf("spec.createOnly is set but a record was created meanwhile; not written (%v)", err))
 		return reconcile.Result{}, nil
 	case errors.Is(err, repos.ErrSwapMismatch):
 		// Someone wrote between our read and our write: read again.

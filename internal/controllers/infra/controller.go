@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -69,7 +71,9 @@ func Setup(m ctrl.Manager, res *repos.Resolver, broker *watch.Broker, log *slog.
 		r := &Reconciler{Kind: kind, Client: m.GetClient(), Resolver: res, Log: log.With("controller", name), Now: time.Now, Index: index}
 		b := ctrl.NewControllerManagedBy(m).
 			Named(name).
-			For(newObject(kind)).
+			// Only spec changes and deletion (which bumps the generation) need a pass: the
+			// controller's own finalizer and status writes do not.
+			For(newObject(kind), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 			// A ComputeContract's phase wakes its owner (the finalizer waits on it; no polling).
 			Watches(&v1alpha1.ComputeContract{}, handler.EnqueueRequestForOwner(m.GetScheme(), m.GetRESTMapper(), newObject(kind), handler.OnlyControllerOwner())).
 			// The record child reports each write and each refused swap.
@@ -116,6 +120,9 @@ type pass struct {
 	requeueAfter time.Duration
 	// pulled is true once the spec was applied from the record: the object's generation moved.
 	pulled bool
+	// childCreated is true when this pass created the record child: the child's first
+	// status write (after it wrote the record) wakes the next pass.
+	childCreated bool
 }
 
 // Reconcile runs the steps of one deployment in order: finalize (when deleted), the release
@@ -163,8 +170,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.record(ctx, p); err != nil {
 		return done(err)
 	}
-	if err := r.writeStatus(ctx, p); err != nil {
-		return done(err)
+	// A deployment that just created its record child writes its status in the pass the
+	// child's first status wakes, once the record is written: one status write fewer for
+	// every new bound deployment, and its first status already says whether the record took.
+	if !p.childCreated || p.deleteSelf {
+		if err := r.writeStatus(ctx, p); err != nil {
+			return done(err)
+		}
 	}
 	if p.deleteSelf {
 		if err := r.Client.Delete(ctx, p.obj.obj); err != nil && !apierrors.IsNotFound(err) {

@@ -55,9 +55,21 @@ type indexChange func(*atinfra.InfraIndex) (*atinfra.InfraIndex, bool)
 // applies every change queued so far in order, writes once with a swap on the cid it read,
 // answers every caller of that batch, and goes on while more are queued. The Infra and
 // EphemeralInfra reconcilers share one (both kinds are listed in the same index).
+//
+// The writer keeps the index it last wrote (and its cid) for the next batch instead of reading
+// and decoding self again: nothing else writes at self, and if something did, the swap on the
+// kept cid fails and the batch starts again from a fresh read.
 type IndexWriter struct {
 	mu     sync.Mutex
 	queues map[string]*indexQueue // by DID
+	last   map[string]*indexState // by DID: the index as last written
+}
+
+// indexState is the index at self as read or written, and its cid ("" when there is none).
+type indexState struct {
+	index     *atinfra.InfraIndex
+	createdAt string
+	cid       string
 }
 
 type indexQueue struct {
@@ -71,7 +83,9 @@ type queuedChange struct {
 }
 
 // NewIndexWriter returns an IndexWriter with no account queued.
-func NewIndexWriter() *IndexWriter { return &IndexWriter{queues: map[string]*indexQueue{}} }
+func NewIndexWriter() *IndexWriter {
+	return &IndexWriter{queues: map[string]*indexQueue{}, last: map[string]*indexState{}}
+}
 
 // Update applies change to the index of repo's account and returns once a write that
 // includes it has landed (or failed: the caller's reconcile is retried).
@@ -110,8 +124,17 @@ func (w *IndexWriter) Update(ctx context.Context, repo repos.Repo, now time.Time
 			w.mu.Unlock()
 			break
 		}
+		known := w.last[did]
 		w.mu.Unlock()
-		err := writeIndex(ctx, repo, now, batch)
+		// Only this goroutine writes the account's index while q.writing holds.
+		st, err := writeIndex(ctx, repo, now, batch, known)
+		w.mu.Lock()
+		if st != nil {
+			w.last[did] = st
+		} else {
+			delete(w.last, did)
+		}
+		w.mu.Unlock()
 		for _, b := range batch {
 			b.done <- err
 		}
@@ -119,17 +142,23 @@ func (w *IndexWriter) Update(ctx context.Context, repo repos.Repo, now time.Time
 	return <-c.done
 }
 
-// writeIndex reads the index at computer.socialweb.infra/self, applies the batch's changes
-// in order, and writes the result with a swap on the cid it read (createRecord,
-// must-not-exist, when there is no index yet), retrying on a swap mismatch. Nothing but the
-// index is written at self.
-func writeIndex(ctx context.Context, repo repos.Repo, now time.Time, batch []*queuedChange) error {
+// writeIndex applies the batch's changes in order to the index at
+// computer.socialweb.infra/self (known, when the caller has it, else read) and writes the
+// result with a swap on that version's cid (createRecord, must-not-exist, when there is no
+// index yet), retrying from a fresh read on a swap mismatch. It returns the index as it now
+// stands, or nil when that is not known. Nothing but the index is written at self.
+func writeIndex(ctx context.Context, repo repos.Repo, now time.Time, batch []*queuedChange, known *indexState) (*indexState, error) {
 	for i := 0; i < indexRetries; i++ {
-		idx, createdAt, swap, err := ReadIndex(ctx, repo)
-		if err != nil {
-			return err
+		st := known
+		known = nil
+		if st == nil {
+			idx, createdAt, cid, err := ReadIndex(ctx, repo)
+			if err != nil {
+				return nil, err
+			}
+			st = &indexState{index: idx, createdAt: createdAt, cid: cid}
 		}
-		changed := false
+		idx, changed := st.index, false
 		for _, b := range batch {
 			next, ch := b.change(idx)
 			if ch {
@@ -137,22 +166,27 @@ func writeIndex(ctx context.Context, repo repos.Repo, now time.Time, batch []*qu
 			}
 		}
 		if !changed {
-			return nil
+			return st, nil
 		}
+		createdAt := st.createdAt
 		if createdAt == "" {
 			createdAt = now.UTC().Format(time.RFC3339)
 		}
 		value, err := json.Marshal(atinfra.Infra{CreatedAt: createdAt, Index: idx})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = repo.Put(ctx, atinfra.InfraNSID, infra.RkeySelf, value, &swap)
+		swap := st.cid
+		res, err := repo.Put(ctx, atinfra.InfraNSID, infra.RkeySelf, value, &swap)
 		if errors.Is(err, repos.ErrSwapMismatch) {
 			continue
 		}
-		return err
+		if err != nil {
+			return nil, err
+		}
+		return &indexState{index: idx, createdAt: createdAt, cid: res.CID}, nil
 	}
-	return fmt.Errorf("index at self: still losing the swap after %d tries", indexRetries)
+	return nil, fmt.Errorf("index at self: still losing the swap after %d tries", indexRetries)
 }
 
 // indexUpdate hands change to the shared IndexWriter (a reconciler built without one, as in

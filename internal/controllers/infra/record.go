@@ -288,7 +288,11 @@ func (r *Reconciler) writeRecord(ctx context.Context, p *pass, b *binding, swapC
 	if err != nil {
 		return err
 	}
-	return r.applyChild(ctx, o, child, b, value, swapCID)
+	if err := r.applyChild(ctx, o, child, b, value, swapCID); err != nil {
+		return err
+	}
+	p.childCreated = child == nil
+	return nil
 }
 
 func (r *Reconciler) childKey(o *object) types.NamespacedName {
@@ -310,8 +314,13 @@ func (r *Reconciler) getChild(ctx context.Context, o *object) (*v1alpha1.Atproto
 // applyChild creates or updates the child with the record value and swapCid; deletionPolicy
 // is always Retain: the record outlives the object.
 func (r *Reconciler) applyChild(ctx context.Context, o *object, child *v1alpha1.AtprotoRecord, b *binding, value []byte, swapCID string) error {
+	// A new child creates its record create-only: never over a record someone else wrote
+	// meanwhile, and never again once it is deleted (a Both object deletes itself then). A
+	// child that has seen its record and is told to create it again (a Publish record that
+	// was deleted) writes it again.
+	createOnly := swapCID == "" && (child == nil || (child.Spec.CreateOnly && child.Status.CID == ""))
 	spec := v1alpha1.AtprotoRecordSpec{RepoRef: b.repoRef, Collection: r.Kind.Collection(), RKey: b.rkey,
-		Record: runtime.RawExtension{Raw: value}, SwapCID: swapCID, DeletionPolicy: v1alpha1.DeletionPolicyRetain}
+		Record: runtime.RawExtension{Raw: value}, SwapCID: swapCID, CreateOnly: createOnly, DeletionPolicy: v1alpha1.DeletionPolicyRetain}
 	if child == nil {
 		k := r.childKey(o)
 		// Created with the AtprotoRecord controller's finalizer already on: it would add it
@@ -328,7 +337,7 @@ func (r *Reconciler) applyChild(ctx context.Context, o *object, child *v1alpha1.
 		}
 		return nil
 	}
-	if sameChildSpec(child.Spec, spec) {
+	if sameChildSpec(child.Spec, spec) || guardHolds(child, spec) {
 		return nil
 	}
 	child.Spec = spec
@@ -356,6 +365,26 @@ func sameChildSpec(a, b v1alpha1.AtprotoRecordSpec) bool {
 	ra, rb := a.Record, b.Record
 	a.Record, b.Record = runtime.RawExtension{}, runtime.RawExtension{}
 	return reflect.DeepEqual(a, b) && sameJSON(ra.Raw, rb.Raw)
+}
+
+// guardHolds reports whether child, as it stands, already guards its record as well as
+// want would: want differs only by taking swapCid X where child is create-only, and child has
+// written (or verified) this very value at cid X. A create-only child then refuses every write
+// a swap on X refuses (another record at the path, or none after one was seen) and writes
+// nothing while X is there, so moving it to the swap would cost two API writes (the update
+// and the child's status after it) and change nothing. That is the common case: the first
+// sync of every new deployment.
+func guardHolds(child *v1alpha1.AtprotoRecord, want v1alpha1.AtprotoRecordSpec) bool {
+	if !child.Spec.CreateOnly || child.Spec.SwapCID != "" || want.SwapCID == "" || child.Status.CID != want.SwapCID {
+		return false
+	}
+	c := meta.FindStatusCondition(child.Status.Conditions, string(v1alpha1.ConditionInSync))
+	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != child.Generation {
+		return false
+	}
+	as := child.Spec
+	as.SwapCID, as.CreateOnly = want.SwapCID, want.CreateOnly
+	return sameChildSpec(as, want)
 }
 
 // unbind handles an object whose spec.record was removed: the child goes (forced Retain),

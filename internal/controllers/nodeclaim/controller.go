@@ -47,10 +47,13 @@ type Bundler interface {
 	MintNodeBundle(k tenant.Key, nodeName string) (tenant.NodeBundle, error)
 }
 
-// Nodes reports whether a tenant cluster's node is registered and Ready (tenant.Manager is
-// one). Nil: no claim reaches Running.
+// Nodes reads and removes a tenant cluster's nodes (tenant.Manager is one). Nil: no claim
+// reaches Running, and a released node's object stays in its cluster.
 type Nodes interface {
+	// NodeReady reports whether the node is registered and Ready.
 	NodeReady(ctx context.Context, k tenant.Key, nodeName string) (bool, error)
+	// DeleteNode deletes the node's object (absent is no error).
+	DeleteNode(ctx context.Context, k tenant.Key, nodeName string) error
 }
 
 // Reconciler reconciles NodeClaims.
@@ -65,7 +68,10 @@ type Reconciler struct {
 	Nodes Nodes
 	// ContractNamespace is where cluster Infras live; empty means DefaultContractNamespace.
 	ContractNamespace string
-	Log               *slog.Logger
+	// BidWindow is the bid window of the node contracts (policyArgs bidWindowSec); 0 leaves
+	// the market's default (market.DefaultBidWindow).
+	BidWindow time.Duration
+	Log       *slog.Logger
 
 	locks locks
 	index index
@@ -76,8 +82,10 @@ type Options struct {
 	Bundler           Bundler
 	Nodes             Nodes
 	ContractNamespace string
-	Log               *slog.Logger
-	Observer          manager.ReconcileObserver
+	// BidWindow: Reconciler.BidWindow.
+	BidWindow time.Duration
+	Log       *slog.Logger
+	Observer  manager.ReconcileObserver
 }
 
 // Setup registers the NodeClaim controller and its start-up resync with m.
@@ -87,7 +95,7 @@ func Setup(m crmanager.Manager, o Options) error {
 		log = slog.Default()
 	}
 	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), Bundler: o.Bundler, Nodes: o.Nodes,
-		ContractNamespace: o.ContractNamespace, Log: log.With("controller", ControllerName)}
+		ContractNamespace: o.ContractNamespace, BidWindow: o.BidWindow, Log: log.With("controller", ControllerName)}
 	if err := ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.NodeClaim{}).

@@ -27,6 +27,7 @@ import (
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
@@ -46,13 +47,24 @@ func (b pkiBundler) MintNodeBundle(k tenant.Key, node string) (tenant.NodeBundle
 	return tenant.MintNodeBundle(b.root, k, node, server, 0)
 }
 
-// drivenNodes answers whether a tenant node is Ready from what the test set: a node would
-// register from the guest, which is a later step.
-type drivenNodes struct{ ready sync.Map }
+// drivenNodes answers whether a tenant node is Ready from what the test set, and records the
+// nodes deleted: no kubelet runs in these suites.
+type drivenNodes struct{ ready, deleted sync.Map }
 
 func (d *drivenNodes) NodeReady(_ context.Context, _ tenant.Key, name string) (bool, error) {
 	_, ok := d.ready.Load(name)
 	return ok, nil
+}
+
+func (d *drivenNodes) DeleteNode(_ context.Context, _ tenant.Key, name string) error {
+	d.ready.Delete(name)
+	d.deleted.Store(name, true)
+	return nil
+}
+
+func (d *drivenNodes) wasDeleted(name string) bool {
+	_, ok := d.deleted.Load(name)
+	return ok
 }
 
 type rig struct {
@@ -86,7 +98,7 @@ func (r *rig) start() {
 	if err := infractl.Setup(m, &repos.Resolver{Client: m.GetClient()}, nil, quiet(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, Log: quiet()}); err != nil {
+	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, BidWindow: 1500 * time.Millisecond, Log: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -248,6 +260,9 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 			cc.Spec.NodeJoin.BundleSecretRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name {
 			t.Fatalf("%s spec %+v (nodeJoin %+v)", name, cc.Spec, cc.Spec.NodeJoin)
 		}
+		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
+			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)
+		}
 		var s v1alpha1.Secret
 		if !r.get(types.NamespacedName{Namespace: gateway, Name: cc.Spec.SecretsRef.Name}, &s) || len(s.Data[tenant.BundleKeyKubeconfig]) == 0 {
 			t.Fatalf("join bundle %s: %v", cc.Spec.SecretsRef.Name, s.Data)
@@ -284,7 +299,11 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 // claim leaving deletes the Infra.
 func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 	r := newRig(t, false)
-	r.cluster("web")
+	cl := r.cluster("web")
+	cl.Status.Phase = v1alpha1.ClusterReady // a Ready cluster has its released nodes deleted
+	if err := r.c.Status().Update(context.Background(), cl); err != nil {
+		t.Fatal(err)
+	}
 	a, b := r.claim("node-a", "web"), r.claim("node-b", "web")
 	ccA, ccB := contractOf("web", a), contractOf("web", b)
 	for _, n := range []string{ccA, ccB} {
@@ -313,6 +332,9 @@ func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 	if got, ok := r.nodeClaim("node-a"); !ok || got.DeletionTimestamp.IsZero() {
 		t.Fatalf("claim a let go before its contract was released")
 	}
+	if r.nodes.wasDeleted("node-a") {
+		t.Fatalf("node-a deleted from the tenant while its guest still runs")
+	}
 	r.drive(ccA, v1alpha1.ComputeContractReleased, false)
 	r.eventually("a's entry dropped, contract, bundle and claim gone", func() (bool, string) {
 		inf, _ := r.infraOf("web")
@@ -332,6 +354,9 @@ func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(specB, specB1) {
 		t.Fatalf("b's entry changed: %+v -> %+v", specB, specB1)
+	}
+	if !r.nodes.wasDeleted("node-a") || r.nodes.wasDeleted("node-b") {
+		t.Fatalf("nodes deleted from the tenant: node-a %v (want true), node-b %v (want false)", r.nodes.wasDeleted("node-a"), r.nodes.wasDeleted("node-b"))
 	}
 
 	if err := r.c.Delete(context.Background(), gb); err != nil {

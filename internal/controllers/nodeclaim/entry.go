@@ -3,6 +3,7 @@ package nodeclaim
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,6 +15,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/market"
 )
 
 // locks holds one mutex per Infra, so the claims of one cluster write its spec in turn.
@@ -57,6 +59,9 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 	if p.bundle != nil {
 		ref := *p.bundle
 		e.Node.NodeJoin = &v1alpha1.NodeJoin{Server: p.server, NodeName: c.Spec.NodeName, BundleSecretRef: &ref}
+	}
+	if r.BidWindow > 0 {
+		e.PolicyArgs = map[string]string{market.ArgBidWindow: strconv.FormatFloat(r.BidWindow.Seconds(), 'f', -1, 64)}
 	}
 	return e
 }

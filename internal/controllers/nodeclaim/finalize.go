@@ -20,7 +20,10 @@ import (
 //  2. while the contract is not finished (Released or Failed) the claim waits, woken by the
 //     contract's events; a claim that had already ended (Failed, Lost) does not wait: the
 //     Infra keeps the release going after the entry is dropped;
-//  3. the entry is dropped (the Infra controller deletes the finished contract; the last
+//  3. the node's object is deleted from the tenant cluster (its guest is gone, so no kubelet
+//     registers it again; a cluster that is not Ready, deleting or gone is skipped: there is
+//     no apiserver to ask, and a deleted cluster takes its nodes along);
+//  4. the entry is dropped (the Infra controller deletes the finished contract; the last
 //     entry deletes the Infra), the join bundle is deleted, the claim's status says Released
 //     (or Failed), and the finalizer goes.
 //
@@ -48,6 +51,9 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 		}
 		return reconcile.Result{}, nil
 	}
+	if err := r.deleteNode(ctx, p); err != nil {
+		return done(err)
+	}
 	if err := r.writeEntry(ctx, p, nil); err != nil && !errors.Is(err, ErrInfraDeleting) {
 		return done(err)
 	}
@@ -70,4 +76,19 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	r.log().Info("nodeclaim_released", "claim", p.claim.Namespace+"/"+p.claim.Name, "entry", p.entry, "phase", p.claim.Status.Phase)
 	r.index.forget(p)
 	return reconcile.Result{}, nil
+}
+
+// deleteNode deletes the claim's Node from its tenant cluster once the guest is released, as
+// long as the cluster is Ready to answer: without it the Node would stay registered (Ready
+// until its lease ran out, then NotReady for good) after its node is gone.
+func (r *Reconciler) deleteNode(ctx context.Context, p *pass) error {
+	c := p.cluster
+	if r.Nodes == nil || c == nil || !c.DeletionTimestamp.IsZero() || c.Status.Phase != v1alpha1.ClusterReady {
+		return nil
+	}
+	if err := r.Nodes.DeleteNode(ctx, p.clusterKey(), p.claim.Spec.NodeName); err != nil {
+		return fmt.Errorf("deleting node %s from cluster %s: %w", p.claim.Spec.NodeName, p.clusterKey(), err)
+	}
+	r.log().Info("nodeclaim_node_deleted", "claim", p.claim.Namespace+"/"+p.claim.Name, "node", p.claim.Spec.NodeName)
+	return nil
 }

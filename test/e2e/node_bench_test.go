@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/testenv"
+)
+
+// tenantClient is a clientset of the tenant cluster behind kubeconfig kc.
+func tenantClient(t *testing.T, kc string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// median of ds (sorted in place).
+func median(ds []time.Duration) time.Duration {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
+}
+
+// waitZeroNodes waits until the cluster has no claim and no Node, and its guests no process.
+func (n *nodeUp) waitZeroNodes(cluster string, ts kubernetes.Interface, timeout time.Duration) {
+	t := n.t
+	t.Helper()
+	testenv.Eventually(t, timeout, cluster+" back at zero nodes", func() (bool, error) {
+		cs := n.claims(cluster)
+		nodes, err := ts.CoreV1().Nodes().List(n.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(cs) == 0 && len(nodes.Items) == 0, fmt.Errorf("%d claims, %d nodes", len(cs), len(nodes.Items))
+	})
+	n.waitGuestsGone(30 * time.Second)
+}
+
+// TestBench_NodeScaleUp prints, for 5 pending pods one after another on a cluster at zero
+// nodes with a 1 s bid window, the time from the pod's creation to Running on a newly rented
+// node and where it goes: batch (pod -> NodeClaim, the node host's 1 s batch), market (claim
+// -> contract Held: bundle, Infra entry, contract, rfp, the window, bid, accept), boot (Held ->
+// Node registered: the guest's namespace, containerd, image import, kubelet), join (registered
+// -> Ready), schedule (Ready -> the pod bound to the node: the scheduler retries an
+// unschedulable pod with a backoff), start (bound -> Running: sandbox, container; the image is
+// already on the node). Between runs the cluster goes back to zero nodes. SOCIALWEB_BENCH=1 runs it.
+func TestBench_NodeScaleUp(t *testing.T) {
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	n := startNodeUp(t, "--node-bid-window", "1s")
+	kc := n.cluster("b1", "maxNodes: 1, scaleHold: 1s")
+	ts := tenantClient(t, kc)
+	const runs = 5
+	names := []string{"batch", "market", "boot", "join", "schedule", "start", "total"}
+	phases := map[string][]time.Duration{}
+	for i := 0; i < runs; i++ {
+		pod := fmt.Sprintf("p%d", i)
+		t0 := time.Now()
+		tkubectl(t, kc, strings.Replace(spreadPod(pod), "app: spread", "app: bench", 1), "apply", "-f", "-")
+		var claimAt, heldAt, registeredAt, readyAt, boundAt, runningAt time.Time
+		var claim v1alpha1.NodeClaim
+		testenv.Eventually(t, 120*time.Second, pod+" Running on a new node", func() (bool, error) {
+			now := time.Now()
+			if claimAt.IsZero() {
+				for _, c := range n.claims("b1") {
+					claim, claimAt = c, now
+				}
+			}
+			if !claimAt.IsZero() && heldAt.IsZero() {
+				if err := n.c.Get(n.ctx, client.ObjectKeyFromObject(&claim), &claim); err == nil && claim.Status.Infra != nil && claim.Status.Infra.ComputeContract != "" {
+					var cc v1alpha1.ComputeContract
+					if err := n.c.Get(n.ctx, client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: claim.Status.Infra.ComputeContract}, &cc); err == nil &&
+						cc.Status.Phase == v1alpha1.ComputeContractHeld {
+						heldAt = now
+					}
+				}
+			}
+			if !claimAt.IsZero() && readyAt.IsZero() {
+				nd, err := ts.CoreV1().Nodes().Get(n.ctx, claim.Spec.NodeName, metav1.GetOptions{})
+				if err == nil {
+					if registeredAt.IsZero() {
+						registeredAt = now
+					}
+					for _, c := range nd.Status.Conditions {
+						if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+							readyAt = now
+						}
+					}
+				} else if !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			p, err := ts.CoreV1().Pods("default").Get(n.ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if p.Spec.NodeName != "" && boundAt.IsZero() {
+				boundAt = now
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				runningAt = now
+			}
+			return !runningAt.IsZero(), fmt.Errorf("pod %s, claim %s %s", p.Status.Phase, claim.Name, claim.Status.Phase)
+		})
+		for _, at := range []*time.Time{&heldAt, &registeredAt, &readyAt, &boundAt} {
+			if at.IsZero() { // a step seen only after a later one (between two polls)
+				*at = runningAt
+			}
+		}
+		run := map[string]time.Duration{"batch": claimAt.Sub(t0), "market": heldAt.Sub(claimAt), "boot": registeredAt.Sub(heldAt),
+			"join": readyAt.Sub(registeredAt), "schedule": boundAt.Sub(readyAt), "start": runningAt.Sub(boundAt), "total": runningAt.Sub(t0)}
+		var line []string
+		for _, k := range names {
+			phases[k] = append(phases[k], run[k])
+			line = append(line, fmt.Sprintf("%s %.2fs", k, run[k].Seconds()))
+		}
+		t.Logf("run %d: %s", i+1, strings.Join(line, ", "))
+		tkubectl(t, kc, "", "delete", "pod", pod, "--wait=false")
+		n.waitZeroNodes("b1", ts, 90*time.Second)
+	}
+	var line []string
+	for _, k := range names {
+		line = append(line, fmt.Sprintf("%s %.2fs", k, median(phases[k]).Seconds()))
+	}
+	t.Logf("pending pod -> Running on a new node, 1 s bid window, median of %d: %s", runs, strings.Join(line, ", "))
+}
+
+// TestBench_NodeScaleThreeAndBack prints the wall time for three pods that each need a node
+// (hostname anti-affinity, maxNodes 3, podsPerNode 1) to run on three newly rented nodes, then,
+// the pods deleted, for the cluster to go back to zero claims and nodes, and what is left
+// (nodes, guest processes). SOCIALWEB_BENCH=1 runs it.
+func TestBench_NodeScaleThreeAndBack(t *testing.T) {
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	n := startNodeUp(t, "--node-bid-window", "1s")
+	kc := n.cluster("b3", "maxNodes: 3, podsPerNode: 1, scaleHold: 1s")
+	ts := tenantClient(t, kc)
+	t0 := time.Now()
+	tkubectl(t, kc, spreadPod("x1")+"---\n"+spreadPod("x2")+"---\n"+spreadPod("x3"), "apply", "-f", "-")
+	n.waitClaimsRunning("b3", 3, 180*time.Second)
+	for _, p := range []string{"x1", "x2", "x3"} {
+		waitPod(t, kc, p, "Running", "", 60*time.Second)
+	}
+	up := time.Since(t0)
+	t1 := time.Now()
+	tkubectl(t, kc, "", "delete", "pod", "x1", "x2", "x3", "--wait=false")
+	n.waitZeroNodes("b3", ts, 120*time.Second)
+	down := time.Since(t1)
+	nodes, err := ts.CoreV1().Nodes().List(n.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("0 -> 3 nodes, 3 pods Running: %.2fs; pods deleted -> 0 nodes (1 s hold): %.2fs; nodes left %d, guests seen %d, guest processes left %d",
+		up.Seconds(), down.Seconds(), len(nodes.Items), len(n.tags), len(n.guestProcs()))
+}
