@@ -21,6 +21,7 @@ import (
 )
 
 func newBidderCommand() *cobra.Command {
+	var follow []string
 	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind, imageDir string
 	var cost int64
 	var free bool
@@ -68,9 +69,10 @@ func newBidderCommand() *cobra.Command {
 			if plcURL == "" {
 				return errors.New("--plc-url is empty: the secrets endpoint resolves requesters' DIDs through it")
 			}
+			dir := &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
 				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
-				Directory: &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}, Listen: listen})
+				Directory: dir, Listen: listen, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
 			if cmd.Context().Err() != nil {
@@ -92,6 +94,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&plcURL, "plc-url", "https://plc.directory", "did:plc directory that resolves requesters' DIDs")
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
+	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
 	f.StringVar(&imageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
 	return cmd
 }

@@ -33,6 +33,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.GatewayListen, "gateway-listen", "127.0.0.1:0", "address of the cluster gateway, XRPC (port 0 picks a free one)")
 	cmd.Flags().StringVar(&o.MetricsAddr, "metrics-addr", "0", "address for Prometheus metrics of the controllers, e.g. 127.0.0.1:9090 (0 turns it off)")
 	cmd.Flags().StringVar(&o.TenantAdvertise, "tenant-advertise-address", "", "non-loopback address tenant apiservers advertise (default: 10.77.0.1 on a veth pair socialweb creates in network namespace socialweb-tenants; needs root and iproute2)")
+	cmd.Flags().StringArrayVar(&o.MarketFollow, "market-follow", nil, "firehose of another PDS (or relay) URL the market follows, repeatable: bidders and requesters there")
 	cmd.Flags().DurationVar(&o.NodeBidWindow, "node-bid-window", app.DefaultNodeBidWindow, "bid window of the node contracts a tenant cluster's scale-up declares; it closes early once every known bidder bid (0: the market's default, 30s)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
 	return cmd

@@ -25,7 +25,7 @@ const LocalNodeBidderHandle = "nodebidder.test"
 // startLocalBidder runs the local default bidder (deno guests, free bids) until ctx ends:
 // its own account on srv (password in DATA_DIR/bidder/account.json) and its guests' state
 // in DATA_DIR/bidder/guests. Without a Deno binary it says so and runs none.
-func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *slog.Logger, phase func(string, ...any)) error {
+func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	dir := filepath.Join(root, "bidder")
 	sub, err := deno.New(deno.Config{StateDir: filepath.Join(dir, "guests")})
 	if errors.Is(err, substrate.ErrUnavailable) {
@@ -35,7 +35,7 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *sl
 	if err != nil {
 		return err
 	}
-	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, log, phase)
+	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, sources, log, phase)
 }
 
 // startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids) until
@@ -46,7 +46,7 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, log *sl
 // bidder. It runs only beside tenant control planes (a node joins a gate on this host) and
 // when the node substrate's prerequisites hold (root, containerd, runc, the CNI plugins);
 // otherwise it says why and runs none.
-func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, log *slog.Logger, phase func(string, ...any)) error {
+func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	dir := filepath.Join(root, "node-bidder")
 	images := filepath.Join(dir, "images")
 	if err := os.MkdirAll(images, 0o700); err != nil {
@@ -60,11 +60,12 @@ func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, log
 	if err != nil {
 		return err
 	}
-	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, log, phase)
+	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, sources, log, phase)
 }
 
-// runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends.
-func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, log *slog.Logger, phase func(string, ...any)) error {
+// runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends,
+// following the firehoses of sources (requesters elsewhere) besides srv's.
+func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	acct, err := EnsureLocalAccount(ctx, srv, dir, handle)
 	if err != nil {
 		return err
@@ -74,7 +75,7 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 		return err
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
-		Directory: srv.Directory(), Log: log.With("bidder", handle)})
+		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)})
 	go func() {
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("local bidder stopped", "bidder", handle, "err", err)

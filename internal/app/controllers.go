@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -20,7 +21,6 @@ import (
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/controllers/nodehost"
-	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
@@ -47,6 +47,12 @@ type ControllerOptions struct {
 	// TenantsUnavailable (reported on every Cluster) says why.
 	Tenants            *tenant.Manager
 	TenantsUnavailable string
+	// MarketSources are firehoses (PDS or relay URLs) the requester follows besides its
+	// repos' own PDSes, to see the offerings, bids, receipts and events of bidders elsewhere.
+	MarketSources []string
+	// MarketDirectory resolves DIDs to their PDS for records a market source does not serve
+	// (a relay); nil means the embedded PDS's did:plc directory when PDS is set.
+	MarketDirectory identity.Directory
 	// NodeBidWindow is the bid window of node contracts (nodeclaim.Options.BidWindow); 0
 	// leaves the market's default.
 	NodeBidWindow time.Duration
@@ -69,6 +75,9 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		res = &repos.Resolver{}
 	}
 	res.PDS, res.Client = o.PDS, m.GetClient()
+	if o.MarketDirectory == nil && o.PDS != nil {
+		o.MarketDirectory = o.PDS.Directory()
+	}
 	broker := o.Broker
 	if broker == nil {
 		broker = &watch.Broker{}
@@ -88,7 +97,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	if err := computecontract.Setup(m, res, feed.Local(o.PDS), o.Logger, o.Observer); err != nil {
+	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer, BidWindow: o.NodeBidWindow}

@@ -31,6 +31,9 @@ type UpOptions struct {
 	// declares (0: the market's default, 30 s).
 	NodeBidWindow time.Duration
 	LogLevel      slog.Level
+	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
+	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
+	MarketFollow []string
 	// Out receives the ready line; Progress receives phase lines.
 	Out, Progress io.Writer
 }
@@ -130,11 +133,11 @@ func Up(ctx context.Context, o UpOptions) error {
 	// race them to an early exit that the stop sequence below would then wait for in vain.
 	ctrlCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopControllers()
-	if err := startLocalBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
+	if err := startLocalBidder(ctrlCtx, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, log, phase); err != nil {
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
 			return err
 		}
 		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {
@@ -142,7 +145,9 @@ func Up(ctx context.Context, o UpOptions) error {
 		}
 	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
-		NodeBidWindow: o.NodeBidWindow})
+		NodeBidWindow: o.NodeBidWindow,
+		// The local bidders live on srv, whatever PDS a requester's repo is on.
+		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
 	if err != nil {
 		return err
 	}

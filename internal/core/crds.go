@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -53,7 +54,46 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 			return err
 		}
 	}
-	return nil
+	return waitDiscovered(ctx, cfg, crds)
+}
+
+// waitDiscovered returns once discovery lists every CRD's resource. The discovery documents
+// are updated by a controller of their own after the endpoints serve, and a client whose REST
+// mapper read discovery in between fails with "no matches for kind" instead of waiting.
+func waitDiscovered(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for {
+		// A group that fails to answer (err) does not hide the ones that did.
+		_, lists, err := dc.ServerGroupsAndResources()
+		missing = missing[:0]
+		if lists != nil {
+			listed := map[string]bool{}
+			for _, l := range lists {
+				for _, r := range l.APIResources {
+					listed[l.GroupVersion+"/"+r.Name] = true
+				}
+			}
+			for _, crd := range crds {
+				for _, v := range crd.Spec.Versions {
+					if gv := crd.Spec.Group + "/" + v.Name + "/" + crd.Spec.Names.Plural; v.Served && !listed[gv] {
+						missing = append(missing, gv)
+					}
+				}
+			}
+			if len(missing) == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("discovery does not list %v (%v)", missing, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {

@@ -92,6 +92,9 @@ func (r *localRepo) Events() EventSource { return localEvents{r.srv} }
 
 type localEvents struct{ srv *pds.Server }
 
+// LocalFirehose is the firehose of the embedded PDS srv, in-process.
+func LocalFirehose(srv *pds.Server) EventSource { return localEvents{srv} }
+
 func (l localEvents) Subscribe(ctx context.Context, cursor *int64, fn func(Event) error) error {
 	return l.srv.Subscribe(ctx, cursor, func(ev *firehose.Event) error { return fn(fromFirehose(ev)) })
 }

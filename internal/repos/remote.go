@@ -84,6 +84,9 @@ func (r *remoteRepo) Events() EventSource { return remoteEvents{host: r.service}
 
 type remoteEvents struct{ host string }
 
+// Firehose is the subscribeRepos stream of the PDS (or relay) at service, without a session.
+func Firehose(service string) EventSource { return remoteEvents{host: service} }
+
 // Subscribe follows the PDS's subscribeRepos over one connection at a time: atclient's
 // Consumer reconnects from its last seq with its own backoff, so Subscribe returns only when
 // ctx ends, fn fails, or the PDS refuses the cursor.

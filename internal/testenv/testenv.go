@@ -43,6 +43,9 @@ type Env struct {
 	// sessions of the controllers.
 	Broker   *watch.Broker
 	Resolver *repos.Resolver
+	// MarketSources are the firehoses the requester follows besides its repos' PDSes
+	// (app.ControllerOptions.MarketSources), read when controllers start.
+	MarketSources []string
 
 	stopControllers context.CancelFunc
 	controllersDone chan error
@@ -67,6 +70,8 @@ type Options struct {
 	PDS bool
 	// PDSServer is a PDS the caller runs (and stops) to hand to the controllers instead.
 	PDSServer *pds.Server
+	// MarketSources is Env.MarketSources.
+	MarketSources []string
 }
 
 // TB is the part of testing.TB the harness needs, so benchmarks outside `go test` can use it.
@@ -102,7 +107,7 @@ func Start(t TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("core: %v", err)
 	}
-	e := &Env{Core: c, Config: c.RESTConfig, Reconciles: make(chan Reconcile, 100000), Broker: &watch.Broker{}, Resolver: &repos.Resolver{}}
+	e := &Env{Core: c, Config: c.RESTConfig, Reconciles: make(chan Reconcile, 100000), Broker: &watch.Broker{}, Resolver: &repos.Resolver{}, MarketSources: o.MarketSources}
 	// The PDS is closed after the controllers stop (cleanups run last-registered first).
 	switch {
 	case o.PDSServer != nil:
@@ -133,7 +138,7 @@ func (e *Env) StartControllers(t TB, log *slog.Logger) {
 		default:
 		}
 	}
-	m, err := app.NewControllers(e.Config, app.ControllerOptions{Observer: obs, SkipNameValidation: true, Logger: log, PDS: e.PDS, Broker: e.Broker, Resolver: e.Resolver})
+	m, err := app.NewControllers(e.Config, app.ControllerOptions{Observer: obs, SkipNameValidation: true, Logger: log, PDS: e.PDS, Broker: e.Broker, Resolver: e.Resolver, MarketSources: e.MarketSources})
 	if err != nil {
 		t.Fatalf("controllers: %v", err)
 	}

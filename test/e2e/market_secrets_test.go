@@ -337,7 +337,7 @@ func TestACC_MarketSecretsReleasedBeforeDelivery(t *testing.T) {
 // handMarket is a contract whose requester side the test writes itself, from the owner repo.
 type handMarket struct {
 	env         *testenv.Env
-	b           *runningBidder
+	bidder      string // the winner's DID
 	repo        repos.Repo
 	rfp, accept string
 	receipt     repos.Record
@@ -346,6 +346,12 @@ type handMarket struct {
 // requestByHand writes a compute.vm payload naming secrets, an open policy and an rfp, waits
 // for b's bid, accepts it and waits for the receipt.
 func requestByHand(t *testing.T, env *testenv.Env, b *runningBidder, secrets []string) *handMarket {
+	t.Helper()
+	return requestByHandFrom(t, env, b.DID(), secrets)
+}
+
+// requestByHandFrom is requestByHand with a bidder known by its DID only.
+func requestByHandFrom(t *testing.T, env *testenv.Env, bidderDID string, secrets []string) *handMarket {
 	t.Helper()
 	ctx := context.Background()
 	repo, err := repos.Local(ctx, env.PDS, env.Account.DID)
@@ -373,7 +379,7 @@ func requestByHand(t *testing.T, env *testenv.Env, b *runningBidder, secrets []s
 		t.Helper()
 		var found repos.Record
 		testenv.Eventually(t, 20*time.Second, what, func() (bool, error) {
-			recs, _, err := env.PDS.ListRecords(ctx, b.DID(), coll, 100, "", false)
+			recs, _, err := env.PDS.ListRecords(ctx, bidderDID, coll, 100, "", false)
 			for _, r := range recs {
 				if match(r.Value) {
 					found = repos.Record{URI: r.URI, CID: r.CID, Value: r.Value}
@@ -393,7 +399,7 @@ func requestByHand(t *testing.T, env *testenv.Env, b *runningBidder, secrets []s
 		x, err := mk.DecodeReceipt(v)
 		return err == nil && x.Accept.URI == acc.URI
 	})
-	return &handMarket{env: env, b: b, repo: repo, rfp: rfp.URI, accept: acc.URI, receipt: rc}
+	return &handMarket{env: env, bidder: bidderDID, repo: repo, rfp: rfp.URI, accept: acc.URI, receipt: rc}
 }
 
 // release writes the requester's delete event and waits for the winner's final one.
@@ -407,7 +413,7 @@ func (m *handMarket) release(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the winner's final event", func() (bool, error) {
-		recs, _, err := m.env.PDS.ListRecords(ctx, m.b.DID(), mk.EventNSID, 100, "", false)
+		recs, _, err := m.env.PDS.ListRecords(ctx, m.bidder, mk.EventNSID, 100, "", false)
 		for _, r := range recs {
 			if e, err := mk.DecodeEvent(r.Value); err == nil && e.Receipt.URI == m.receipt.URI && e.Payload.ComputeEventsVMDelete != nil {
 				return true, nil

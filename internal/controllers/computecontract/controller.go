@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate/node"
 )
@@ -52,19 +54,26 @@ type Reconciler struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 
-	mu  sync.Mutex
-	ctx context.Context // the manager's: the index's followers live as long as it
+	local *pds.Server // the embedded PDS, whose firehose and records are read in-process
+	mu    sync.Mutex
+	// rfpTimes are the createdAt of our rfps (uri ->), read once per process.
+	rfpTimes map[string]time.Time
+	ctx      context.Context // the manager's: the index's followers live as long as it
 }
 
-// Setup registers the controller. Records of other repos are read through fetch.
-func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Logger, obs manager.ReconcileObserver) error {
+// Setup registers the controller. A contract's requester follows the firehose of its repo's
+// PDS (in-process for local, the embedded PDS) and every firehose of sources (PDS or relay
+// URLs) besides, from the start: bidders are the offerings seen on any of them. A record a
+// source does not serve itself (a relay's) is read from its DID's PDS, resolved through dir
+// (nil: not at all).
+func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, dir identity.Directory, log *slog.Logger, obs manager.ReconcileObserver) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("controller", ControllerName)
 	wake := make(chan event.GenericEvent, 1024)
-	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now}
-	r.Index = &Index{Fetch: fetch, Log: log, Wake: func(k types.NamespacedName) {
+	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now, local: local}
+	r.Index = &Index{Log: log, Wake: func(k types.NamespacedName) {
 		o := &v1alpha1.ComputeContract{}
 		o.Namespace, o.Name = k.Namespace, k.Name
 		wake <- event.GenericEvent{Object: o}
@@ -74,6 +83,9 @@ func Setup(m ctrl.Manager, res *repos.Resolver, fetch feed.Fetcher, log *slog.Lo
 		r.mu.Lock()
 		r.ctx = ctx
 		r.mu.Unlock()
+		for _, src := range feed.Sources(sources, local, dir) {
+			r.Index.Follow(ctx, src)
+		}
 		<-ctx.Done()
 		return nil
 	})); err != nil {
@@ -180,7 +192,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: retry}, werr
 	}
-	r.Index.Follow(r.runCtx(), repo.Endpoint(), repo.Events())
+	r.Index.Follow(r.runCtx(), feed.Source{Endpoint: repo.Endpoint(), Events: repo.Events(), Fetch: r.fetcherFor(repo.Endpoint())})
 	if !r.Index.CaughtUp(repo.Endpoint()) {
 		// A restarted requester must not close a window on an index still replaying.
 		return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
@@ -188,6 +200,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	key := req.NamespacedName
 	s.Policy = market.Policy{NSID: policyNSID, RequesterDID: repo.DID()}
 	s.RFPAt = at(lastEvent(st, evRFP))
+	if st.RFP != "" {
+		// The window counts from the rfp's createdAt (our own clock, to the nanosecond), not
+		// from the status event, which the API keeps to the second (see at).
+		if t, ok := r.rfpCreated(ctx, repo, st.RFP); ok {
+			s.RFPAt = t
+		}
+	}
 	s.AcceptAt = at(lastEvent(st, evAccept))
 	s.DeleteAt = at(lastEvent(st, evDelete))
 	if obj.Spec.Release != nil {
@@ -345,10 +364,57 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return res, err
 	}
+	if d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed {
+		r.forgetRFP(st.RFP)
+	}
 	if deleting && (d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed) {
 		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
 	}
 	return res, nil
+}
+
+// rfpCreated is the createdAt of our rfp at uri, read from our repo the first time it is
+// asked for in this process; false when it cannot be read or parsed (the caller falls back
+// on the status event's time).
+func (r *Reconciler) rfpCreated(ctx context.Context, repo repos.Repo, uri string) (time.Time, bool) {
+	r.mu.Lock()
+	t, ok := r.rfpTimes[uri]
+	r.mu.Unlock()
+	if ok {
+		return t, true
+	}
+	rec, err := fetchOwn(ctx, repo, uri)
+	if err != nil {
+		return time.Time{}, false
+	}
+	rfp, err := mk.DecodeRFP(rec.Value)
+	if err != nil {
+		return time.Time{}, false
+	}
+	t, err = time.Parse(time.RFC3339Nano, rfp.CreatedAt)
+	if err != nil {
+		return time.Time{}, false
+	}
+	r.mu.Lock()
+	if r.rfpTimes == nil {
+		r.rfpTimes = map[string]time.Time{}
+	}
+	r.rfpTimes[uri] = t
+	r.mu.Unlock()
+	return t, true
+}
+
+// forgetRFP drops what rfpCreated kept for a contract that ended.
+func (r *Reconciler) forgetRFP(uri string) {
+	r.mu.Lock()
+	delete(r.rfpTimes, uri)
+	r.mu.Unlock()
+}
+
+// fetcherFor reads the records of the PDS at endpoint: in-process when it is the embedded
+// one, over XRPC without a session otherwise.
+func (r *Reconciler) fetcherFor(endpoint string) feed.Fetcher {
+	return feed.SourceOf(endpoint, r.local, nil).Fetch
 }
 
 // guestPorts are a vm.onNetwork event's port bindings as status.guest.ports.

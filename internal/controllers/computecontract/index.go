@@ -18,9 +18,9 @@ import (
 // Index is what the requester has learnt from the firehoses it follows: offerings, bids by
 // rfp, receipts by accept, events by receipt. It follows each PDS once (from seq 0, so a
 // restarted process learns everything again) and wakes the contracts a record concerns.
+// The records an event names are read from the source that carried the event.
 type Index struct {
-	Fetch feed.Fetcher
-	Log   *slog.Logger
+	Log *slog.Logger
 	// Wake is called with the contract a new record concerns.
 	Wake func(types.NamespacedName)
 
@@ -65,19 +65,19 @@ func (f *follower) isReady() bool {
 	}
 }
 
-// Follow starts following src (keyed by its PDS endpoint) unless it is followed already.
-func (x *Index) Follow(ctx context.Context, endpoint string, src repos.EventSource) {
+// Follow starts following src unless its endpoint is followed already.
+func (x *Index) Follow(ctx context.Context, src feed.Source) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.init()
-	if x.following[endpoint] != nil {
+	if x.following[src.Endpoint] != nil {
 		return
 	}
 	f := &follower{start: time.Now(), ready: make(chan struct{})}
 	f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
-	x.following[endpoint] = f
-	go feed.Follow(ctx, src, 0, func(ev repos.Event) {
-		x.handle(ctx, ev)
+	x.following[src.Endpoint] = f
+	go feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
+		x.handle(ctx, src.Fetch, ev)
 		if !f.isReady() {
 			if ev.Time.After(f.start) {
 				f.markReady()
@@ -88,13 +88,21 @@ func (x *Index) Follow(ctx context.Context, endpoint string, src repos.EventSour
 	})
 }
 
-// CaughtUp says whether the follower of endpoint has replayed what the PDS held when it
-// started.
+// CaughtUp says whether the follower of endpoint, and every other source followed, has
+// replayed what its PDS held when it started: a bid or an offering seen on another source
+// decides a window as much as one on the requester's own PDS.
 func (x *Index) CaughtUp(endpoint string) bool {
 	x.mu.Lock()
-	f := x.following[endpoint]
-	x.mu.Unlock()
-	return f != nil && f.isReady()
+	defer x.mu.Unlock()
+	if x.following[endpoint] == nil {
+		return false
+	}
+	for _, f := range x.following {
+		if !f.isReady() {
+			return false
+		}
+	}
+	return true
 }
 
 func (x *Index) init() {
@@ -122,17 +130,17 @@ func (x *Index) wake(uri string) {
 	}
 }
 
-func (x *Index) handle(ctx context.Context, ev repos.Event) {
+func (x *Index) handle(ctx context.Context, fetch feed.Fetcher, ev repos.Event) {
 	for _, op := range ev.Ops {
 		uri := feed.URI(ev.DID, op.Collection, op.RKey)
 		switch op.Collection {
 		case mk.OfferingNSID:
-			x.onOffering(ctx, ev.DID, uri, op.Action)
+			x.onOffering(ctx, fetch, ev.DID, uri, op.Action)
 		case mk.BidNSID, mk.ReceiptNSID, mk.EventNSID:
 			if op.Action == "delete" {
 				continue
 			}
-			rec, err := x.Fetch.Get(ctx, uri)
+			rec, err := fetch.Get(ctx, uri)
 			if err != nil {
 				x.Log.Debug("market record unreadable", "uri", uri, "err", err)
 				continue
@@ -142,10 +150,10 @@ func (x *Index) handle(ctx context.Context, ev repos.Event) {
 	}
 }
 
-func (x *Index) onOffering(ctx context.Context, did, uri, action string) {
+func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, action string) {
 	live, endpoint := false, ""
 	if action != "delete" {
-		if rec, err := x.Fetch.Get(ctx, uri); err == nil {
+		if rec, err := fetch.Get(ctx, uri); err == nil {
 			if o, err := mk.DecodeOffering(rec.Value); err == nil {
 				endpoint = o.EndpointURL
 				for _, a := range o.AppliesTo {

@@ -30,9 +30,12 @@ import (
 
 // Config of a bidder.
 type Config struct {
-	// Repo is the bidder's own repo; Fetch reads the records of others.
+	// Repo is the bidder's own repo; Fetch reads the records of others on its PDS.
 	Repo  repos.Repo
 	Fetch feed.Fetcher
+	// Sources are firehoses followed besides its PDS's (requesters' PDSes, or a relay), each
+	// with the reader of the records its events name.
+	Sources []feed.Source
 	// Substrate runs the guests (its Kind is the computeKind served).
 	Substrate substrate.Substrate
 	// Cost and Currency price a bid; Free bids bids.free.
@@ -50,7 +53,11 @@ type Config struct {
 	// nothing, publishes its PDS, and does not bid on rfps whose payload names secrets.
 	Directory identity.Directory
 	Listen    string
-	Log       *slog.Logger
+	// StateDir is where the bidder keeps what it must remember across its own restart and
+	// that no record may say: which accepts' secrets it took, and from whom (never a value).
+	// Empty keeps that in memory only.
+	StateDir string
+	Log      *slog.Logger
 }
 
 // Bidder is one running bidder.
@@ -72,6 +79,14 @@ type Bidder struct {
 	delivered map[string]deliveredTo // accept uri -> delivered secrets
 	verifier  *serviceauth.Verifier
 	endpoint  string
+	// router reads any party's records: through the source whose firehose carried the DID's
+	// events, else Fetch, else each source in turn.
+	router *feed.Router
+	// handleMu makes the events of every source one sequence, as they are of one source.
+	handleMu sync.Mutex
+	// recovered is closed once Run rebuilt its state: deliverSecrets waits for it, so a call
+	// in a restart's first moments is not refused for an accept not yet known again.
+	recovered chan struct{}
 	wg        sync.WaitGroup
 }
 
@@ -89,9 +104,16 @@ func New(cfg Config) *Bidder {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Bidder{cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
+	fetchers := []feed.Fetcher{cfg.Fetch}
+	for _, s := range cfg.Sources {
+		fetchers = append(fetchers, s.Fetch)
+	}
+	router := feed.NewRouter(fetchers...)
+	cfg.Fetch = router.Fetcher()
+	return &Bidder{router: router, cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{}}
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
+		recovered: make(chan struct{})}
 }
 
 // EndpointURL is the URL published in the offering once Run wrote it ("" before).
@@ -114,6 +136,9 @@ func GuestID(acceptURI string) string {
 // the firehose until ctx ends. Guests keep running after it returns (Stop ends them).
 func (b *Bidder) Run(ctx context.Context) error {
 	endpoint := b.cfg.Repo.Endpoint()
+	if err := b.loadDelivered(); err != nil {
+		return err
+	}
 	if b.cfg.Directory != nil {
 		b.verifier = serviceauth.New(serviceauth.Config{Directory: b.cfg.Directory, Audiences: []string{b.DID()}})
 		u, err := b.serveSecrets(ctx)
@@ -131,6 +156,19 @@ func (b *Bidder) Run(ctx context.Context) error {
 	b.mu.Unlock()
 	if err := b.recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
+	}
+	close(b.recovered)
+	for _, src := range b.cfg.Sources {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
+				if ev.DID != "" && ev.DID != b.DID() {
+					b.router.Learn(ev.DID, src.Fetch)
+				}
+				b.handle(ctx, ev)
+			})
+		}()
 	}
 	feed.Follow(ctx, b.cfg.Repo.Events(), 0, func(ev repos.Event) { b.handle(ctx, ev) })
 	b.wg.Wait()
@@ -222,9 +260,22 @@ func (b *Bidder) recover(ctx context.Context) error {
 		case ok && !g.Phase.Ended():
 			b.active[rc.URI] = true
 			b.watchEnd(ctx, id, rc)
+		case !ok && b.awaitAgain(ctx, acceptURI, rc):
+			// Accepted and still waiting for its secrets when the bidder stopped.
 		default:
 			b.finish(ctx, id, rc, "guest gone while the bidder was down")
 		}
+	}
+	b.mu.Lock()
+	for acc := range b.delivered { // contracts that ended while the bidder was down
+		if rc, ok := b.receipts[acc]; !ok || b.ended[rc.URI] {
+			delete(b.delivered, acc)
+		}
+	}
+	err = b.saveDelivered()
+	b.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	for id, g := range byID { // guests with no receipt: a boot that never got its receipt written
 		if !g.Phase.Ended() {
@@ -235,6 +286,8 @@ func (b *Bidder) recover(ctx context.Context) error {
 }
 
 func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
+	b.handleMu.Lock()
+	defer b.handleMu.Unlock()
 	for _, op := range ev.Ops {
 		if op.Action == "delete" {
 			continue
@@ -416,18 +469,12 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 		b.log.Warn("market_accept_declined", "accept", uri, "reason", err.Error())
 		return nil
 	}
-	id := GuestID(uri)
-	spec := substrate.GuestSpec{ID: id, CPUs: int(vm.Cpus), MemMiB: int(vm.Mem)}
-	if vm.UserData != nil {
-		spec.UserData = []byte(*vm.UserData)
-	}
-	for _, p := range vm.Ports {
-		spec.Ports = append(spec.Ports, substrate.Port{Name: p.Name, Guest: int(p.Port)})
-	}
+	spec := guestSpec(uri, vm)
 	receipt := mk.Receipt{Accept: atrepo.StrongRef{URI: uri, CID: rec.CID}, Bid: acc.Bid, CID: rec.CID, RFP: acc.RFP}
 	if len(vm.Secrets) > 0 {
 		return b.acceptWithSecrets(ctx, uri, spec, receipt, vm.Secrets)
 	}
+	id := spec.ID
 	if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
 		return fmt.Errorf("boot: %w", err)
 	}
@@ -447,6 +494,43 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	return nil
 }
 
+// payloadOf reads the compute.vm payload of an accept's rfp.
+func (b *Bidder) payloadOf(ctx context.Context, acceptURI string) (*mk.ComputeVM, error) {
+	rec, err := b.cfg.Fetch.Get(ctx, acceptURI)
+	if err != nil {
+		return nil, err
+	}
+	acc, err := mk.DecodeAccept(rec.Value)
+	if err != nil {
+		return nil, err
+	}
+	rfpRec, err := b.cfg.Fetch.Get(ctx, acc.RFP.URI)
+	if err != nil {
+		return nil, err
+	}
+	rfp, err := mk.DecodeRFP(rfpRec.Value)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := b.cfg.Fetch.Get(ctx, rfp.Payload.URI)
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	return mk.DecodeComputeVM(prec.Value)
+}
+
+// guestSpec is the guest an accept's payload asks for (without its secrets).
+func guestSpec(acceptURI string, vm *mk.ComputeVM) substrate.GuestSpec {
+	spec := substrate.GuestSpec{ID: GuestID(acceptURI), CPUs: int(vm.Cpus), MemMiB: int(vm.Mem)}
+	if vm.UserData != nil {
+		spec.UserData = []byte(*vm.UserData)
+	}
+	for _, p := range vm.Ports {
+		spec.Ports = append(spec.Ports, substrate.Port{Name: p.Name, Guest: int(p.Port)})
+	}
+	return spec
+}
+
 // onNetwork is the vm.onNetwork event of a running guest: its address and where each of its
 // ports is forwarded.
 func onNetwork(gs substrate.GuestStatus) *mk.ComputeEventsVMOnNetwork {
@@ -461,9 +545,56 @@ func onNetwork(gs substrate.GuestStatus) *mk.ComputeEventsVMOnNetwork {
 // requester delivers once it binds), then, once deliverSecrets handed the values over, the
 // guest boots with them. No secret by ReadyTimeout ends the contract.
 func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substrate.GuestSpec, receipt mk.Receipt, names []string) error {
-	requester, _, _, err := feed.ParseURI(uri)
+	a, err := b.newAwaiting(uri, names)
 	if err != nil {
 		return err
+	}
+	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
+	if err != nil {
+		b.forget(uri, a)
+		return fmt.Errorf("receipt: %w", err)
+	}
+	b.mu.Lock()
+	b.receipts[uri], b.active[rc.URI] = rc, true
+	b.mu.Unlock()
+	b.awaitSecrets(ctx, uri, spec, rc, a)
+	return nil
+}
+
+// awaitAgain is recover's for a receipt without a guest: if its payload names secrets that
+// were never delivered, the bidder was stopped while it waited for them, and it waits again
+// (for a fresh ReadyTimeout). It says whether it does.
+func (b *Bidder) awaitAgain(ctx context.Context, uri string, rc atrepo.StrongRef) bool {
+	b.mu.Lock()
+	_, took := b.delivered[uri]
+	b.mu.Unlock()
+	if took || b.cfg.Directory == nil {
+		return false // taken and the guest is gone: the values are not kept, the contract ends
+	}
+	vm, err := b.payloadOf(ctx, uri)
+	if err != nil {
+		b.log.Warn("recover", "accept", uri, "err", err)
+		return false
+	}
+	if len(vm.Secrets) == 0 {
+		return false
+	}
+	a, err := b.newAwaiting(uri, vm.Secrets)
+	if err != nil {
+		return false
+	}
+	b.mu.Lock()
+	b.active[rc.URI] = true
+	b.mu.Unlock()
+	b.log.Info("market_secrets_awaited_again", "accept", uri)
+	b.awaitSecrets(ctx, uri, guestSpec(uri, vm), rc, a)
+	return true
+}
+
+func (b *Bidder) newAwaiting(uri string, names []string) (*awaiting, error) {
+	requester, _, _, err := feed.ParseURI(uri)
+	if err != nil {
+		return nil, err
 	}
 	sorted := slices.Clone(names)
 	sort.Strings(sorted)
@@ -471,23 +602,23 @@ func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substra
 	b.mu.Lock()
 	b.awaiting[uri] = a
 	b.mu.Unlock()
-	forget := func() {
-		b.mu.Lock()
-		delete(b.awaiting, uri)
-		b.mu.Unlock()
-	}
-	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
-	if err != nil {
-		forget()
-		return fmt.Errorf("receipt: %w", err)
-	}
+	return a, nil
+}
+
+func (b *Bidder) forget(uri string, a *awaiting) {
 	b.mu.Lock()
-	b.receipts[uri], b.active[rc.URI] = rc, true
+	if b.awaiting[uri] == a {
+		delete(b.awaiting, uri)
+	}
 	b.mu.Unlock()
+}
+
+// awaitSecrets waits for a's secrets, then boots the guest with them and reports it.
+func (b *Bidder) awaitSecrets(ctx context.Context, uri string, spec substrate.GuestSpec, rc atrepo.StrongRef, a *awaiting) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		defer forget()
+		defer b.forget(uri, a)
 		t := time.NewTimer(b.cfg.ReadyTimeout)
 		defer t.Stop()
 		select {
@@ -514,7 +645,6 @@ func (b *Bidder) acceptWithSecrets(ctx context.Context, uri string, spec substra
 		spec.Secrets = nil
 		b.started(ctx, uri, spec.ID, rc)
 	}()
-	return nil
 }
 
 // started waits for a booted guest to run, writes vm.started and vm.onNetwork, and watches
@@ -577,8 +707,18 @@ func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, rea
 	b.ended[rc.URI] = true
 	delete(b.active, rc.URI)
 	for acc, r := range b.receipts {
-		if r.URI == rc.URI {
+		if a := b.awaiting[acc]; a != nil && r.URI == rc.URI { // ended before its secrets came
+			if !a.stopped {
+				a.stopped = true
+				close(a.stop)
+			}
+			delete(b.awaiting, acc)
+		}
+		if _, took := b.delivered[acc]; took && r.URI == rc.URI {
 			delete(b.delivered, acc)
+			if err := b.saveDelivered(); err != nil {
+				b.log.Warn("state", "err", err)
+			}
 		}
 	}
 	b.mu.Unlock()
@@ -620,12 +760,6 @@ func (b *Bidder) onEvent(ctx context.Context, uri string) error {
 		return nil
 	}
 	b.finish(ctx, GuestID(acceptURI), rc, "released on request")
-	b.mu.Lock()
-	if a := b.awaiting[acceptURI]; a != nil && !a.stopped { // released before its secrets came
-		a.stopped = true
-		close(a.stop)
-	}
-	b.mu.Unlock()
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -29,10 +31,77 @@ type awaiting struct {
 }
 
 // deliveredTo is an accept whose secrets were delivered, kept until its contract ends so a
-// repeated delivery is answered as the first was.
+// repeated delivery is answered as the first was. It is saved in the state dir (never a
+// value), so that this holds across a restart of the bidder too.
 type deliveredTo struct {
-	requester string
-	count     int
+	Requester string `json:"requester"`
+	Count     int    `json:"count"`
+}
+
+// deliveredFile is the state dir's record of the accepts whose secrets were taken.
+const deliveredFile = "secrets-delivered.json"
+
+// deliveredState is deliveredFile's content.
+type deliveredState struct {
+	Accepts map[string]deliveredTo `json:"accepts"`
+}
+
+// loadDelivered reads what a previous run of the bidder saved (nothing without a state dir).
+func (b *Bidder) loadDelivered() error {
+	if b.cfg.StateDir == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(filepath.Join(b.cfg.StateDir, deliveredFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	var st deliveredState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("state %s: %w", deliveredFile, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for acc, d := range st.Accepts {
+		b.delivered[acc] = d
+	}
+	return nil
+}
+
+// saveDelivered writes b.delivered to the state dir (0600, replaced atomically). Called
+// with b.mu held.
+func (b *Bidder) saveDelivered() error {
+	if b.cfg.StateDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(b.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	raw, err := json.Marshal(deliveredState{Accepts: b.delivered})
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(b.cfg.StateDir, deliveredFile+".*")
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(raw); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	// CreateTemp makes the file 0600.
+	if err := os.Rename(f.Name(), filepath.Join(b.cfg.StateDir, deliveredFile)); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	return nil
 }
 
 // maxSecretsBody bounds a deliverSecrets request (64 values of 64 KiB, base64, and JSON).
@@ -113,6 +182,11 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 		}
 		return 0, xerr(http.StatusUnauthorized, "InvalidToken", "%v", err)
 	}
+	select {
+	case <-b.recovered:
+	case <-r.Context().Done():
+		return 0, xerr(http.StatusServiceUnavailable, "NotReady", "the bidder is starting")
+	}
 	var in mk.DeliverSecretsInput
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxSecretsBody))
 	if err := dec.Decode(&in); err != nil {
@@ -123,12 +197,12 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 	done, wasDelivered := b.delivered[in.Accept]
 	b.mu.Unlock()
 	if a == nil && wasDelivered {
-		if claims.Issuer.String() != done.requester {
-			return 0, xerr(http.StatusForbidden, "NotRequester", "the token's issuer %s is not the author of the accept (%s)", claims.Issuer, done.requester)
+		if claims.Issuer.String() != done.Requester {
+			return 0, xerr(http.StatusForbidden, "NotRequester", "the token's issuer %s is not the author of the accept (%s)", claims.Issuer, done.Requester)
 		}
 		// Delivered before (the requester may not have recorded our answer): taken, nothing
 		// changes; the values of this call are dropped.
-		return done.count, nil
+		return done.Count, nil
 	}
 	if a == nil {
 		return 0, xerr(http.StatusBadRequest, "UnknownAccept", "no accept of a bid of %s waits for secrets: %s", b.DID(), in.Accept)
@@ -158,10 +232,19 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if a.stopped { // the contract ended meanwhile
+		return 0, xerr(http.StatusBadRequest, "UnknownAccept", "no accept of a bid of %s waits for secrets: %s", b.DID(), in.Accept)
+	}
 	if !a.delivered {
+		// Saved before the guest gets the values: a bidder restarted after this answer still
+		// knows it took them.
+		b.delivered[in.Accept] = deliveredTo{Requester: a.requester, Count: len(vals)}
+		if err := b.saveDelivered(); err != nil {
+			delete(b.delivered, in.Accept)
+			return 0, err
+		}
 		a.delivered = true
 		a.got <- vals
-		b.delivered[in.Accept] = deliveredTo{requester: a.requester, count: len(vals)}
 		b.log.Info("market_secrets_delivered", "accept", in.Accept, "requester", a.requester, "count", len(vals))
 	}
 	return len(vals), nil

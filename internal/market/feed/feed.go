@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"socialweb.computer/internal/pds"
@@ -117,5 +118,112 @@ func PutOnce(ctx context.Context, repo repos.Repo, collection, rkey string, valu
 func Remote(service string) Fetcher {
 	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
 		return repos.GetPublic(ctx, service, did, collection, rkey)
+	}
+}
+
+// Source is one firehose a market party follows besides its own PDS's, with the reader of
+// the records its events name.
+type Source struct {
+	// Endpoint names the source (its URL): one follower per endpoint.
+	Endpoint string
+	Events   repos.EventSource
+	Fetch    Fetcher
+}
+
+// Sources are the firehoses at urls, their records read from the same host without a
+// session; local (when not nil) is read in-process for the URL it serves. With dir, a record
+// the host does not serve (a relay serves no getRecord) is read from the PDS of its DID's
+// document instead.
+func Sources(urls []string, local *pds.Server, dir identity.Directory) []Source {
+	var out []Source
+	for _, u := range urls {
+		out = append(out, SourceOf(u, local, dir))
+	}
+	return out
+}
+
+// SourceOf is the firehose at url (see Sources).
+func SourceOf(url string, local *pds.Server, dir identity.Directory) Source {
+	if local != nil && strings.TrimSuffix(url, "/") == strings.TrimSuffix(local.URL(), "/") {
+		return Source{Endpoint: local.URL(), Events: repos.LocalFirehose(local), Fetch: Local(local)}
+	}
+	f := Remote(url)
+	if dir != nil {
+		f = f.Or(ByDID(dir))
+	}
+	return Source{Endpoint: url, Events: repos.Firehose(url), Fetch: f}
+}
+
+// ByDID reads a record from the PDS that its DID's document names, without a session.
+func ByDID(dir identity.Directory) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		d, err := syntax.ParseDID(did)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", repos.ErrNotFound, err)
+		}
+		id, err := dir.LookupDID(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: resolving %s: %v", repos.ErrUnavailable, did, err)
+		}
+		ep := id.PDSEndpoint()
+		if ep == "" {
+			return nil, fmt.Errorf("%w: %s names no PDS", repos.ErrUnavailable, did)
+		}
+		return repos.GetPublic(ctx, ep, did, collection, rkey)
+	}
+}
+
+// Or reads through f, and through g when f fails.
+func (f Fetcher) Or(g Fetcher) Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		rec, err := f(ctx, did, collection, rkey)
+		if err == nil {
+			return rec, nil
+		}
+		return g(ctx, did, collection, rkey)
+	}
+}
+
+// Router is a Fetcher over several PDSes: a DID's records are read from the PDS whose
+// firehose carried its events (Learn); a DID not seen yet is looked for on each in turn.
+type Router struct {
+	mu    sync.Mutex
+	all   []Fetcher
+	byDID map[string]Fetcher
+}
+
+// NewRouter routes between fetchers, the first tried first.
+func NewRouter(fetchers ...Fetcher) *Router {
+	return &Router{all: fetchers, byDID: map[string]Fetcher{}}
+}
+
+// Learn says that did's records are read through f.
+func (r *Router) Learn(did string, f Fetcher) {
+	r.mu.Lock()
+	r.byDID[did] = f
+	r.mu.Unlock()
+}
+
+// Fetcher reads through the router.
+func (r *Router) Fetcher() Fetcher {
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		r.mu.Lock()
+		f, ok := r.byDID[did]
+		all := r.all
+		r.mu.Unlock()
+		if ok {
+			return f(ctx, did, collection, rkey)
+		}
+		err := error(repos.ErrNotFound)
+		for _, f := range all {
+			rec, ferr := f(ctx, did, collection, rkey)
+			if ferr == nil {
+				return rec, nil
+			}
+			if !errors.Is(ferr, repos.ErrNotFound) || errors.Is(err, repos.ErrNotFound) {
+				err = ferr
+			}
+		}
+		return nil, err
 	}
 }
