@@ -49,6 +49,9 @@ const (
 	// ConditionScaling is True on a Cluster while the node host is adding or releasing nodes;
 	// its reason is the scale decision's.
 	ConditionScaling ConditionType = "Scaling"
+	// ConditionNodeReady is a NodeClaim's view of its tenant node; its transition time starts
+	// the join grace (reason Joining) or the loss grace (NotReady after Ready).
+	ConditionNodeReady ConditionType = "NodeReady"
 )
 
 // ConditionReason is the reason of a metav1.Condition in a status of this API.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"time"
 
 	"socialweb.computer/api/v1alpha1"
 )
@@ -319,4 +320,39 @@ func ClusterRecordBinding(c *v1alpha1.Cluster) *v1alpha1.InfraRecordBinding {
 	}
 	return &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: OwnerRepoName(c.Spec.Account)},
 		Sync: v1alpha1.RecordSyncPublish}
+}
+
+// NodeGraces bound how long a claim waits on its node: Join from the contract's Held until
+// the node first reports Ready, Loss from a joined node's last Ready report. Past either the
+// claim is Lost, which releases its entry (NodeEntryState) and so the guest.
+type NodeGraces struct {
+	Join, Loss time.Duration
+}
+
+// DefaultNodeGraces: a node boots and joins in seconds here, so three minutes is generous for
+// a slow market guest; two minutes of NotReady is past Kubernetes' own node-monitor grace
+// (40 s) and a kubelet restart, and short enough that pending pods get a node again soon.
+var DefaultNodeGraces = NodeGraces{Join: 3 * time.Minute, Loss: 2 * time.Minute}
+
+// NodeOverdue says whether a claim whose contract is Held but whose node is not Ready has
+// waited past its grace: the join grace when the node never joined (joined false), the loss
+// grace once it had. notReadySince is when the claim last saw the node not Ready after Ready
+// (or began waiting for it). When not overdue, wait is how long until it would be; a claim
+// whose node is Ready is never overdue.
+func NodeOverdue(nodeReady, joined bool, notReadySince, now time.Time, g NodeGraces) (lost bool, message string, wait time.Duration) {
+	if nodeReady {
+		return false, "", 0
+	}
+	grace, what := g.Join, "did not join the cluster"
+	if joined {
+		grace, what = g.Loss, "stopped reporting Ready"
+	}
+	if grace <= 0 {
+		return false, "", 0
+	}
+	waited := now.Sub(notReadySince)
+	if waited >= grace {
+		return true, fmt.Sprintf("the node %s within %s; its guest is released", what, grace), 0
+	}
+	return false, "", grace - waited
 }

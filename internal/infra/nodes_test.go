@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -261,5 +262,38 @@ func TestRenderRecordOfAClusterInfraLeaksNoNodeField(t *testing.T) {
 		if !strings.Contains(string(b), w) {
 			t.Errorf("record lacks %s: %s", w, b)
 		}
+	}
+}
+
+func TestNodeOverdue(t *testing.T) {
+	g := NodeGraces{Join: 3 * time.Minute, Loss: 2 * time.Minute}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rows := []struct {
+		name          string
+		ready, joined bool
+		waited        time.Duration
+		grace         NodeGraces
+		lost          bool
+		wait          time.Duration
+	}{
+		{"ready: never overdue", true, true, time.Hour, g, false, 0},
+		{"ready before joining: never overdue", true, false, time.Hour, g, false, 0},
+		{"waiting to join, within grace", false, false, time.Minute, g, false, 2 * time.Minute},
+		{"never joined, past the join grace", false, false, 3 * time.Minute, g, true, 0},
+		{"joined then not ready, within the loss grace", false, true, time.Minute, g, false, time.Minute},
+		{"joined then not ready past the loss grace", false, true, 2 * time.Minute, g, true, 0},
+		{"joined: the join grace does not apply", false, true, 150 * time.Second, NodeGraces{Join: time.Hour, Loss: 2 * time.Minute}, true, 0},
+		{"a zero grace never expires", false, false, time.Hour, NodeGraces{}, false, 0},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			lost, msg, wait := NodeOverdue(row.ready, row.joined, t0, t0.Add(row.waited), row.grace)
+			if lost != row.lost || wait != row.wait {
+				t.Fatalf("lost %v wait %s, want %v %s", lost, wait, row.lost, row.wait)
+			}
+			if lost && msg == "" {
+				t.Fatal("a lost claim needs a message")
+			}
+		})
 	}
 }

@@ -71,7 +71,10 @@ type Reconciler struct {
 	// BidWindow is the bid window of the node contracts (policyArgs bidWindowSec); 0 leaves
 	// the market's default (market.DefaultBidWindow).
 	BidWindow time.Duration
-	Log       *slog.Logger
+	// Graces bound the wait for a node to join and a joined node's NotReady; zero means
+	// infra.DefaultNodeGraces.
+	Graces infra.NodeGraces
+	Log    *slog.Logger
 
 	locks locks
 	index index
@@ -84,8 +87,10 @@ type Options struct {
 	ContractNamespace string
 	// BidWindow: Reconciler.BidWindow.
 	BidWindow time.Duration
-	Log       *slog.Logger
-	Observer  manager.ReconcileObserver
+	// Graces: Reconciler.Graces.
+	Graces   infra.NodeGraces
+	Log      *slog.Logger
+	Observer manager.ReconcileObserver
 }
 
 // Setup registers the NodeClaim controller and its start-up resync with m.
@@ -95,7 +100,7 @@ func Setup(m crmanager.Manager, o Options) error {
 		log = slog.Default()
 	}
 	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), Bundler: o.Bundler, Nodes: o.Nodes,
-		ContractNamespace: o.ContractNamespace, BidWindow: o.BidWindow, Log: log.With("controller", ControllerName)}
+		ContractNamespace: o.ContractNamespace, BidWindow: o.BidWindow, Graces: o.Graces, Log: log.With("controller", ControllerName)}
 	if err := ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.NodeClaim{}).

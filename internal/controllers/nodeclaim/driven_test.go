@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,11 +69,12 @@ func (d *drivenNodes) wasDeleted(name string) bool {
 }
 
 type rig struct {
-	t     *testing.T
-	env   *testenv.Env
-	c     client.Client
-	root  string
-	nodes drivenNodes
+	t      *testing.T
+	env    *testenv.Env
+	c      client.Client
+	root   string
+	nodes  drivenNodes
+	graces infra.NodeGraces // zero: the defaults
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -98,7 +100,7 @@ func (r *rig) start() {
 	if err := infractl.Setup(m, &repos.Resolver{Client: m.GetClient()}, nil, quiet(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, BidWindow: 1500 * time.Millisecond, Log: quiet()}); err != nil {
+	if err := nodeclaim.Setup(m, nodeclaim.Options{Bundler: pkiBundler{r.root}, Nodes: &r.nodes, BidWindow: 1500 * time.Millisecond, Graces: r.graces, Log: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -650,5 +652,44 @@ func TestNodeClaims_DrivenStatus_FailedAndLost(t *testing.T) {
 		_, hcb := r.contract(ccB)
 		_, hi := r.infraOf("web")
 		return !ha && !hb && !hca && !hcb && !hi, fmt.Sprintf("claims %v %v contracts %v %v infra %v", ha, hb, hca, hcb, hi)
+	})
+}
+
+// The join and loss graces: a node that never joins, and a joined node that stops reporting
+// Ready, make their claims Lost past the grace, and Lost releases the entry (so the guest).
+func TestNodeClaims_DrivenStatus_JoinAndLossGraces(t *testing.T) {
+	r := newRig(t, true)
+	r.graces = infra.NodeGraces{Join: 2 * time.Second, Loss: 2 * time.Second}
+	r.start()
+	r.cluster("web")
+	a, b := r.claim("node-a", "web"), r.claim("node-b", "web")
+	ccA, ccB := contractOf("web", a), contractOf("web", b)
+	for _, n := range []string{ccA, ccB} {
+		r.eventually("ComputeContract "+n, func() (bool, string) { _, ok := r.contract(n); return ok, "absent" })
+	}
+	r.nodes.ready.Store(b.Spec.NodeName, true)
+	r.drive(ccA, v1alpha1.ComputeContractHeld, true)
+	r.drive(ccB, v1alpha1.ComputeContractHeld, true)
+	r.eventually("b Running", func() (bool, string) {
+		gb, _ := r.nodeClaim("node-b")
+		return gb.Status.Phase == v1alpha1.NodeClaimRunning, string(gb.Status.Phase)
+	})
+	r.eventually("a, whose node never joined, Lost past the join grace and its entry Released", func() (bool, string) {
+		ga, _ := r.nodeClaim("node-a")
+		inf, _ := r.infraOf("web")
+		ok := ga.Status.Phase == v1alpha1.NodeClaimLost && strings.Contains(ga.Status.Message, "did not join") &&
+			entryState(inf, infra.NodeEntryName(string(a.UID))) == v1alpha1.ContractReleased
+		return ok, fmt.Sprintf("%s %q", ga.Status.Phase, ga.Status.Message)
+	})
+	if gb, _ := r.nodeClaim("node-b"); gb.Status.Phase != v1alpha1.NodeClaimRunning {
+		t.Fatalf("b, whose node is Ready, is %s", gb.Status.Phase)
+	}
+	r.nodes.ready.Delete(b.Spec.NodeName)
+	r.eventually("b, whose node stopped reporting Ready, Lost past the loss grace and its entry Released", func() (bool, string) {
+		gb, _ := r.nodeClaim("node-b")
+		inf, _ := r.infraOf("web")
+		ok := gb.Status.Phase == v1alpha1.NodeClaimLost && strings.Contains(gb.Status.Message, "stopped reporting Ready") &&
+			entryState(inf, infra.NodeEntryName(string(b.UID))) == v1alpha1.ContractReleased
+		return ok, fmt.Sprintf("%s %q", gb.Status.Phase, gb.Status.Message)
 	})
 }

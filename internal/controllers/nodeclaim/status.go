@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +19,10 @@ import (
 // nodeReadyPoll is how often a claim whose guest is up asks the tenant cluster whether its
 // node is Ready (node registration wakes nothing here).
 const nodeReadyPoll = 5 * time.Second
+
+// nodeLivenessPoll is how often a Running claim asks again, so that a node that stops
+// reporting Ready is Lost within the loss grace plus this.
+const nodeLivenessPoll = 15 * time.Second
 
 // contract reads the entry's ComputeContract by name; nil when there is none.
 func (r *Reconciler) contract(ctx context.Context, p *pass) (*v1alpha1.ComputeContract, error) {
@@ -68,7 +73,10 @@ func (r *Reconciler) observe(ctx context.Context, p *pass) error {
 		}
 	}
 	st.Phase = infra.NodeClaimPhaseOf(o)
-	st.Infra, st.Message = loc, msg
+	st.Infra = loc
+	if !infra.NodeClaimEnded(o.Previous) || st.Message == "" {
+		st.Message = msg // an ended claim keeps the reason it ended with
+	}
 	if st.Phase == v1alpha1.NodeClaimRunning {
 		st.NodeName = p.claim.Spec.NodeName
 		if st.JoinedAt == nil {
@@ -76,10 +84,42 @@ func (r *Reconciler) observe(ctx context.Context, p *pass) error {
 			st.JoinedAt = &now
 		}
 	}
-	if r.Nodes != nil && (st.Phase == v1alpha1.NodeClaimProvisioning || st.Phase == v1alpha1.NodeClaimJoining) {
-		p.requeueAfter = nodeReadyPoll
+	if r.Nodes != nil && p.cluster != nil && cc != nil && cc.Status.Phase == v1alpha1.ComputeContractHeld && !infra.NodeClaimEnded(st.Phase) {
+		r.graces(p, o.NodeReady)
 	}
 	return nil
+}
+
+// graces keeps the claim's NodeReady condition (its transition time is when the node was
+// last seen change) and makes the claim Lost when its node never joined within the join
+// grace, or stopped reporting Ready for the loss grace (infra.NodeOverdue). Lost releases the
+// entry, and so the guest; the node host then claims a new node if pods still need one.
+func (r *Reconciler) graces(p *pass, ready bool) {
+	st := &p.claim.Status
+	c := metav1.Condition{Type: string(v1alpha1.ConditionNodeReady), Status: metav1.ConditionFalse, Reason: "NotReady",
+		Message: "the node has not reported Ready", ObservedGeneration: p.claim.Generation}
+	if ready {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "Ready", "the node reports Ready"
+	} else if st.JoinedAt == nil {
+		c.Reason, c.Message = "Joining", "waiting for the node to join the cluster"
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+	since := meta.FindStatusCondition(st.Conditions, c.Type).LastTransitionTime.Time
+	g := r.Graces
+	if g == (infra.NodeGraces{}) {
+		g = infra.DefaultNodeGraces
+	}
+	lost, msg, wait := infra.NodeOverdue(ready, st.JoinedAt != nil, since, time.Now(), g)
+	switch {
+	case lost:
+		st.Phase, st.Message = v1alpha1.NodeClaimLost, msg
+		r.log().Warn("nodeclaim_lost", "claim", p.claim.Namespace+"/"+p.claim.Name, "reason", msg)
+	case ready:
+		// Finer than the loss grace, so a short grace is not overrun by the poll.
+		p.requeueAfter = min(nodeLivenessPoll, max(g.Loss/2, time.Second))
+	default:
+		p.requeueAfter = min(nodeReadyPoll, wait)
+	}
 }
 
 // writeStatus observes and writes the claim's status once: copy, change, compare, patch with
