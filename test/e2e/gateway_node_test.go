@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,6 +21,7 @@ import (
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/atproto/cluster"
 	atinfra "socialweb.computer/internal/atproto/infra"
+	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/gateway"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/substrate/node"
@@ -110,6 +113,7 @@ func TestGateway_GetJobLogsFromANode(t *testing.T) {
 // gatewayNode is `up` with its node bidder and a busybox image, its local account logged in,
 // and a cluster made through the gateway, Ready at zero nodes.
 type gatewayNode struct {
+	dir        string // up's data dir
 	caller     *gwCaller
 	acct       app.LocalAccount
 	pds        *atclient.Client
@@ -172,7 +176,7 @@ func startGatewayNode(t *testing.T, name string, hold time.Duration) *gatewayNod
 		t.Fatal(err)
 	}
 	a.waitPhase(name, "Ready", 90*time.Second)
-	return &gatewayNode{caller: a, acct: acct, pds: pa, nodeBidder: nodeBidder}
+	return &gatewayNode{dir: dir, caller: a, acct: acct, pds: pa, nodeBidder: nodeBidder}
 }
 
 // TestBench_GatewayApplyToJobSucceeded prints the median time from kubectlApplyServerSide of
@@ -213,4 +217,139 @@ func TestBench_GatewayApplyToJobSucceeded(t *testing.T) {
 	slices.Sort(sorted)
 	t.Logf("kubectlApplyServerSide of a Job -> getJob Succeeded: warm node median %s (runs %v); first Job, renting the node, %s",
 		sorted[len(sorted)/2].Round(time.Millisecond), warm, cold.Round(time.Millisecond))
+}
+
+// The REC9 rows on a node rented through the market: a cluster that did not opt in publishes
+// nothing; opting in publishes the node entry, deployed; an owner's edit (a second entry, the
+// first released) changes nothing in the cluster and is written back, and so is a deleted
+// record; opting out keeps the record (Retained, Synced False Unbound) and opting in again
+// pushes it; scaling to zero takes the record with the Infra, and no guest is left.
+func TestACC31_REC9_OnAMarketNode(t *testing.T) {
+	g := startGatewayNode(t, "r9", 3*time.Second)
+	a, acct, pa := g.caller, g.acct, g.pds
+	ctx := context.Background()
+	c := coreClient(t, g.dir)
+	infraKey := client.ObjectKey{Namespace: nodeclaim.DefaultContractNamespace, Name: infra.ClusterInfraName(gateway.AccountNamespace(acct.DID), "r9")}
+	getInfra := func() (*v1alpha1.Infra, error) {
+		var inf v1alpha1.Infra
+		return &inf, c.Get(ctx, infraKey, &inf)
+	}
+	record := func() (*atinfra.Infra, string) {
+		rec, err := pa.GetRecord(ctx, acct.DID, atinfra.InfraNSID, infraKey.Name)
+		if err != nil {
+			return nil, ""
+		}
+		var v atinfra.Infra
+		if err := json.Unmarshal(rec.Value, &v); err != nil {
+			t.Fatalf("record: %v (%s)", err, rec.Value)
+		}
+		return &v, rec.CID
+	}
+	deployedRecord := func(what string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, what, func() (bool, error) {
+			rec, _ := record()
+			ok := rec != nil && len(rec.Contracts) == 1 && rec.Contracts[0].State == "requested" &&
+				rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "deployed"
+			return ok, fmt.Errorf("%+v", rec)
+		})
+	}
+
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"keep"},"spec":{"automountServiceAccountToken":false,
+		"containers":[{"name":"c","image":"` + node.BusyboxImage + `","imagePullPolicy":"Never","command":["/bin/sleep","3600"]}]}}`
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "r9", "manifest": json.RawMessage(pod)}, nil)
+	var claimUID string
+	testenv.Eventually(t, 120*time.Second, "the node's claim Running and its entry Deployed", func() (bool, error) {
+		var claims v1alpha1.NodeClaimList
+		if err := c.List(ctx, &claims, client.InNamespace(gateway.AccountNamespace(acct.DID))); err != nil {
+			return false, err
+		}
+		inf, err := getInfra()
+		if err != nil || len(claims.Items) != 1 {
+			return false, fmt.Errorf("%d claims, infra %v", len(claims.Items), err)
+		}
+		claimUID = string(claims.Items[0].UID)
+		return claims.Items[0].Status.Phase == v1alpha1.NodeClaimRunning && inf.Status.Phase == v1alpha1.InfraDeployed,
+			fmt.Errorf("claim %s, infra %s", claims.Items[0].Status.Phase, inf.Status.Phase)
+	})
+
+	// DEFAULT-OFF
+	if inf, _ := getInfra(); inf.Spec.Record != nil {
+		t.Fatalf("a cluster that did not opt in has spec.record %+v", inf.Spec.Record)
+	}
+	if rec, _ := record(); rec != nil {
+		t.Fatalf("a cluster that did not opt in published %+v", rec)
+	}
+
+	// PUBLISH
+	a.must(cluster.SetPublishInfraNSID, map[string]any{"name": "r9", "publish": true}, nil)
+	deployedRecord("the node entry published, deployed")
+	if inf, _ := getInfra(); inf.Spec.Record == nil || inf.Spec.Record.Sync != v1alpha1.RecordSyncPublish {
+		t.Fatalf("spec.record %+v, want sync Publish", inf.Spec.Record)
+	}
+
+	// EDIT-OVERWRITTEN: a second entry, the first released.
+	rec, _ := record()
+	rec.Contracts[0].State = "released"
+	rec.Contracts = append(rec.Contracts, rec.Contracts[0])
+	rec.Contracts[1].Name = "intruder"
+	if _, err := pa.PutRecord(ctx, atinfra.InfraNSID, infraKey.Name, rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	deployedRecord("the owner's edit written back")
+	if inf, _ := getInfra(); len(inf.Spec.Contracts) != 1 || inf.Spec.Contracts[0].State != v1alpha1.ContractRequested {
+		t.Fatalf("the owner's edit reached the Infra: %+v", inf.Spec.Contracts)
+	}
+	if _, err := pa.DeleteRecord(ctx, atinfra.InfraNSID, infraKey.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	deployedRecord("the deleted record written again")
+
+	// OPT-OUT-KEEPS
+	a.must(cluster.SetPublishInfraNSID, map[string]any{"name": "r9", "publish": false}, nil)
+	testenv.Eventually(t, 60*time.Second, "unbound, Retained, Synced False Unbound, still Deployed", func() (bool, error) {
+		inf, err := getInfra()
+		if err != nil {
+			return false, err
+		}
+		synced := meta.FindStatusCondition(inf.Status.Conditions, string(v1alpha1.ConditionSynced))
+		ok := inf.Spec.Record == nil && inf.Status.Record != nil && inf.Status.Record.Direction == v1alpha1.RecordRetained &&
+			synced != nil && synced.Status == metav1.ConditionFalse && synced.Reason == infra.ReasonSyncUnbound &&
+			inf.Status.Phase == v1alpha1.InfraDeployed
+		return ok, fmt.Errorf("record %+v status %+v synced %+v phase %s", inf.Spec.Record, inf.Status.Record, synced, inf.Status.Phase)
+	})
+	if rec, _ := record(); rec == nil {
+		t.Fatal("opting out deleted the record")
+	}
+	a.must(cluster.SetPublishInfraNSID, map[string]any{"name": "r9", "publish": true}, nil)
+	testenv.Eventually(t, 60*time.Second, "opted in again: Synced True", func() (bool, error) {
+		inf, err := getInfra()
+		if err != nil {
+			return false, err
+		}
+		synced := meta.FindStatusCondition(inf.Status.Conditions, string(v1alpha1.ConditionSynced))
+		return inf.Spec.Record != nil && synced != nil && synced.Status == metav1.ConditionTrue, fmt.Errorf("%+v", synced)
+	})
+	deployedRecord("the record pushed again")
+
+	// SCALE-IN-RECORD, to zero: the last node takes the record with the Infra.
+	var claims v1alpha1.NodeClaimList
+	if err := c.List(ctx, &claims, client.InNamespace(gateway.AccountNamespace(acct.DID))); err != nil || len(claims.Items) != 1 || string(claims.Items[0].UID) != claimUID {
+		t.Fatalf("the claim changed while the record was edited: %v %+v", err, claims.Items)
+	}
+	var kc cluster.GetKubeconfigOutput
+	a.must(cluster.GetKubeconfigNSID, map[string]any{"name": "r9", "ttlSeconds": 600}, &kc)
+	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kcPath, []byte(kc.Kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	if err := tenantClient(t, kcPath).CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, "the Infra and its record gone after the scale to zero", func() (bool, error) {
+		_, err := getInfra()
+		rec, _ := record()
+		return apierrors.IsNotFound(err) && rec == nil, fmt.Errorf("infra %v record %+v", err, rec)
+	})
 }
