@@ -347,9 +347,11 @@ func TestACC31_REC9_OnAMarketNode(t *testing.T) {
 	if err := tenantClient(t, kcPath).CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 90*time.Second, "the Infra and its record gone after the scale to zero", func() (bool, error) {
+	guests := filepath.Join(g.dir, "node-bidder", "guests")
+	testenv.Eventually(t, 90*time.Second, "the Infra, its record and the node's guest gone after the scale to zero", func() (bool, error) {
 		_, err := getInfra()
 		rec, _ := record()
-		return apierrors.IsNotFound(err) && rec == nil, fmt.Errorf("infra %v record %+v", err, rec)
+		left := substratetest.Procs(guests)
+		return apierrors.IsNotFound(err) && rec == nil && len(left) == 0, fmt.Errorf("infra %v record %+v guest processes %v", err, rec, left)
 	})
 }
