@@ -562,7 +562,8 @@ func (r *Event) Validate() error {
 }
 
 // Offering is a com.publicdomainrelay.temp.market.offering record (key any). A
-// bidder's endpoint and the payload kinds it serves.
+// bidder's endpoint, the payload kinds it serves and the substrates it boots
+// them on.
 type Offering struct {
 	// NSIDs of the payloads the bidder bids on, e.g.
 	// com.publicdomainrelay.temp.market.compute.vm. (Required; at most 64 items)
@@ -573,6 +574,10 @@ type Offering struct {
 	EndpointURL string `json:"endpointUrl"`
 	// (format datetime)
 	RefreshedAt *string `json:"refreshedAt,omitempty"`
+	// The compute kinds the bidder boots (a compute.vm payload's computeKind).
+	// Absent: any; a requester waits for a bidder's answer only on the kinds it
+	// lists. (at most 16 items)
+	Substrates []string `json:"substrates,omitzero"`
 }
 
 // MarshalJSON writes the record with its $type.

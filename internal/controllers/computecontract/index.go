@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ type Index struct {
 	following map[string]*follower
 	offerings map[string]bool                  // DID -> live offering for compute.vm
 	endpoints map[string]string                // DID -> its offering's endpointUrl
+	kinds     map[string][]string              // DID -> its offering's substrates (none: any)
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
@@ -107,7 +109,7 @@ func (x *Index) CaughtUp(endpoint string) bool {
 
 func (x *Index) init() {
 	if x.following == nil {
-		x.following, x.offerings, x.endpoints = map[string]*follower{}, map[string]bool{}, map[string]string{}
+		x.following, x.offerings, x.endpoints, x.kinds = map[string]*follower{}, map[string]bool{}, map[string]string{}, map[string][]string{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
 	}
@@ -152,10 +154,11 @@ func (x *Index) handle(ctx context.Context, fetch feed.Fetcher, ev repos.Event) 
 
 func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, action string) {
 	live, endpoint := false, ""
+	var kinds []string
 	if action != "delete" {
 		if rec, err := fetch.Get(ctx, uri); err == nil {
 			if o, err := mk.DecodeOffering(rec.Value); err == nil {
-				endpoint = o.EndpointURL
+				endpoint, kinds = o.EndpointURL, o.Substrates
 				for _, a := range o.AppliesTo {
 					live = live || a == mk.ComputeVMNSID
 				}
@@ -165,6 +168,7 @@ func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, ac
 	x.mu.Lock()
 	x.offerings[did] = live
 	x.endpoints[did] = endpoint
+	x.kinds[did] = kinds
 	var keys []types.NamespacedName
 	for _, k := range x.owners { // the bidder set of every contract may have changed
 		keys = append(keys, k)
@@ -226,13 +230,14 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 	}
 }
 
-// Offerings are the DIDs with a live compute.vm offering.
-func (x *Index) Offerings() []string {
+// Offerings are the DIDs with a live compute.vm offering for guests of kind: one that lists
+// kind among its substrates, or lists none (an offering without the field serves any).
+func (x *Index) Offerings(kind string) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []string
 	for d, live := range x.offerings {
-		if live {
+		if k := x.kinds[d]; live && (len(k) == 0 || slices.Contains(k, kind)) {
 			out = append(out, d)
 		}
 	}

@@ -147,7 +147,7 @@ func (b *Bidder) Run(ctx context.Context) error {
 		}
 		endpoint = u
 	}
-	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: now(), EndpointURL: endpoint}
+	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: now(), EndpointURL: endpoint}
 	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
 		return fmt.Errorf("offering: %w", err)
 	}
