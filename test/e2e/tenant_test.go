@@ -294,8 +294,11 @@ spec: {account: "`+tenantOwner+`", name: t1, running: true}
 		cl = &got
 		return got.Status.Phase == v1alpha1.ClusterReady && got.Status.Instance != "" && childPID(t, &got) != crashed, nil
 	})
-	if cond := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionReady)); !sawCrash || cond == nil || !strings.Contains(cond.Message, "restarted 1 times") {
-		t.Errorf("crash reported %v; Ready condition after the restart: %+v", sawCrash, cond)
+	// The Crashed reason lasts only until the restart is Ready, which a poll can miss; the
+	// Ready condition's message keeps the report (the restart count and the exit).
+	if cond := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionReady)); cond == nil ||
+		!strings.Contains(cond.Message, "restarted 1 times") || !strings.Contains(cond.Message, "killed") {
+		t.Errorf("crash seen while polling %v; Ready condition after the restart: %+v", sawCrash, cond)
 	}
 	if out := tkubectl(t, kc, "", "get", "configmap", "kept", "-o", "name"); strings.TrimSpace(out) != "configmap/kept" {
 		t.Errorf("after a crash: %q", out)
