@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/substrate/guestproc"
 )
 
 // TenantOptions size the tenant cluster benchmark.
@@ -207,20 +208,13 @@ func pssMiB(pid int) float64 {
 	return 0
 }
 
-// cpuTime is the user+system CPU time a process has used (clock ticks of 10 ms).
+// cpuTime is the user+system CPU time a process has used (0 when it cannot be read).
 func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := guestproc.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * 10 * time.Millisecond
+	return st.CPU
 }
 
 func statusMiB(pid int, field string) float64 {

@@ -152,16 +152,7 @@ func startGatewayNode(t *testing.T, name string, hold time.Duration) *gatewayNod
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var acct app.LocalAccount
-	b, err := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
-	if err != nil || json.Unmarshal(b, &acct) != nil {
-		t.Fatalf("account.json: %v", err)
-	}
-	pa := atclient.New(pdsURL)
-	if _, err := pa.Login(ctx, acct.Handle, acct.Password); err != nil {
-		t.Fatal(err)
-	}
-	a := &gwCaller{t: t, pds: pa, gw: gwURL, aud: aud}
+	a, acct, pa := ownerCaller(t, dir, pdsURL, gwURL, aud)
 
 	a.must(cluster.CreateClusterNSID, map[string]string{"name": name}, nil)
 	c := coreClient(t, dir)

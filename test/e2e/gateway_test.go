@@ -40,6 +40,22 @@ type gwCaller struct {
 	aud string
 }
 
+// ownerCaller logs in as the local account `up` made in dir (its pds/account.json) and returns
+// a gateway caller for it, the account and its PDS client.
+func ownerCaller(t *testing.T, dir, pdsURL, gwURL, aud string) (*gwCaller, app.LocalAccount, *atclient.Client) {
+	t.Helper()
+	var acct app.LocalAccount
+	b, err := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
+	if err != nil || json.Unmarshal(b, &acct) != nil {
+		t.Fatalf("account.json: %v", err)
+	}
+	pa := atclient.New(pdsURL)
+	if _, err := pa.Login(context.Background(), acct.Handle, acct.Password); err != nil {
+		t.Fatal(err)
+	}
+	return &gwCaller{t: t, pds: pa, gw: gwURL, aud: aud}, acct, pa
+}
+
 func (c *gwCaller) call(nsid string, in, out any) error {
 	c.t.Helper()
 	lxm, _, _ := strings.Cut(nsid, "?") // a query's parameters follow its NSID
@@ -106,20 +122,11 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var acct app.LocalAccount
-	b, err := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
-	if err != nil || json.Unmarshal(b, &acct) != nil {
-		t.Fatalf("account.json: %v", err)
-	}
-	pa := atclient.New(pdsURL)
-	if _, err := pa.Login(ctx, acct.Handle, acct.Password); err != nil {
-		t.Fatal(err)
-	}
+	a, acct, pa := ownerCaller(t, dir, pdsURL, gwURL, aud)
 	pb := atclient.New(pdsURL)
 	if _, err := pb.CreateAccount(ctx, "other.test", "other-password", ""); err != nil {
 		t.Fatal(err)
 	}
-	a := &gwCaller{t: t, pds: pa, gw: gwURL, aud: aud}
 	other := &gwCaller{t: t, pds: pb, gw: gwURL, aud: aud}
 
 	// A subscription opened before the cluster exists sees it appear and become Ready.
@@ -429,16 +436,7 @@ func TestCLI_ServeGateway(t *testing.T) {
 	if want, _ := gateway.DIDForURL(gwURL); did != want {
 		t.Errorf("service DID %q, want %q", did, want)
 	}
-	var acct app.LocalAccount
-	b, _ := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
-	if err := json.Unmarshal(b, &acct); err != nil {
-		t.Fatal(err)
-	}
-	pa := atclient.New(pdsURL)
-	if _, err := pa.Login(context.Background(), acct.Handle, acct.Password); err != nil {
-		t.Fatal(err)
-	}
-	a := &gwCaller{t: t, pds: pa, gw: gwURL, aud: did}
+	a, acct, _ := ownerCaller(t, dir, pdsURL, gwURL, did)
 	a.must(cluster.CreateClusterNSID, map[string]string{"name": "s1"}, nil)
 	if _, ok := a.list()["s1"]; !ok {
 		t.Error("listClusters lacks the cluster just created")

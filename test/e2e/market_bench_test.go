@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,7 +213,7 @@ func TestBench_MarketVMBoot(t *testing.T) {
 		}
 		toInit = append(toInit, gs.RunningAt.Sub(gs.StartedAt))
 		toHeld = append(toHeld, held.Sub(gs.StartedAt))
-		cpu = append(cpu, groupCPU(gs.PID))
+		cpu = append(cpu, guestproc.GroupCPU(gs.PID))
 		accel[gs.Accelerator]++
 		t.Logf("%s: boot to init %s, boot to Held %s, qemu CPU at Held %s, accelerator %s", name, gs.RunningAt.Sub(gs.StartedAt).Round(time.Millisecond),
 			held.Sub(gs.StartedAt).Round(time.Millisecond), cpu[len(cpu)-1], gs.Accelerator)
@@ -228,21 +227,4 @@ func TestBench_MarketVMBoot(t *testing.T) {
 	t.Logf("vm substrate through the market, %d boots: boot to init (vm.started's marker) median %s, boot to Held median %s, "+
 		"qemu CPU time at Held median %s, accelerator %v (target under 2.5 s under TCG); load average %s",
 		n, toInit[n/2].Round(time.Millisecond), toHeld[n/2].Round(time.Millisecond), cpu[n/2], accel, loadAvg())
-}
-
-// groupCPU is the user+system CPU time of the processes of group pgid (a guest's qemu and its
-// supervisor): what a boot cost, however long it waited for a CPU on a loaded host.
-func groupCPU(pgid int) time.Duration {
-	var ticks int64
-	for _, pid := range guestproc.GroupMembers(pgid, false) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

@@ -32,7 +32,7 @@ type bidderProc struct {
 	t                     *testing.T
 	args                  []string
 	cmd                   *exec.Cmd
-	out                   *syncBuffer
+	out                   *testenv.LogBuffer
 	state, listen, handle string
 }
 
@@ -116,7 +116,7 @@ func TestACC_MarketBidderKilledKeepsSecrets(t *testing.T) {
 	if err != nil || sub.Binary() == "" {
 		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
 	}
-	p := &bidderProc{t: t, out: &syncBuffer{}, state: state, listen: listen, handle: handle,
+	p := &bidderProc{t: t, out: &testenv.LogBuffer{}, state: state, listen: listen, handle: handle,
 		args: []string{"bidder", "--pds", env.PDS.URL(), "--identifier", handle, "--password-file", pwFile, "--state-dir", state,
 			"--cost", "2", "--log-level", "debug", "--plc-url", env.PDS.PLCURL(), "--listen", listen}}
 	p.start()

@@ -44,28 +44,10 @@ console.log("secret sha256 " + Array.from(h, (b) => b.toString(16).padStart(2, "
 setInterval(() => {}, 1000);
 `
 
-// syncBuffer is a log sink shared by goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // secretsEnv is a market env whose controllers and bidder log at debug level into logs.
-func secretsEnv(t *testing.T) (*testenv.Env, *runningBidder, *syncBuffer) {
+func secretsEnv(t *testing.T) (*testenv.Env, *runningBidder, *testenv.LogBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	env := testenv.Start(t, testenv.Options{PDS: true})
 	env.StartControllers(t, log)
@@ -439,7 +421,7 @@ func TestACC_MarketBidderCommandSecrets(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	cmd := exec.Command(socialwebBin, "bidder", "--pds", env.PDS.URL(), "--identifier", "clisec.test",
 		"--password-file", pwFile, "--state-dir", state, "--cost", "3", "--log-level", "debug", "--plc-url", env.PDS.PLCURL())
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

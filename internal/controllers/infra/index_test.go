@@ -34,8 +34,10 @@ func (c *countingRepo) Put(ctx context.Context, collection, rkey string, value j
 	return c.Repo.Put(ctx, collection, rkey, value, swapCID)
 }
 
-// Concurrent index changes of one account all land, in fewer writes than changes.
-func TestIndexWriterCoalesces(t *testing.T) {
+// ownerRepo is the repo of an account on a real PDS of the test's own, counting its reads
+// and writes.
+func ownerRepo(t *testing.T) *countingRepo {
+	t.Helper()
 	ctx := context.Background()
 	srv, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -52,7 +54,13 @@ func TestIndexWriterCoalesces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := &countingRepo{Repo: local}
+	return &countingRepo{Repo: local}
+}
+
+// Concurrent index changes of one account all land, in fewer writes than changes.
+func TestIndexWriterCoalesces(t *testing.T) {
+	ctx := context.Background()
+	repo := ownerRepo(t)
 
 	const n = 64
 	w := NewIndexWriter()
@@ -97,22 +105,7 @@ func TestIndexWriterCoalesces(t *testing.T) {
 // lost: the swap on the kept cid fails and the batch starts again from a fresh read.
 func TestIndexWriterKeepsWhatItWrote(t *testing.T) {
 	ctx := context.Background()
-	srv, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	if _, err := srv.CreateAccount(ctx, "owner.test", "password"); err != nil {
-		t.Fatal(err)
-	}
-	local, err := repos.Local(ctx, srv, "owner.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := &countingRepo{Repo: local}
+	repo := ownerRepo(t)
 	w := NewIndexWriter()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	add := func(w *IndexWriter, rkey string) {

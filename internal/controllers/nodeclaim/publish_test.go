@@ -5,7 +5,6 @@ package nodeclaim_test
 // ComputeContracts' status is driven from the test, as the market and the guest set it.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,35 +34,17 @@ import (
 	"socialweb.computer/internal/watch"
 )
 
-// syncBuffer is a log sink the test reads while the controllers write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type pubRig struct {
 	*rig
 	owner string
-	logs  *syncBuffer
+	logs  *testenv.LogBuffer
 }
 
 // newPubRig starts the core with the embedded PDS (its default account owns the clusters)
 // and the controllers a published cluster Infra needs.
 func newPubRig(t *testing.T) *pubRig {
 	env := testenv.Start(t, testenv.Options{PDS: true})
-	r := &pubRig{rig: &rig{t: t, env: env, c: env.Client, root: t.TempDir()}, owner: env.Account.DID, logs: &syncBuffer{}}
+	r := &pubRig{rig: &rig{t: t, env: env, c: env.Client, root: t.TempDir()}, owner: env.Account.DID, logs: &testenv.LogBuffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
 	m, err := ctrlmanager.New(env.Config, ctrlmanager.Options{SkipNameValidation: true, Logger: quiet()})
 	if err != nil {

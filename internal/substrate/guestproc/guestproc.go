@@ -209,6 +209,8 @@ type Stat struct {
 	PPID       int
 	PGID       int
 	StartTicks uint64
+	// CPU is the user+system CPU time the process has used.
+	CPU time.Duration
 }
 
 // ReadStat parses /proc/pid/stat.
@@ -236,6 +238,9 @@ func parseStat(pid int, b []byte) (Stat, error) {
 	st.PPID, _ = strconv.Atoi(f[1])
 	st.PGID, _ = strconv.Atoi(f[2])
 	st.StartTicks, _ = strconv.ParseUint(f[19], 10, 64)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	st.CPU = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 	return st, nil
 }
 
@@ -275,6 +280,18 @@ func GroupMembers(pgid int, withZombies bool) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// GroupCPU is the user+system CPU time used so far by the processes of group pgid (a guest
+// and its supervisor): what a boot cost, however long it waited for a CPU on a loaded host.
+func GroupCPU(pgid int) time.Duration {
+	var cpu time.Duration
+	for _, pid := range GroupMembers(pgid, false) {
+		if st, err := ReadStat(pid); err == nil {
+			cpu += st.CPU
+		}
+	}
+	return cpu
 }
 
 // KillGroup ends process group pgid, whose leader is the supervisor:

@@ -9,11 +9,11 @@ import (
 )
 
 func TestParseStatOddComm(t *testing.T) {
-	st, err := parseStat(42, []byte("42 (a) b (c) S 1 40 40 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3"))
+	st, err := parseStat(42, []byte("42 (a) b (c) S 1 40 40 0 -1 4194560 1 0 0 0 150 50 0 0 20 0 1 0 987654 1 2 3"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != 'S' || st.PPID != 1 || st.PGID != 40 || st.StartTicks != 987654 {
+	if st.State != 'S' || st.PPID != 1 || st.PGID != 40 || st.StartTicks != 987654 || st.CPU != 2*time.Second {
 		t.Fatalf("%+v", st)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -277,7 +276,7 @@ func TestBootBenchmark(t *testing.T) {
 			t.Fatalf("%+v %v", st, err)
 		}
 		ds = append(ds, time.Since(t0))
-		cpu = append(cpu, groupCPU(st.PID))
+		cpu = append(cpu, guestproc.GroupCPU(st.PID))
 		if err := s.Stop(ctx, id); err != nil {
 			t.Fatal(err)
 		}
@@ -288,22 +287,4 @@ func TestBootBenchmark(t *testing.T) {
 	sort.Slice(cpu, func(i, j int) bool { return cpu[i] < cpu[j] })
 	fmt.Printf("vm boot to %q: median %s of %v, accelerator %s (%s); qemu CPU time to the marker: median %s; host loadavg %s",
 		MarkerStarted, sorted[2].Round(time.Millisecond), ds, accel, s.AcceleratorReason(ctx), cpu[2].Round(time.Millisecond), load)
-}
-
-// groupCPU sums user+system CPU time of the processes in group pgid: on a
-// host shared with other work it tells what the boot costs apart from how
-// long it waited for a CPU.
-func groupCPU(pgid int) time.Duration {
-	var ticks int64
-	for _, pid := range guestproc.GroupMembers(pgid, false) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
