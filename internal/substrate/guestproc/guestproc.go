@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -359,6 +360,11 @@ func Stop(ctx context.Context, dir string, grace time.Duration) error {
 	_, _, exited := Exit(dir)
 	if !exited {
 		if err := MarkStopped(dir); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				// The guest's directory went meanwhile: only an ended guest is removed
+				// (RemoveEnded), so there is nothing left to stop.
+				return nil
+			}
 			return err
 		}
 	}

@@ -85,3 +85,11 @@ func TestKillGroupEscalates(t *testing.T) {
 		t.Fatalf("members left: %v", m)
 	}
 }
+
+// A guest removed (it had ended) between a caller's listing and its Stop leaves nothing to
+// stop: Stop answers nil, not the missing directory.
+func TestStopOfARemovedGuest(t *testing.T) {
+	if err := Stop(context.Background(), filepath.Join(t.TempDir(), "gone"), time.Second); err != nil {
+		t.Fatalf("Stop of a removed guest: %v", err)
+	}
+}
