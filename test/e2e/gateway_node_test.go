@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/app"
@@ -36,7 +37,9 @@ import (
 // node bidder as winner while it runs, nothing kcp-only, and the record goes with the cluster's
 // node Infra.
 func TestGateway_GetJobLogsFromANode(t *testing.T) {
-	g := startGatewayNode(t, "j1", 3*time.Second)
+	// A long hold: the node goes 3 s after the Job's pod ends with a short one, and under load
+	// the Job's Succeeded can come later than that, its log gone with the node.
+	g := startGatewayNode(t, "j1", holdFor(time.Minute))
 	a, acct, pa, nodeBidder := g.caller, g.acct, g.pds, g.nodeBidder
 	ctx := context.Background()
 	a.must(cluster.SetPublishInfraNSID, map[string]any{"name": "j1", "publish": true}, nil)
@@ -120,9 +123,9 @@ type gatewayNode struct {
 	nodeBidder string
 }
 
-// startGatewayNode starts it with the cluster's scaleHold set to hold (no method sets it yet:
-// it is patched in the core).
-func startGatewayNode(t *testing.T, name string, hold time.Duration) *gatewayNode {
+// startGatewayNode starts it with the cluster's scaling fields (scaleHold, maxNodes,
+// podsPerNode) set by sizing: no method sets them yet, so they are patched in the core.
+func startGatewayNode(t *testing.T, name string, sizing func(*v1alpha1.ClusterSpec)) *gatewayNode {
 	t.Helper()
 	requireTenantHost(t)
 	if err := node.Prerequisites(); err != nil {
@@ -142,6 +145,11 @@ func startGatewayNode(t *testing.T, name string, hold time.Duration) *gatewayNod
 		substratetest.Cleanup(t, s, state)
 	})
 	up := startUp(t, dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("what up logged about claims, the node host and the node bidder:\n%s", (&nodeUp{dir: dir}).dump())
+		}
+	})
 	gwURL, pdsURL := up.phase(t, "gateway serving at "), up.phase(t, "PDS serving at ")
 	nodeBidder := up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
@@ -162,12 +170,17 @@ func startGatewayNode(t *testing.T, name string, hold time.Duration) *gatewayNod
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(cl.DeepCopy())
-	cl.Spec.ScaleHold = metav1.Duration{Duration: hold}
+	sizing(&cl.Spec)
 	if err := c.Patch(ctx, &cl, patch); err != nil {
 		t.Fatal(err)
 	}
 	a.waitPhase(name, "Ready", 90*time.Second)
 	return &gatewayNode{dir: dir, caller: a, acct: acct, pds: pa, nodeBidder: nodeBidder}
+}
+
+// holdFor sizes a cluster by its scaleHold alone.
+func holdFor(hold time.Duration) func(*v1alpha1.ClusterSpec) {
+	return func(s *v1alpha1.ClusterSpec) { s.ScaleHold = metav1.Duration{Duration: hold} }
 }
 
 // TestBench_GatewayApplyToJobSucceeded prints the median time from kubectlApplyServerSide of
@@ -178,7 +191,7 @@ func TestBench_GatewayApplyToJobSucceeded(t *testing.T) {
 	if os.Getenv("SOCIALWEB_BENCH") == "" {
 		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
 	}
-	g := startGatewayNode(t, "bench", 10*time.Minute)
+	g := startGatewayNode(t, "bench", holdFor(10*time.Minute))
 	run := func(name string) time.Duration {
 		job := `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"` + name + `"},"spec":{"backoffLimit":0,"template":{"spec":{
 			"restartPolicy":"Never","automountServiceAccountToken":false,"containers":[{"name":"c","image":"` + node.BusyboxImage + `",
@@ -214,9 +227,14 @@ func TestBench_GatewayApplyToJobSucceeded(t *testing.T) {
 // nothing; opting in publishes the node entry, deployed; an owner's edit (a second entry, the
 // first released) changes nothing in the cluster and is written back, and so is a deleted
 // record; opting out keeps the record (Retained, Synced False Unbound) and opting in again
-// pushes it; scaling to zero takes the record with the Infra, and no guest is left.
+// pushes it; a second pod that may not share the node scales the cluster to two nodes, both
+// entries published, and deleting the first pod scales in to one: the record keeps only the
+// remaining entry, still deployed; scaling to zero takes the record with the Infra, and no
+// guest is left.
 func TestACC31_REC9_OnAMarketNode(t *testing.T) {
-	g := startGatewayNode(t, "r9", 3*time.Second)
+	g := startGatewayNode(t, "r9", func(s *v1alpha1.ClusterSpec) {
+		s.ScaleHold, s.MaxNodes, s.PodsPerNode = metav1.Duration{Duration: 3 * time.Second}, 2, 1
+	})
 	a, acct, pa := g.caller, g.acct, g.pds
 	ctx := context.Background()
 	c := coreClient(t, g.dir)
@@ -234,7 +252,7 @@ func TestACC31_REC9_OnAMarketNode(t *testing.T) {
 		if err := json.Unmarshal(rec.Value, &v); err != nil {
 			t.Fatalf("record: %v (%s)", err, rec.Value)
 		}
-		return &v, rec.CID
+		return &v, string(rec.Value)
 	}
 	deployedRecord := func(what string) {
 		t.Helper()
@@ -246,9 +264,7 @@ func TestACC31_REC9_OnAMarketNode(t *testing.T) {
 		})
 	}
 
-	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"keep"},"spec":{"automountServiceAccountToken":false,
-		"containers":[{"name":"c","image":"` + node.BusyboxImage + `","imagePullPolicy":"Never","command":["/bin/sleep","3600"]}]}}`
-	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "r9", "manifest": json.RawMessage(pod)}, nil)
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "r9", "manifest": spreadPodJSON(t, "keep")}, nil)
 	var claimUID string
 	testenv.Eventually(t, 120*time.Second, "the node's claim Running and its entry Deployed", func() (bool, error) {
 		var claims v1alpha1.NodeClaimList
@@ -323,19 +339,100 @@ func TestACC31_REC9_OnAMarketNode(t *testing.T) {
 	})
 	deployedRecord("the record pushed again")
 
-	// SCALE-IN-RECORD, to zero: the last node takes the record with the Infra.
+	// SCALE-IN-RECORD: a second pod may not share keep's node, so the cluster rents a second
+	// one and the record shows both entries; keep deleted, its node goes and the record keeps
+	// only the second entry, still deployed.
 	var claims v1alpha1.NodeClaimList
 	if err := c.List(ctx, &claims, client.InNamespace(gateway.AccountNamespace(acct.DID))); err != nil || len(claims.Items) != 1 || string(claims.Items[0].UID) != claimUID {
 		t.Fatalf("the claim changed while the record was edited: %v %+v", err, claims.Items)
 	}
+	first := infra.NodeEntryName(claimUID)
 	var kc cluster.GetKubeconfigOutput
 	a.must(cluster.GetKubeconfigNSID, map[string]any{"name": "r9", "ttlSeconds": 600}, &kc)
 	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kcPath, []byte(kc.Kubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tenantPods := tenantClient(t, kcPath).CoreV1().Pods("default")
+	// keep must be on the first node before keep2 comes: a node that joins while both are
+	// pending may take either.
+	testenv.Eventually(t, 60*time.Second, "keep Running on the first node", func() (bool, error) {
+		k, err := tenantPods.Get(ctx, "keep", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return k.Status.Phase == "Running" && k.Spec.NodeName == claims.Items[0].Spec.NodeName,
+			fmt.Errorf("keep %s on %q, the first claim's node %q", k.Status.Phase, k.Spec.NodeName, claims.Items[0].Spec.NodeName)
+	})
+	a.must(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "r9", "manifest": spreadPodJSON(t, "keep2")}, nil)
+	var second string
+	testenv.Eventually(t, 120*time.Second, "two claims Running and both entries published, deployed", func() (bool, error) {
+		if err := c.List(ctx, &claims, client.InNamespace(gateway.AccountNamespace(acct.DID))); err != nil {
+			return false, err
+		}
+		running := 0
+		for _, cl := range claims.Items {
+			if cl.Status.Phase == v1alpha1.NodeClaimRunning {
+				running++
+			}
+			if string(cl.UID) != claimUID {
+				second = infra.NodeEntryName(string(cl.UID))
+			}
+		}
+		rec, _ := record()
+		want := []string{first + "=requested", second + "=requested"}
+		slices.Sort(want)
+		ok := len(claims.Items) == 2 && running == 2 && rec != nil && slices.Equal(recordEntries(rec), want) &&
+			rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "deployed"
+		return ok, fmt.Errorf("%d claims, %d Running, record %v", len(claims.Items), running, recordEntries(rec))
+	})
+	// keep2 must run on the second node before keep goes: deleted earlier, keep2 could take
+	// keep's node and the second node would be the one released.
+	testenv.Eventually(t, 60*time.Second, "keep2 Running on the second node", func() (bool, error) {
+		k, err := tenantPods.Get(ctx, "keep2", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		onSecond := false
+		for _, cl := range claims.Items {
+			onSecond = onSecond || (string(cl.UID) != claimUID && cl.Spec.NodeName == k.Spec.NodeName)
+		}
+		return k.Status.Phase == "Running" && onSecond, fmt.Errorf("keep2 %s on %q", k.Status.Phase, k.Spec.NodeName)
+	})
 	zero := int64(0)
-	if err := tenantClient(t, kcPath).CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := tenantPods.Delete(ctx, "keep", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, "the record holding only the second entry, deployed, and one claim left", func() (bool, error) {
+		if err := c.List(ctx, &claims, client.InNamespace(gateway.AccountNamespace(acct.DID))); err != nil {
+			return false, err
+		}
+		rec, _ := record()
+		ok := len(claims.Items) == 1 && string(claims.Items[0].UID) != claimUID && rec != nil &&
+			slices.Equal(recordEntries(rec), []string{second + "=requested"}) &&
+			rec.Status != nil && rec.Status.Phase != nil && *rec.Status.Phase == "deployed"
+		phase := ""
+		if rec != nil && rec.Status != nil && rec.Status.Phase != nil {
+			phase = *rec.Status.Phase
+		}
+		uids := []string{}
+		for _, cl := range claims.Items {
+			uids = append(uids, string(cl.UID))
+		}
+		return ok, fmt.Errorf("claims %v (first %s), record %v %s, want %s", uids, claimUID, recordEntries(rec), phase, second)
+	})
+	if inf, err := getInfra(); err != nil || len(inf.Spec.Contracts) != 1 || inf.Spec.Contracts[0].Name != second || inf.Status.Phase != v1alpha1.InfraDeployed {
+		t.Fatalf("after the scale-in to one, the Infra %v: %+v", err, inf)
+	}
+	_, raw := record()
+	for _, w := range []string{"nodeJoin", "ownerDid", "nodeClaimRef", "secret", "bundle", "clusterRef", "userData", "policy", "repoRef", "127.0.0.1"} {
+		if strings.Contains(strings.ToLower(raw), strings.ToLower(w)) {
+			t.Errorf("the record after the scale-in carries %q: %s", w, raw)
+		}
+	}
+
+	// SCALE-IN-RECORD, to zero: the last node takes the record with the Infra.
+	if err := tenantPods.Delete(ctx, "keep2", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	guests := filepath.Join(g.dir, "node-bidder", "guests")
@@ -345,4 +442,27 @@ func TestACC31_REC9_OnAMarketNode(t *testing.T) {
 		left := substratetest.Procs(guests)
 		return apierrors.IsNotFound(err) && rec == nil && len(left) == 0, fmt.Errorf("infra %v record %+v guest processes %v", err, rec, left)
 	})
+}
+
+// spreadPodJSON is spreadPod as the JSON manifest kubectlApplyServerSide takes.
+func spreadPodJSON(t *testing.T, name string) json.RawMessage {
+	t.Helper()
+	m, err := yaml.YAMLToJSON([]byte(spreadPod(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// recordEntries lists a published record's entries as sorted name=state pairs.
+func recordEntries(rec *atinfra.Infra) []string {
+	if rec == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range rec.Contracts {
+		out = append(out, k.Name+"="+k.State)
+	}
+	slices.Sort(out)
+	return out
 }
