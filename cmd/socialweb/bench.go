@@ -10,7 +10,7 @@ import (
 )
 
 func newBenchCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "bench", Short: "Measure socialweb and print the figures its issues name"}
+	cmd := &cobra.Command{Use: "bench", Short: "Measure socialweb and print each figure beside its target"}
 	var o bench.CoreOptions
 	core := &cobra.Command{
 		Use:   "core",

@@ -1,4 +1,4 @@
-// Package bench measures socialweb against the figures its issues name, and prints them.
+// Package bench measures socialweb and prints each figure beside its target.
 // Each benchmark runs the real binary or the real in-process stack on loopback; nothing
 // here asserts a number: figures are for people and for comparing builds.
 package bench
