@@ -203,6 +203,9 @@ func TestCLI_UpKubectlWalkthroughLockSignalAndRestart(t *testing.T) {
 	keep := strings.Replace(walkthroughInfra, "name: web", "name: kept", 1)
 	up.kubectl(t, keep, "apply", "-f", "-")
 	up.kubectl(t, "", "delete", "infra", "web", "--wait=true", "--timeout=30s")
+	if out, code := runCLI(t, "cluster", "kubeconfig", "nope", "--data-dir", dir); code == 0 || !strings.Contains(out, "cluster default/nope not found") {
+		t.Errorf("cluster kubeconfig of a missing cluster: exit %d, %q", code, out)
+	}
 
 	// SIGTERM stops it cleanly; a restart keeps every object.
 	up.stop(t)
@@ -266,6 +269,9 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
 		{"negative node bid window", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--node-bid-window", "-1s"}, "node bid window -1s"},
 		{"gateway without a running up", []string{"serve", "gateway", "--data-dir", filepath.Join(t.TempDir(), "d")}, "is socialweb up running"},
+		{"cluster kubeconfig without a running up", []string{"cluster", "kubeconfig", "demo", "--data-dir", filepath.Join(t.TempDir(), "d")}, "give --data-dir of a socialweb up"},
+		{"cluster kubeconfig ttl under a minute", []string{"cluster", "kubeconfig", "demo", "--ttl", "30s"}, "--ttl 30s is outside 1m0s..24h0m0s"},
+		{"cluster kubeconfig ttl and no-expiry", []string{"cluster", "kubeconfig", "demo", "--ttl", "1h", "--no-expiry"}, "exclusive"},
 		{"gateway public URL with a port", []string{"serve", "gateway", "--kubeconfig", kubeconfigOf(t), "--public-url", "https://gw.example.test:8443"}, "only for localhost"},
 	}
 	for _, row := range rows {

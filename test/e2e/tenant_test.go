@@ -115,15 +115,17 @@ func controlPlanesRunning(dir string) []int {
 	return pids
 }
 
+// mint writes the owner's kubeconfig of cluster c with `socialweb cluster kubeconfig`, as a
+// user of up would.
 func mint(t *testing.T, dir string, c *v1alpha1.Cluster) string {
 	t.Helper()
-	b, _, err := tenant.MintKubeconfig(filepath.Join(dir, "tenants"), tenant.Key{Namespace: c.Namespace, Name: c.Name}, c.Spec.Account, c.Status.Server, 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(t.TempDir(), "tenant.kubeconfig")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
+	out, code := runCLI(t, "cluster", "kubeconfig", c.Name, "-n", c.Namespace, "--data-dir", dir, "--ttl", "10m", "-o", p)
+	if code != 0 || !strings.Contains(out, "written to "+p) {
+		t.Fatalf("socialweb cluster kubeconfig: exit %d: %s", code, out)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("minted kubeconfig %v %v, want mode 0600", fi, err)
 	}
 	return p
 }
