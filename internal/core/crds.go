@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -47,7 +48,13 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 	defer cancel()
 	errs := make(chan error, len(crds))
 	for _, crd := range crds {
-		go func() { errs <- waitServing(ctx, cs, dyn, crd) }()
+		go func() {
+			if err := waitServing(ctx, cs, dyn, crd); err != nil {
+				errs <- err
+				return
+			}
+			errs <- settleEstablished(ctx, cs, crd.Name, time.Now())
+		}()
 	}
 	for range crds {
 		if err := <-errs; err != nil {
@@ -55,6 +62,41 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 		}
 	}
 	return waitDiscovered(ctx, cfg, crds)
+}
+
+// JustEstablishedWindow is how long apiextensions-apiserver holds back every create of a
+// CRD's objects (it sleeps that long) after the CRD turned Established: time for the other
+// members of an HA control plane to see the CRD before a client follows up there.
+const JustEstablishedWindow = 2 * time.Second
+
+// settleEstablished moves the Established condition of a CRD established less than
+// JustEstablishedWindow before now to that long before now. The embedded core is one API
+// server with no peer to wait for; without this, the first create of each kind after a
+// fresh start waits two seconds for nothing. Only the condition's time changes: the CRD's
+// storage and served versions stay as they are (the handler rebuilds them on spec or name
+// changes only).
+func settleEstablished(ctx context.Context, cs apiextensionsclient.Interface, name string, now time.Time) error {
+	for {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("CRD %s: %w", name, err)
+		}
+		i := slices.IndexFunc(crd.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
+			return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+		})
+		settled := metav1.NewTime(now.Add(-JustEstablishedWindow))
+		if i < 0 || !crd.Status.Conditions[i].LastTransitionTime.After(settled.Time) {
+			return nil
+		}
+		crd.Status.Conditions[i].LastTransitionTime = settled
+		_, err = cs.ApiextensionsV1().CustomResourceDefinitions().UpdateStatus(ctx, crd, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("CRD %s: settling Established: %w", name, err)
+			}
+			return nil
+		}
+	}
 }
 
 // waitDiscovered returns once discovery lists every CRD's resource. The discovery documents

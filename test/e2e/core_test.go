@@ -13,6 +13,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -300,4 +302,30 @@ func TestInfra_ControllerReportsStatusOfANewObject(t *testing.T) {
 		}
 		return got.Status.ObservedGeneration == got.Generation && got.Status.Phase == v1alpha1.InfraStaged && got.Status.ContractsReady == "0/0", nil
 	})
+}
+
+// A fresh core has no CRD it established less than core.JustEstablishedWindow ago: the API
+// server holds back every create of such a CRD's objects for that long (a wait for HA peers
+// the embedded core does not have), so the first create of each kind would wait two seconds.
+func TestCore_FreshStartHoldsNoCreateBack(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	cs, err := apiextensionsclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds.Items) == 0 {
+		t.Fatal("no CRDs")
+	}
+	now := time.Now()
+	for _, crd := range crds.Items {
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && now.Sub(c.LastTransitionTime.Time) < core.JustEstablishedWindow {
+				t.Errorf("CRD %s established %s ago: its first create would wait", crd.Name, now.Sub(c.LastTransitionTime.Time).Round(time.Millisecond))
+			}
+		}
+	}
 }
