@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -104,8 +107,11 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
-	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s).
+	phase("entered")
+	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s); PID in FILE
+	// becomes the process id, so that several starts keep their profiles apart.
 	if f := os.Getenv("SOCIALWEB_TENANT_CPU_PROFILE"); f != "" {
+		f = strings.ReplaceAll(f, "PID", strconv.Itoa(os.Getpid()))
 		if out, err := os.Create(f); err == nil && pprof.StartCPUProfile(out) == nil {
 			go func() {
 				time.Sleep(10 * time.Second)
@@ -120,6 +126,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		return err
 	}
 	defer etcd.Close()
+	phase("etcd ready")
 
 	apiCtx, stopAPI := context.WithCancel(context.Background())
 	defer stopAPI()
@@ -165,6 +172,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	if err := waitReady(spec, apiDone, sigs); err != nil {
 		return err
 	}
+	phase("apiserver ready")
 	if !policyCurrent {
 		if err := os.WriteFile(policyMarker, []byte(kubeversion.Get().GitVersion), 0o600); err != nil {
 			klog.Warningf("recording the bootstrapped RBAC policy: %v", err)
@@ -222,6 +230,36 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	}
 	klog.Flush()
 	return runErr
+}
+
+// phase logs how far the start has come: wall time since the process started and the CPU
+// time it has used.
+func phase(name string) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	klog.InfoS("control plane start", "phase", name, "wall", time.Since(processStart()).Round(time.Millisecond), "cpu", cpu.Round(time.Millisecond))
+}
+
+// processStart is when this process was started (from /proc/self/stat; now when unknown).
+func processStart() time.Time {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Now()
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	// starttime is field 22 of stat, the 20th after the command; in clock ticks since boot.
+	if len(f) < 20 {
+		return time.Now()
+	}
+	ticks, _ := strconv.ParseInt(f[19], 10, 64)
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Now()
+	}
+	secs, _ := strconv.ParseFloat(strings.Fields(string(up))[0], 64)
+	ago := time.Duration(secs*float64(time.Second)) - time.Duration(ticks)*time.Second/100
+	return time.Now().Add(-ago)
 }
 
 func wrap(name string, err error) error {
