@@ -37,7 +37,6 @@ import (
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
-	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 
 	"socialweb.computer/internal/tenant"
 )
@@ -46,22 +45,23 @@ import (
 // policy the cluster's store holds.
 const rbacPolicyMarker = "rbac-policy-version"
 
-// runAPIServer is kube-apiserver's app.Run, with the RBAC bootstrap hook left out when the
-// stored policy is current.
+// runAPIServer is kube-apiserver's app.Run with the bootstrap hooks of hooks.go in place of
+// upstream's, and the RBAC one left out when the stored policy is current.
 func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool) error {
 	config, err := apiserverapp.NewConfig(opts)
 	if err != nil {
 		return err
 	}
-	if policyCurrent {
-		config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks.Insert(rbacrest.PostStartHookName)
-	}
+	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
 	}
 	server, err := apiserverapp.CreateServerChain(completed)
 	if err != nil {
+		return err
+	}
+	if err := addBootstrapHooks(server.GenericAPIServer, !policyCurrent); err != nil {
 		return err
 	}
 	prepared, err := server.PrepareRun()
