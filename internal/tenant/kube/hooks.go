@@ -3,6 +3,8 @@ package kube
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +33,7 @@ const (
 	rbacPolicyHook      = "socialweb/bootstrap-roles"
 	hookRetry           = 100 * time.Millisecond
 	hookTimeout         = 30 * time.Second
+	rbacParallel        = 8
 )
 
 // replaceBootstrapHooks disables the upstream hooks in cfg; addBootstrapHooks adds the
@@ -112,17 +115,26 @@ func ensureRBACPolicy(hc genericapiserver.PostStartHookContext) error {
 			utilruntime.HandleError(fmt.Errorf("unable to initialize clusterroles: %v", err))
 			return false, nil
 		}
-		failed := false
+		// The objects are independent: reconciled a few at a time, the store's writes
+		// overlap instead of waiting for each other.
+		var failed atomic.Bool
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, rbacParallel)
 		reconcile := func(kind, name string, run func() error) {
-			// ServiceUnavailable is returned while storage versions are being updated.
-			err := retry.OnError(retry.DefaultBackoff, func(err error) bool {
-				return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err)
-			}, run)
-			if err != nil {
-				// Keep going: create as many as possible, then retry.
-				utilruntime.HandleError(fmt.Errorf("unable to reconcile %s %s: %v", kind, name, err))
-				failed = true
-			}
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				// ServiceUnavailable is returned while storage versions are being updated.
+				err := retry.OnError(retry.DefaultBackoff, func(err error) bool {
+					return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err)
+				}, run)
+				if err != nil {
+					// Keep going: create as many as possible, then retry.
+					utilruntime.HandleError(fmt.Errorf("unable to reconcile %s %s: %v", kind, name, err))
+					failed.Store(true)
+				}
+			}()
 		}
 		report := func(kind, name string, protected bool, op reconciliation.ReconcileOperation, missing any) {
 			switch {
@@ -196,6 +208,7 @@ func ensureRBACPolicy(hc genericapiserver.PostStartHookContext) error {
 				})
 			}
 		}
-		return !failed, nil
+		wg.Wait()
+		return !failed.Load(), nil
 	})
 }
