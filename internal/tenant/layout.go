@@ -146,5 +146,8 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		ClientKey:         p.Key("admin"),
 		IdleAfter:         "5s",
 		IdleGCPercent:     25,
+		// The apiserver's start allocates mostly garbage (OpenAPI documents, REST
+		// handlers): collecting it a quarter as often cuts its CPU by ~0.3 s.
+		APIServerStartGCPercent: 400,
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -126,6 +127,12 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		}
 	}
 
+	restoreGC := func() {}
+	if spec.APIServerStartGCPercent > 0 {
+		prev := debug.SetGCPercent(spec.APIServerStartGCPercent)
+		restoreGC = func() { debug.SetGCPercent(prev) }
+	}
+
 	etcd, err := startEtcd(spec)
 	if err != nil {
 		return err
@@ -178,6 +185,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		return err
 	}
 	phase("apiserver ready")
+	restoreGC()
 	go ensureDefaultServiceAccount(apiCtx, spec)
 	if !policyCurrent {
 		if err := os.WriteFile(policyMarker, []byte(kubeversion.Get().GitVersion), 0o600); err != nil {
