@@ -24,13 +24,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	basecompatibility "k8s.io/component-base/compatibility"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -186,7 +181,6 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	}
 	phase("apiserver ready")
 	restoreGC()
-	go ensureDefaultServiceAccount(apiCtx, spec)
 	if !policyCurrent {
 		if err := os.WriteFile(policyMarker, []byte(kubeversion.Get().GitVersion), 0o600); err != nil {
 			klog.Warningf("recording the bootstrapped RBAC policy: %v", err)
@@ -410,30 +404,4 @@ func waitReady(spec tenant.ChildSpec, apiDone chan error, sigs chan os.Signal) e
 		}
 	}
 	return fmt.Errorf("kube-apiserver not ready at %s within 2m", spec.ReadyzURL)
-}
-
-// ensureDefaultServiceAccount creates the default namespace's ServiceAccount "default" once
-// the apiserver is ready, as the controller-manager's service account controller would
-// (which then finds it there): pods in the default namespace are refused until it exists,
-// and on a new cluster the controller-manager gets to it only after its own start, a few
-// hundred milliseconds later.
-func ensureDefaultServiceAccount(ctx context.Context, spec tenant.ChildSpec) {
-	cfg := &rest.Config{
-		Host: strings.TrimSuffix(spec.ReadyzURL, "/readyz"),
-		TLSClientConfig: rest.TLSClientConfig{
-			CAFile: spec.CAFile, CertFile: spec.ClientCert, KeyFile: spec.ClientKey,
-		},
-		Timeout: 5 * time.Second,
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		klog.Warningf("default service account: %v", err)
-		return
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: metav1.NamespaceDefault}}
-	// The namespace itself may still be on its way (the apiserver's bootstrap controller).
-	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := cs.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{})
-		return err == nil || apierrors.IsAlreadyExists(err), nil
-	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -31,9 +32,15 @@ import (
 const (
 	priorityClassesHook = "socialweb/bootstrap-system-priority-classes"
 	rbacPolicyHook      = "socialweb/bootstrap-roles"
-	hookRetry           = 100 * time.Millisecond
-	hookTimeout         = 30 * time.Second
-	rbacParallel        = 8
+	// The default namespace's ServiceAccount "default", which the controller-manager's
+	// service account controller would make (and then finds there): pods in the default
+	// namespace are refused until it exists, and on a new cluster the controller-manager,
+	// started after /readyz, gets to it a few hundred milliseconds later, competing with
+	// its own start for the CPU. Made by the apiserver, /readyz includes it.
+	defaultServiceAccountHook = "socialweb/default-service-account"
+	hookRetry                 = 100 * time.Millisecond
+	hookTimeout               = 30 * time.Second
+	rbacParallel              = 8
 )
 
 // replaceBootstrapHooks disables the upstream hooks in cfg; addBootstrapHooks adds the
@@ -46,6 +53,9 @@ func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
 	if err := s.AddPostStartHook(priorityClassesHook, ensurePriorityClasses); err != nil {
 		return err
 	}
+	if err := s.AddPostStartHook(defaultServiceAccountHook, ensureDefaultServiceAccount); err != nil {
+		return err
+	}
 	if rbac {
 		return s.AddPostStartHook(rbacPolicyHook, ensureRBACPolicy)
 	}
@@ -54,7 +64,11 @@ func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
 
 // pollNow calls fn at once and then every hookRetry until it is done or hookTimeout passes.
 func pollNow(hc genericapiserver.PostStartHookContext, what string, fn func(context.Context, clientset.Interface) (bool, error)) error {
-	err := wait.PollUntilContextTimeout(hc, hookRetry, hookTimeout, true, func(ctx context.Context) (bool, error) {
+	return pollEvery(hc, hookRetry, what, fn)
+}
+
+func pollEvery(hc genericapiserver.PostStartHookContext, every time.Duration, what string, fn func(context.Context, clientset.Interface) (bool, error)) error {
+	err := wait.PollUntilContextTimeout(hc, every, hookTimeout, true, func(ctx context.Context) (bool, error) {
 		client, err := clientset.NewForConfig(hc.LoopbackClientConfig)
 		if err != nil {
 			utilruntime.HandleError(fmt.Errorf("unable to initialize client: %v", err))
@@ -210,5 +224,16 @@ func ensureRBACPolicy(hc genericapiserver.PostStartHookContext) error {
 		}
 		wg.Wait()
 		return !failed.Load(), nil
+	})
+}
+
+// ensureDefaultServiceAccount creates the default namespace's ServiceAccount "default",
+// retrying every 10 ms while the namespace is not there yet (the apiserver's bootstrap
+// controller creates it).
+func ensureDefaultServiceAccount(hc genericapiserver.PostStartHookContext) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: metav1.NamespaceDefault}}
+	return pollEvery(hc, 10*time.Millisecond, "create the default service account", func(ctx context.Context, client clientset.Interface) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), nil
 	})
 }
