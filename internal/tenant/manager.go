@@ -415,8 +415,10 @@ func (m *Manager) spawn(in *instance) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// StartEnv is added to every child's environment; empty, the start runs at the default
-// GOGC. Measured with `socialweb bench tenant` on a loaded 2-core machine (5 clusters):
+// StartEnv is added to every child's environment; empty, the child's runtime keeps its
+// defaults (the spec's apiserverStartGCPercent raises GOGC for the apiserver's start only).
+// A GOGC for the whole start, measured with `socialweb bench tenant` on a loaded 2-core
+// machine (5 clusters), before that setting existed:
 //
 //	start at           create->Ready  up->Ready  CPU to Ready (up)  idle anon  idle PSS
 //	GOGC=100 (chosen)  3.60 s         3.81 s     2.35 s             169 MiB    187 MiB

@@ -25,7 +25,11 @@ type ChildSpec struct {
 	// heap target to IdleGCPercent and IdleMemoryLimit (bytes) and returns freed memory to
 	// the OS: a start at the default GOGC is twice as fast as one under a tight limit, and
 	// an idle control plane needs far less than its start did.
-	IdleAfter       string `json:"idleAfter,omitempty"`
-	IdleGCPercent   int    `json:"idleGCPercent,omitempty"`
-	IdleMemoryLimit int64  `json:"idleMemoryLimit,omitempty"`
+	IdleAfter string `json:"idleAfter,omitempty"`
+	// APIServerStartGCPercent, when set, is the Go heap target (GOGC) while the apiserver
+	// starts, until /readyz answers; the previous target applies again before the
+	// controllers start.
+	APIServerStartGCPercent int   `json:"apiserverStartGCPercent,omitempty"`
+	IdleGCPercent           int   `json:"idleGCPercent,omitempty"`
+	IdleMemoryLimit         int64 `json:"idleMemoryLimit,omitempty"`
 }

@@ -139,6 +139,7 @@ func TestBuildSpecFlags(t *testing.T) {
 		"--secure-port=4321", "--bind-address=127.0.0.1", "--advertise-address=10.77.0.1",
 		"--kubelet-preferred-address-types=InternalIP", "--anonymous-auth=false",
 		"--etcd-servers=unix://" + l.EtcdSocket(),
+		"--runtime-config=flowcontrol.apiserver.k8s.io/v1=false",
 	} {
 		if !strings.Contains(api, want) {
 			t.Errorf("apiserver flags lack %s", want)
@@ -155,6 +156,9 @@ func TestBuildSpecFlags(t *testing.T) {
 	}
 	if s.ReadyzURL != "https://127.0.0.1:4321/readyz" {
 		t.Errorf("readyz %s", s.ReadyzURL)
+	}
+	if s.APIServerStartGCPercent != 400 || s.IdleGCPercent != 25 {
+		t.Errorf("GC percent at the apiserver's start %d, idle %d", s.APIServerStartGCPercent, s.IdleGCPercent)
 	}
 }
 

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,7 +14,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +38,6 @@ import (
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
-	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 
 	"socialweb.computer/internal/tenant"
 )
@@ -43,22 +46,23 @@ import (
 // policy the cluster's store holds.
 const rbacPolicyMarker = "rbac-policy-version"
 
-// runAPIServer is kube-apiserver's app.Run, with the RBAC bootstrap hook left out when the
-// stored policy is current.
+// runAPIServer is kube-apiserver's app.Run with the bootstrap hooks of hooks.go in place of
+// upstream's, and the RBAC one left out when the stored policy is current.
 func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool) error {
 	config, err := apiserverapp.NewConfig(opts)
 	if err != nil {
 		return err
 	}
-	if policyCurrent {
-		config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks.Insert(rbacrest.PostStartHookName)
-	}
+	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
 	}
 	server, err := apiserverapp.CreateServerChain(completed)
 	if err != nil {
+		return err
+	}
+	if err := addBootstrapHooks(server.GenericAPIServer, !policyCurrent); err != nil {
 		return err
 	}
 	prepared, err := server.PrepareRun()
@@ -104,8 +108,11 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
-	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s).
+	phase("entered")
+	// SOCIALWEB_TENANT_CPU_PROFILE=FILE profiles the start (its first 10 s); PID in FILE
+	// becomes the process id, so that several starts keep their profiles apart.
 	if f := os.Getenv("SOCIALWEB_TENANT_CPU_PROFILE"); f != "" {
+		f = strings.ReplaceAll(f, "PID", strconv.Itoa(os.Getpid()))
 		if out, err := os.Create(f); err == nil && pprof.StartCPUProfile(out) == nil {
 			go func() {
 				time.Sleep(10 * time.Second)
@@ -115,11 +122,18 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		}
 	}
 
+	restoreGC := func() {}
+	if spec.APIServerStartGCPercent > 0 {
+		prev := debug.SetGCPercent(spec.APIServerStartGCPercent)
+		restoreGC = func() { debug.SetGCPercent(prev) }
+	}
+
 	etcd, err := startEtcd(spec)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
+	phase("etcd ready")
 
 	apiCtx, stopAPI := context.WithCancel(context.Background())
 	defer stopAPI()
@@ -165,6 +179,8 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	if err := waitReady(spec, apiDone, sigs); err != nil {
 		return err
 	}
+	phase("apiserver ready")
+	restoreGC()
 	if !policyCurrent {
 		if err := os.WriteFile(policyMarker, []byte(kubeversion.Get().GitVersion), 0o600); err != nil {
 			klog.Warningf("recording the bootstrapped RBAC policy: %v", err)
@@ -222,6 +238,36 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	}
 	klog.Flush()
 	return runErr
+}
+
+// phase logs how far the start has come: wall time since the process started and the CPU
+// time it has used.
+func phase(name string) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	klog.InfoS("control plane start", "phase", name, "wall", time.Since(processStart()).Round(time.Millisecond), "cpu", cpu.Round(time.Millisecond))
+}
+
+// processStart is when this process was started (from /proc/self/stat; now when unknown).
+func processStart() time.Time {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Now()
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	// starttime is field 22 of stat, the 20th after the command; in clock ticks since boot.
+	if len(f) < 20 {
+		return time.Now()
+	}
+	ticks, _ := strconv.ParseInt(f[19], 10, 64)
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Now()
+	}
+	secs, _ := strconv.ParseFloat(strings.Fields(string(up))[0], 64)
+	ago := time.Duration(secs*float64(time.Second)) - time.Duration(ticks)*time.Second/100
+	return time.Now().Add(-ago)
 }
 
 func wrap(name string, err error) error {
@@ -354,7 +400,7 @@ func waitReady(spec tenant.ChildSpec, apiDone chan error, sigs chan os.Signal) e
 			return fmt.Errorf("kube-apiserver stopped before it was ready: %v", err)
 		case sig := <-sigs:
 			return fmt.Errorf("stopped by %s before the apiserver was ready", sig)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	return fmt.Errorf("kube-apiserver not ready at %s within 2m", spec.ReadyzURL)
