@@ -38,7 +38,7 @@ type CoreOptions struct {
 
 // Core prints the four figures of the core: up to ready, idle RSS, sequential creates,
 // and create-to-reconcile latency.
-func Core(ctx context.Context, p Printer, o CoreOptions) error {
+func Core(ctx context.Context, p Printer, o CoreOptions) (err error) {
 	if o.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -114,11 +114,20 @@ func Core(ctx context.Context, p Printer, o CoreOptions) error {
 		return err
 	}
 
+	// The in-process cores log to a buffer, shown only when a step fails: their shutdown cuts
+	// short requests in flight, which the figures do not need to hear about.
+	var inProcessLog testenv.LogBuffer
+	defer func() {
+		if err != nil {
+			fmt.Fprint(os.Stderr, inProcessLog.String())
+		}
+	}()
+
 	// 3b. The same loop against the API server alone: no controller writes a status for each
 	// new Infra on the same two cores, which tells the API server's share from theirs.
 	say("creating %d Infras one after another, API server alone", o.Creates)
 	if err := run(func(t *tb) error {
-		env := testenv.Start(t, testenv.Options{})
+		env := testenv.Start(t, testenv.Options{Log: &inProcessLog})
 		rate, err := sequentialCreates(ctx, env.Client, "alone", o.Creates)
 		if err != nil {
 			return err
@@ -132,7 +141,7 @@ func Core(ctx context.Context, p Printer, o CoreOptions) error {
 	// 4. create-to-reconcile, in-process so the reconcile start is observed exactly.
 	say("create-to-reconcile latency over %d objects", o.Latency)
 	return run(func(t *tb) error {
-		env := testenv.Start(t, testenv.Options{Controllers: true})
+		env := testenv.Start(t, testenv.Options{Controllers: true, Log: &inProcessLog})
 		created := sync.Map{}
 		seen := make([]time.Duration, 0, o.Latency)
 		for i := 0; i < o.Latency; i++ {

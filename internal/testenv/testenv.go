@@ -72,6 +72,8 @@ type Options struct {
 	PDSServer *pds.Server
 	// MarketSources is Env.MarketSources.
 	MarketSources []string
+	// Log receives the warnings and errors of the core and the controllers; nil is stderr.
+	Log io.Writer
 }
 
 // TB is the part of testing.TB the harness needs, so benchmarks outside `go test` can use it.
@@ -100,7 +102,11 @@ func Start(t TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("CRDs: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sink := o.Log
+	if sink == nil {
+		sink = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := core.Start(ctx, core.Config{Dir: dir, CRDs: crds, Logger: log})
