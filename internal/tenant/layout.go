@@ -128,6 +128,9 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--use-service-account-credentials=false",
 		"--cluster-signing-cert-file="+p.Cert("ca"),
 		"--cluster-signing-key-file="+p.Key("ca"),
+		// Certificates it signs (a kubelet renewing its client certificate) live as long
+		// as a node's join bundle, not the default year.
+		"--cluster-signing-duration="+NodeBundleTTL.String(),
 		"--controllers=*,-"+strings.Join(disabledControllers, ",-"),
 		// Its default is a host path (/usr/libexec/kubernetes/...), which it creates.
 		"--flex-volume-plugin-dir="+filepath.Join(l.Dir, "flexvolume"),

@@ -151,8 +151,12 @@ func TestBuildSpecFlags(t *testing.T) {
 			t.Errorf("%s flags: %s", name, j)
 		}
 	}
-	if !strings.Contains(strings.Join(s.ControllerManager, " "), "-resourcequota-controller") {
+	cm := strings.Join(s.ControllerManager, " ")
+	if !strings.Contains(cm, "-resourcequota-controller") {
 		t.Error("controller-manager keeps the resource quota controller")
+	}
+	if !strings.Contains(cm, "--cluster-signing-duration=24h0m0s") || strings.Contains(cm, "-csrsigning") || strings.Contains(cm, "-csrapproving") {
+		t.Errorf("controller-manager does not sign and approve day-long node certificates: %s", cm)
 	}
 	if s.ReadyzURL != "https://127.0.0.1:4321/readyz" {
 		t.Errorf("readyz %s", s.ReadyzURL)

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -65,7 +68,8 @@ spec: {account: "`+tenantOwner+`", name: n1, running: true}
 	kc := mint(t, dir, cl)
 
 	const nodeName = "node-a"
-	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "n1"}, nodeName, cl.Status.Server, 10*time.Minute)
+	// The bundle's certificate lives a minute: the kubelet must renew it to stay a node.
+	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "n1"}, nodeName, cl.Status.Server, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +141,42 @@ spec: {account: "`+tenantOwner+`", name: n1, running: true}
 		if n := len(strings.Fields(string(b))); n < 3 {
 			t.Errorf("%s holds %d processes, want the agent, containerd and the kubelet at least", d, n)
 		}
+	}
+
+	// The kubelet renewed its client certificate before the bundle's expired: a CSR for its
+	// own name, approved and signed by the cluster, and the node's lease still renewed after
+	// the bundle's certificate ended (the lease is the kubelet's heartbeat, every 10 s).
+	ts := tenantClient(t, kc)
+	testenv.Eventually(t, 90*time.Second, "the node's client certificate renewed through an approved CSR", func() (bool, error) {
+		csrs, err := ts.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, r := range csrs.Items {
+			approved := false
+			for _, c := range r.Status.Conditions {
+				approved = approved || (c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue)
+			}
+			if r.Spec.Username == "system:node:"+nodeName && approved && len(r.Status.Certificate) > 0 {
+				return true, nil
+			}
+			seen = append(seen, fmt.Sprintf("%s by %s approved %v issued %v", r.Name, r.Spec.Username, approved, len(r.Status.Certificate) > 0))
+		}
+		return false, fmt.Errorf("CSRs %v\n%s", seen, dump())
+	})
+	testenv.Eventually(t, 90*time.Second, "the node's lease renewed after the bundle's certificate ended", func() (bool, error) {
+		l, err := ts.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if l.Spec.RenewTime == nil {
+			return false, fmt.Errorf("lease never renewed")
+		}
+		return l.Spec.RenewTime.After(bundle.NotAfter), fmt.Errorf("lease renewed %s, the bundle ends %s\n%s", l.Spec.RenewTime.UTC(), bundle.NotAfter.UTC(), dump())
+	})
+	if out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); out != "True" {
+		t.Errorf("after the bundle's certificate ended the node is Ready=%q\n%s", out, dump())
 	}
 
 	// A new value over the same state dir (a restarted bidder) finds the node and stops it.

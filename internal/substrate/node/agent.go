@@ -510,7 +510,9 @@ func cniConfig(ns nodeState) string {
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
 // no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host,
 // no read-only port, the API on the node's address, pod logs in the node's dir, evictions
-// at thresholds a shared host does not trip.
+// at thresholds a shared host does not trip. The join bundle's client certificate lives a
+// day: the kubelet renews it through a CertificateSigningRequest (into its cert dir) before
+// it expires, which the cluster approves and signs for the node's own name.
 func kubeletConfig(ns nodeState) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -532,6 +534,7 @@ authentication:
   x509: {clientCAFile: %s}
 authorization: {mode: Webhook}
 registerNode: true
+rotateCertificates: true
 evictionHard:
   memory.available: "1Mi"
   nodefs.available: "1%%"

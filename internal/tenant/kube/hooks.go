@@ -8,11 +8,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -38,9 +40,15 @@ const (
 	// started after /readyz, gets to it a few hundred milliseconds later, competing with
 	// its own start for the CPU. Made by the apiserver, /readyz includes it.
 	defaultServiceAccountHook = "socialweb/default-service-account"
-	hookRetry                 = 100 * time.Millisecond
-	hookTimeout               = 30 * time.Second
-	rbacParallel              = 8
+	// A kubelet renews its client certificate with a CertificateSigningRequest for its own
+	// name; the controller-manager approves such a request when the node may create
+	// certificatesigningrequests/selfnodeclient, which this binding grants every node.
+	nodeClientRenewalHook    = "socialweb/node-client-certificate-renewal"
+	nodeClientRenewalBinding = "socialweb:node-client-certificate-renewal"
+	selfNodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+	hookRetry                = 100 * time.Millisecond
+	hookTimeout              = 30 * time.Second
+	rbacParallel             = 8
 )
 
 // replaceBootstrapHooks disables the upstream hooks in cfg; addBootstrapHooks adds the
@@ -54,6 +62,9 @@ func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
 		return err
 	}
 	if err := s.AddPostStartHook(defaultServiceAccountHook, ensureDefaultServiceAccount); err != nil {
+		return err
+	}
+	if err := s.AddPostStartHook(nodeClientRenewalHook, ensureNodeClientRenewal); err != nil {
 		return err
 	}
 	if rbac {
@@ -234,6 +245,21 @@ func ensureDefaultServiceAccount(hc genericapiserver.PostStartHookContext) error
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: metav1.NamespaceDefault}}
 	return pollEvery(hc, 10*time.Millisecond, "create the default service account", func(ctx context.Context, client clientset.Interface) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+}
+
+// ensureNodeClientRenewal binds every node to the role whose holders' renewals of their own
+// client certificate the controller-manager approves. It runs on every start (one create),
+// so a store made before the binding existed gets it too.
+func ensureNodeClientRenewal(hc genericapiserver.PostStartHookContext) error {
+	b := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeClientRenewalBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: selfNodeClientRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: user.NodesGroup}},
+	}
+	return pollNow(hc, "bind nodes to renew their client certificates", func(ctx context.Context, client clientset.Interface) (bool, error) {
+		_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), nil
 	})
 }
