@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -739,5 +740,95 @@ func TestACC31_GitLabRunnerJobThenGatewayRootDelete(t *testing.T) {
 	n.waitGuestsGone(10 * time.Second)
 	if pids := controlPlanesRunning(n.dir); len(pids) != 0 {
 		t.Errorf("control planes left: %v", pids)
+	}
+}
+
+// keeperDeployment runs one long-lived pod that its ReplicaSet brings back wherever it goes.
+const keeperDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: keeper, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: keeper}}
+  template:
+    metadata: {labels: {app: keeper}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: ` + node.BusyboxImage + `
+        imagePullPolicy: Never
+        command: ["/bin/sleep", "3600"]
+`
+
+// keeperPod is the keeper Deployment's pod that is not being deleted, as "phase/node"; ""
+// when there is none, and all of them when there are several.
+func keeperPod(kc string) string {
+	out, _ := tkubectlErr(kc, "get", "pods", "-l", "app=keeper", "-o",
+		`jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName}/{.metadata.deletionTimestamp} {end}`)
+	var live []string
+	for _, f := range strings.Fields(out) {
+		if p := strings.SplitN(f, "/", 3); len(p) == 3 && p[2] == "" {
+			live = append(live, p[0]+"/"+p[1])
+		}
+	}
+	return strings.Join(live, " ")
+}
+
+// A node that dies behind the market's back (its agent's process group killed: no release,
+// a Deployment's pod on it) is Lost: its bidder reports the guest ended, the claim goes Lost
+// with a message, and after the node host's hold on ended claims the claim and its Node go.
+// The orphaned pod comes back from its ReplicaSet, Pending, and the cluster rents a new node
+// where it runs. Nothing of the dead node is left.
+func TestACC31_LostNodeIsReplaced(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("l1", "maxNodes: 1, scaleHold: 3s")
+	tkubectl(t, kc, keeperDeployment, "apply", "-f", "-")
+	var first v1alpha1.NodeClaim
+	for _, c := range n.waitClaimsRunning("l1", 1, 120*time.Second) {
+		first = c
+	}
+	testenv.Eventually(t, 60*time.Second, "keeper Running on the first node", func() (bool, error) {
+		p := keeperPod(kc)
+		return p == "Running/"+first.Spec.NodeName, fmt.Errorf("%q", p)
+	})
+	guest := n.guestOf(first.Spec.NodeName)
+	var rec guestproc.Record
+	if err := guestproc.ReadJSON(filepath.Join(guest, guestproc.PidFile), &rec); err != nil || rec.PID <= 0 {
+		t.Fatalf("the node guest's pid.json: %+v %v", rec, err)
+	}
+	t0 := time.Now()
+	if err := syscall.Kill(-rec.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.Eventually(t, 60*time.Second, "the dead node's claim Lost", func() (bool, error) {
+		c, ok := n.claims("l1")[first.Spec.NodeName]
+		return ok && c.Status.Phase == v1alpha1.NodeClaimLost && c.Status.Message != "", lazyErr(func() string {
+			return fmt.Sprintf("%s %q\n%s", c.Status.Phase, c.Status.Message, n.dump())
+		})
+	})
+	t.Logf("node killed -> claim Lost in %.2fs: %s", time.Since(t0).Seconds(), n.claims("l1")[first.Spec.NodeName].Status.Message)
+	n.waitGuestsGone(60*time.Second, guest)
+
+	var second v1alpha1.NodeClaim
+	testenv.Eventually(t, 180*time.Second, "a new node claimed, Running, and keeper Running on it", func() (bool, error) {
+		cs := n.claims("l1")
+		if _, old := cs[first.Spec.NodeName]; old || len(cs) != 1 {
+			return false, lazyErr(func() string {
+				return fmt.Sprintf("%d claims, the dead one among them: %v\n%s", len(cs), old, n.dump())
+			})
+		}
+		for _, c := range cs {
+			second = c
+		}
+		p := keeperPod(kc)
+		return second.Status.Phase == v1alpha1.NodeClaimRunning && p == "Running/"+second.Spec.NodeName,
+			fmt.Errorf("claim %s %s, keeper %q", second.Spec.NodeName, second.Status.Phase, p)
+	})
+	t.Logf("node killed -> keeper Running on a new node in %.2fs", time.Since(t0).Seconds())
+	if r := nodesReady(kc); len(r) != 1 || r[second.Spec.NodeName] != "True" {
+		t.Errorf("tenant nodes %v, want only %s Ready", r, second.Spec.NodeName)
 	}
 }

@@ -21,8 +21,9 @@ import (
 //     contract's events; a claim that had already ended (Failed, Lost) does not wait: the
 //     Infra keeps the release going after the entry is dropped;
 //  3. the node's object is deleted from the tenant cluster (its guest is gone, so no kubelet
-//     registers it again; a cluster that is not Ready, deleting or gone is skipped: there is
-//     no apiserver to ask, and a deleted cluster takes its nodes along);
+//     registers it again), and so are the pods still bound to it, which run nowhere now (a
+//     cluster that is not Ready, deleting or gone is skipped: there is no apiserver to ask,
+//     and a deleted cluster takes its nodes along);
 //  4. the entry is dropped (the Infra controller deletes the finished contract; the last
 //     entry deletes the Infra), the join bundle is deleted, the claim's status says Released
 //     (or Failed), and the finalizer goes.
