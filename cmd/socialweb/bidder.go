@@ -22,7 +22,8 @@ import (
 
 func newBidderCommand() *cobra.Command {
 	var follow []string
-	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind, imageDir string
+	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind string
+	var nodes node.Config
 	var cost int64
 	var free bool
 	var capacity int
@@ -58,7 +59,7 @@ func newBidderCommand() *cobra.Command {
 				return errors.New("no password: give --password-file or set SOCIALWEB_BIDDER_PASSWORD")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
-			sub, err := newSubstrate(kind, filepath.Join(stateDir, "guests"), imageDir)
+			sub, err := newSubstrate(kind, filepath.Join(stateDir, "guests"), nodes)
 			if err != nil {
 				return err
 			}
@@ -95,7 +96,9 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
 	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
-	f.StringVar(&imageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
+	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
+	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourNamespace, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host) or vm (inside a qemu microVM booted from --vm-image)")
+	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	return cmd
 }
 
@@ -107,15 +110,16 @@ func (e *UnknownSubstrateError) Error() string {
 }
 
 // newSubstrate is the substrate of --substrate, its guests under stateDir.
-func newSubstrate(kind, stateDir, imageDir string) (substrate.Substrate, error) {
+func newSubstrate(kind, stateDir string, nodes node.Config) (substrate.Substrate, error) {
 	switch kind {
 	case deno.Kind:
-		if imageDir != "" {
+		if nodes.ImageDir != "" {
 			return nil, errors.New("--image-dir is for --substrate node")
 		}
 		return deno.New(deno.Config{StateDir: stateDir})
 	case node.Kind:
-		return node.New(node.Config{StateDir: stateDir, ImageDir: imageDir})
+		nodes.StateDir = stateDir
+		return node.New(nodes)
 	}
 	return nil, &UnknownSubstrateError{Kind: kind}
 }

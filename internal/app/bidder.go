@@ -46,13 +46,14 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 // bidder. It runs only beside tenant control planes (a node joins a gate on this host) and
 // when the node substrate's prerequisites hold (root, containerd, runc, the CNI plugins);
 // otherwise it says why and runs none.
-func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nodes node.Config, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	dir := filepath.Join(root, "node-bidder")
 	images := filepath.Join(dir, "images")
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return err
 	}
-	sub, err := node.New(node.Config{StateDir: filepath.Join(dir, "guests"), ImageDir: images})
+	nodes.StateDir, nodes.ImageDir = filepath.Join(dir, "guests"), images
+	sub, err := node.New(nodes)
 	if errors.Is(err, substrate.ErrUnavailable) {
 		phase("local node bidder not started: %v", err)
 		return nil

@@ -14,6 +14,7 @@ import (
 	"socialweb.computer/internal/core"
 	"socialweb.computer/internal/logsink"
 	"socialweb.computer/internal/procmem"
+	"socialweb.computer/internal/substrate/node"
 )
 
 // UpOptions configure `socialweb up`.
@@ -30,7 +31,10 @@ type UpOptions struct {
 	// NodeBidWindow is the bid window of the node contracts the NodeClaim controller
 	// declares (0: the market's default, 30 s).
 	NodeBidWindow time.Duration
-	LogLevel      slog.Level
+	// NodeFlavour is how the local node bidder runs nodes (node.FlavourNamespace, the
+	// default, or node.FlavourVM with the image in NodeVMImage).
+	NodeFlavour, NodeVMImage string
+	LogLevel                 slog.Level
 	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
 	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
 	MarketFollow []string
@@ -137,7 +141,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage}, o.MarketFollow, log, phase); err != nil {
 			return err
 		}
 		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {

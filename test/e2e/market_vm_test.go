@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,21 +101,7 @@ func tail(s string, n int) string {
 // qemu or the image is missing outside CI.
 func vmBidder(t *testing.T, env *testenv.Env) (*runningBidder, string) {
 	t.Helper()
-	_, qerr := exec.LookPath("qemu-system-x86_64")
-	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "bash hack/install-guest-deps.sh")
-	img := os.Getenv("SOCIALWEB_VM_IMAGE")
-	if img == "" {
-		wd, _ := os.Getwd()
-		img = filepath.Join(wd, "..", "..", ".cache", "vm-image")
-	}
-	if _, err := image.Load(img); err != nil {
-		if len(image.Prerequisites()) > 0 {
-			substratetest.Require(t, false, "vm image", err.Error())
-		}
-		if err := image.BuildImage(context.Background(), img, os.Stderr); err != nil {
-			substratetest.Require(t, false, "vm image", err.Error())
-		}
-	}
+	img := vmImage(t)
 	if _, err := env.PDS.CreateAccount(context.Background(), "vmbidder.test", "pw-vm"); err != nil {
 		t.Fatal(err)
 	}
@@ -125,3 +113,33 @@ func vmBidder(t *testing.T, env *testenv.Env) (*runningBidder, string) {
 	substratetest.Cleanup(t, sub, dir)
 	return runBidderOn(t, env, "vmbidder.test", 5, sub, dir), dir
 }
+
+// vmImage is the vm image dir ($SOCIALWEB_VM_IMAGE, or .cache/vm-image built there when
+// missing or older than the node modules), skipping the row when qemu is missing outside CI.
+func vmImage(t *testing.T) string {
+	t.Helper()
+	_, qerr := exec.LookPath("qemu-system-x86_64")
+	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "bash hack/install-guest-deps.sh")
+	img := os.Getenv("SOCIALWEB_VM_IMAGE")
+	if img == "" {
+		wd, _ := os.Getwd()
+		img = filepath.Join(wd, "..", "..", ".cache", "vm-image")
+	}
+	vmImageOnce.Do(func() {
+		if im, err := image.Load(img); err == nil && slices.Equal(im.Manifest.NodeModules, image.NodeModules) {
+			return
+		}
+		if len(image.Prerequisites()) > 0 {
+			vmImageErr = fmt.Errorf("no current image in %s and no apt/dpkg to build one", img)
+			return
+		}
+		vmImageErr = image.BuildImage(context.Background(), img, os.Stderr)
+	})
+	substratetest.Require(t, vmImageErr == nil, "vm image", fmt.Sprint(vmImageErr))
+	return img
+}
+
+var (
+	vmImageOnce sync.Once
+	vmImageErr  error
+)

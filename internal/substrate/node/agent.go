@@ -57,6 +57,9 @@ func RunAgent(dir string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
+	if ns.Flavour == FlavourVM && ns.Netns != "" {
+		return runVMHost(ns, logf, sigs)
+	}
 	a := &agent{ns: ns, logf: logf, ended: make(chan string, 3)}
 	err := a.start()
 	if err == nil {
@@ -111,13 +114,25 @@ func (a *agent) start() error {
 		return err
 	}
 	addr := net.JoinHostPort(u.Hostname(), u.Port())
-	ln, err := listenInNetns(ns.netnsPath(), addr)
-	if err != nil {
-		return fmt.Errorf("forward %s into %s: %w", addr, ns.Netns, err)
+	if ns.Netns == "" {
+		// In a vm guest: the same address on the guest's loopback, forwarded to the host
+		// agent on the namespace's bridge.
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("forward %s: %w", addr, err)
+		}
+		a.ln = ln
+		go forwardTo(ln, ns.Upstream)
+		a.logf("forwarding %s to %s", addr, ns.Upstream)
+	} else {
+		ln, err := listenInNetns(ns.netnsPath(), addr)
+		if err != nil {
+			return fmt.Errorf("forward %s into %s: %w", addr, ns.Netns, err)
+		}
+		a.ln = ln
+		go forwardTo(ln, addr)
+		a.logf("forwarding %s in %s to %s on the host", addr, ns.Netns, addr)
 	}
-	a.ln = ln
-	go forward(ln, addr)
-	a.logf("forwarding %s in %s to %s on the host", addr, ns.Netns, addr)
 
 	// 2. containerd in the namespace.
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
@@ -176,8 +191,17 @@ func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + a.ns.netnsPath(), "--"}, argv...)...)
+	var cmd *exec.Cmd
+	if a.ns.Netns == "" {
+		cmd = exec.Command(argv[0], argv[1:]...)
+	} else {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + a.ns.netnsPath(), "--"}, argv...)...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
+	if a.ns.Console {
+		cmd.Stdout = io.MultiWriter(lf, os.Stderr)
+		cmd.Stderr = cmd.Stdout
+	}
 	cmd.Dir = a.ns.Dir
 	// A process group of its own: Stop's SIGTERM to the agent's group must not reach
 	// containerd before the agent has removed the pods through it. If the agent dies, the
@@ -316,8 +340,8 @@ func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	return ln, lerr
 }
 
-// forward accepts in the namespace and dials addr on the host, copying both ways.
-func forward(ln net.Listener, addr string) {
+// forwardTo accepts on ln and dials addr, copying both ways.
+func forwardTo(ln net.Listener, addr string) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {

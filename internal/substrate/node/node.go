@@ -11,6 +11,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,6 +29,7 @@ import (
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/vm"
 )
 
 // Kind is this substrate's name.
@@ -72,13 +74,21 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 20s: the agent
 	// stops the pods, the kubelet and containerd in order within it).
 	StopGrace time.Duration
+	// Flavour is FlavourNamespace (the default) or FlavourVM.
+	Flavour string
+	// VMImageDir is the vm substrate's image (kernel and initramfs, `socialweb image build`)
+	// that vm nodes boot.
+	VMImageDir string
+	// QEMU and Accelerator are as in vm.Config, for vm nodes.
+	QEMU, Accelerator string
 }
 
 // Substrate runs nodes.
 type Substrate struct {
 	cfg   Config
 	store guestproc.Store
-	mu    sync.Mutex // guards address allocation
+	vm    *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
+	mu    sync.Mutex    // guards address allocation
 }
 
 var _ substrate.Substrate = (*Substrate)(nil)
@@ -99,6 +109,13 @@ func New(cfg Config) (*Substrate, error) {
 		}
 		cfg.Binary = exe
 	}
+	switch cfg.Flavour {
+	case "":
+		cfg.Flavour = FlavourNamespace
+	case FlavourNamespace, FlavourVM:
+	default:
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "flavour %q: want %s or %s", cfg.Flavour, FlavourNamespace, FlavourVM)
+	}
 	if err := Prerequisites(); err != nil {
 		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
 	}
@@ -110,7 +127,13 @@ func New(cfg Config) (*Substrate, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, err
 	}
-	return &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}}, nil
+	s := &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}}
+	if cfg.Flavour == FlavourVM {
+		if s.vm, err = newVM(cfg); err != nil {
+			return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
+		}
+	}
+	return s, nil
 }
 
 // CNIBinDir is where Debian's containernetworking-plugins puts bridge, host-local, loopback.
@@ -158,6 +181,17 @@ type nodeState struct {
 	PauseTar  string `json:"pauseTar"`  // the sandbox image tarball
 	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
 	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
+
+	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
+	// apiserver port, and the machine. In the guest (its node.json on the state disk):
+	// Upstream, the bridge's address and port the agent forwards the apiserver port to,
+	// and Console, logs copied to the serial console. A guest's Netns is empty.
+	Flavour     string   `json:"flavour,omitempty"`
+	BridgeIP    string   `json:"bridgeIP,omitempty"`
+	QEMUArgv    []string `json:"qemuArgv,omitempty"`
+	Accelerator string   `json:"accelerator,omitempty"`
+	Upstream    string   `json:"upstream,omitempty"`
+	Console     bool     `json:"console,omitempty"`
 }
 
 type guestState struct {
@@ -252,10 +286,22 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 			return fail(substrate.ErrBoot, "%v", err)
 		}
 	}
+	if s.cfg.Flavour == FlavourVM {
+		// The machine's own run dir, runc root and cgroups are inside it.
+		ns.Flavour, ns.RunDir, ns.Cgroup = FlavourVM, "", ""
+		ns.HostIP, ns.NodeIP, ns.BridgeIP = vmAddrs(idx)
+		if err := s.prepareVM(ctx, &ns, spec); err != nil {
+			return fail(substrate.ErrBoot, "%v", err)
+		}
+	}
 	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
 	}
-	if err := setupNetwork(ns); err != nil {
+	setup := setupNetwork
+	if ns.Flavour == FlavourVM {
+		setup = setupVMNetwork
+	}
+	if err := setup(ns); err != nil {
 		return fail(substrate.ErrBoot, "network namespace: %v", err)
 	}
 	argv := []string{s.cfg.Binary, "node-agent", dir}
@@ -411,6 +457,9 @@ func (s *Substrate) Status(ctx context.Context, id string) (substrate.GuestStatu
 // the veth pair), not 127.0.0.1: a node serves no forwarded port.
 func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) substrate.GuestStatus {
 	st := substrate.GuestStatus{ID: id, Kind: Kind, Address: gs.Node.NodeIP, Accelerator: "none", StartedAt: gs.StartedAt}
+	if gs.Node.Accelerator != "" {
+		st.Accelerator = gs.Node.Accelerator
+	}
 	if t, ok := guestproc.Stopped(dir); ok {
 		st.Phase, st.EndedAt = substrate.Stopped, t
 		return st
@@ -443,7 +492,12 @@ func lastLine(path string) string {
 
 // Logs implements substrate.Substrate: the agent's log, which names each step; the
 // kubelet's and containerd's own logs are kubelet.log and containerd.log in the guest dir.
+// A vm node's log is its serial console, where its agent, containerd and kubelet write.
 func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	if s.cfg.Flavour == FlavourVM {
+		b, err := substrate.StateDirLogs(s.store, Kind, id, vmSerial, tail)
+		return bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")), err
+	}
 	return substrate.StateDirLogs(s.store, Kind, id, guestproc.LogFile, tail)
 }
 

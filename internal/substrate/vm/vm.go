@@ -247,7 +247,12 @@ func (s *Substrate) qemuArgv(accel, serial, initrd, appendLine string, cpus, mem
 	for _, f := range fwds {
 		net += ",hostfwd=" + f
 	}
-	return append([]string{s.cfg.QEMU,
+	return s.machineArgv(accel, serial, initrd, appendLine, cpus, memMiB,
+		[]string{"-netdev", net, "-device", "virtio-net-device,netdev=n0"})
+}
+
+func (s *Substrate) machineArgv(accel, serial, initrd, appendLine string, cpus, memMiB int, devices []string) []string {
+	argv := []string{s.cfg.QEMU,
 		"-M", "microvm", "-accel", accel, "-cpu", "max",
 		"-m", strconv.Itoa(memMiB) + "M", "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
@@ -257,8 +262,31 @@ func (s *Substrate) qemuArgv(accel, serial, initrd, appendLine string, cpus, mem
 		"-serial", "file:" + serial,
 		"-kernel", s.kernel(), "-initrd", initrd,
 		"-append", appendLine,
-		"-netdev", net, "-device", "virtio-net-device,netdev=n0",
-	}, sandboxArgs()...)
+	}
+	argv = append(argv, devices...)
+	return append(argv, sandboxArgs()...)
+}
+
+// Machine is a microVM boot of the substrate's image for a caller that brings its own
+// network and disks (the node substrate's vm flavour): the image's kernel, Initrd (the
+// image's initramfs with the caller's archive appended), the serial console to Serial.
+type Machine struct {
+	Serial, Initrd string
+	CPUs, MemMiB   int
+	// Devices are qemu arguments: -netdev/-device pairs, -drive, -blockdev.
+	Devices []string
+	// Append is added to the kernel command line.
+	Append []string
+}
+
+// MachineArgv is the qemu command line of m under the host's accelerator (probed once, as
+// for the substrate's own guests), and that accelerator.
+func (s *Substrate) MachineArgv(ctx context.Context, m Machine) ([]string, string, error) {
+	accel, err := s.Accelerator(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.machineArgv(accel, m.Serial, m.Initrd, s.kernelAppend(accel, m.Append...), m.CPUs, m.MemMiB, m.Devices), accel, nil
 }
 
 // sandboxArgs confines qemu. elevateprivileges stays allowed: -runas needs

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,15 +43,23 @@ const BusyboxPackage = "busybox-static"
 // device, in load order.
 var NetModules = []string{"virtio_ring", "virtio", "virtio_mmio", "failover", "net_failover", "virtio_net"}
 
+// NodeModules are carried in the initramfs for the node substrate's vm flavour, which loads
+// them in this order (dependencies first): its disks (virtio_blk), the CNI bridge and the
+// pods' veth pairs, and containerd's overlay snapshots. Other guests leave them unloaded.
+var NodeModules = []string{"virtio_blk", "llc", "stp", "bridge", "veth", "overlay"}
+
 //go:embed init.sh
 var initScript []byte
 
 // Manifest describes a built image; it is written as image.json.
 type Manifest struct {
-	KernelPackage   string    `json:"kernelPackage"`
-	KernelVersion   string    `json:"kernelVersion"`  // Debian package version
-	KernelRelease   string    `json:"kernelRelease"`  // uname -r of the guest
-	BusyboxVersion  string    `json:"busyboxVersion"` // Debian package version
+	KernelPackage  string `json:"kernelPackage"`
+	KernelVersion  string `json:"kernelVersion"`  // Debian package version
+	KernelRelease  string `json:"kernelRelease"`  // uname -r of the guest
+	BusyboxVersion string `json:"busyboxVersion"` // Debian package version
+	// NodeModules lists the modules of NodeModules the initramfs carries (images built
+	// before they were added carry none, and cannot boot a node).
+	NodeModules     []string  `json:"nodeModules,omitempty"`
 	KernelSHA256    string    `json:"kernelSHA256"`
 	PVHKernelSHA256 string    `json:"pvhKernelSHA256,omitempty"`
 	InitrdSHA256    string    `json:"initrdSHA256"`
@@ -198,6 +207,7 @@ func BuildImage(ctx context.Context, outDir string, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m.NodeModules = NodeModules
 	m.KernelSHA256 = sum(kernel)
 	m.InitrdSHA256 = sum(initrd.Bytes())
 	files := map[string][]byte{KernelFile: kernel, InitrdFile: initrd.Bytes()}
@@ -262,7 +272,7 @@ func baseArchive(busybox, modDir string) (*Archive, error) {
 			return err
 		}
 		name := strings.TrimSuffix(d.Name(), ".ko")
-		for _, m := range NetModules {
+		for _, m := range append(slices.Clone(NetModules), NodeModules...) {
 			if name == m {
 				found[m] = p
 			}
@@ -272,7 +282,7 @@ func baseArchive(busybox, modDir string) (*Archive, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range NetModules {
+	for _, m := range append(slices.Clone(NetModules), NodeModules...) {
 		p, ok := found[m]
 		if !ok {
 			return nil, fmt.Errorf("kernel modules: %s.ko not found under %s", m, modDir)

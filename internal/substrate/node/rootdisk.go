@@ -1,0 +1,256 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The vm flavour's root disk: one read-only ext4 file system shared by every vm node of a
+// state dir, holding what a node runs (the socialweb binary, containerd and its runc shim,
+// runc, ctr, the CNI plugins, busybox) with the shared libraries they load, at the paths the
+// host has them. It is built from the host's own files with mkfs.ext4 -d (no mount, no loop
+// device) and kept under a name that hashes those files, so a new binary makes a new disk.
+
+// Labels of the vm flavour's disks: the guest finds them by label, not by probe order.
+const (
+	rootDiskLabel  = "swnode-root"
+	stateDiskLabel = "swnode-state"
+)
+
+// Paths inside a vm node.
+// The state disk is the guest's /var/lib, so what the kubelet, containerd and the CNI plugins
+// keep there whatever their flags say (device-plugins, the CNI result cache) is written too;
+// /var/log, /run and /tmp are tmpfs.
+const (
+	guestBinary   = "/usr/local/bin/socialweb"
+	guestVarLib   = "/var/lib"
+	guestStateDir = guestVarLib + "/socialweb"
+)
+
+// rootDiskFiles are the host files a vm node runs; each dynamic one brings its libraries.
+func rootDiskFiles(binary string) ([][2]string, error) {
+	files := [][2]string{{binary, guestBinary}, {BusyboxStatic, "/bin/busybox"}}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+		p, err := exec.LookPath(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b, err)
+		}
+		files = append(files, [2]string{p, p})
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		files = append(files, [2]string{filepath.Join(CNIBinDir, p), filepath.Join(CNIBinDir, p)})
+	}
+	seen := map[string]bool{}
+	for _, f := range files[:len(files):len(files)] {
+		libs, err := sharedLibs(f[0])
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range libs {
+			if !seen[l] {
+				seen[l] = true
+				files = append(files, [2]string{l, l})
+			}
+		}
+	}
+	return files, nil
+}
+
+// sharedLibs lists the libraries ldd resolves for path (none for a static binary).
+func sharedLibs(path string) ([]string, error) {
+	out, err := exec.Command("ldd", path).CombinedOutput()
+	if err != nil {
+		if bytes.Contains(out, []byte("not a dynamic executable")) || bytes.Contains(out, []byte("statically linked")) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %v: %s", path, err, strings.TrimSpace(string(out)))
+	}
+	var libs []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0]) // the dynamic loader
+		}
+	}
+	return libs, nil
+}
+
+// rootDiskKey hashes what the disk is made of: each file's path, size and modification
+// time, and this layout's version.
+func rootDiskKey(files [][2]string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintln(h, "node-root v1")
+	for _, f := range files {
+		fi, err := os.Stat(f[0])
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %s %d %d\n", f[0], f[1], fi.Size(), fi.ModTime().UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// ensureRootDisk returns the root disk for binary under dir, building it when missing;
+// disks of other keys are removed (no node boots from them once a new one exists: a running
+// vm keeps its open file).
+func ensureRootDisk(ctx context.Context, dir, binary string) (string, error) {
+	files, err := rootDiskFiles(binary)
+	if err != nil {
+		return "", err
+	}
+	key, err := rootDiskKey(files)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "node-root-"+key+".ext4")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	stage, err := os.MkdirTemp(dir, ".root-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(stage)
+	var total int64
+	for _, f := range files {
+		n, err := copyInto(stage, f[0], f[1])
+		if err != nil {
+			return "", err
+		}
+		total += n
+	}
+	// busybox's applets, where the host's files did not take the name.
+	out, err := exec.Command(BusyboxStatic, "--list-full").Output()
+	if err != nil {
+		return "", fmt.Errorf("busybox --list-full: %w", err)
+	}
+	for _, a := range strings.Fields(string(out)) {
+		p := filepath.Join(stage, a)
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.Symlink("/bin/busybox", p); err != nil {
+			return "", err
+		}
+	}
+	for _, d := range []string{"proc", "sys", "dev", "run", "tmp", "root", "etc", "var/lib", "var/log"} {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	_ = os.Symlink("../run", filepath.Join(stage, "var", "run"))
+	etc := map[string]string{
+		"passwd":        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+		"group":         "root:x:0:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1 localhost\n",
+		"nsswitch.conf": "hosts: files\n",
+		"resolv.conf":   "",
+	}
+	for name, body := range etc {
+		if err := os.WriteFile(filepath.Join(stage, "etc", name), []byte(body), 0o644); err != nil {
+			return "", err
+		}
+	}
+	// Room for the files, the file system's own metadata, and nothing else: the disk is
+	// read-only in the guest.
+	size := total + total/8 + 64<<20
+	tmp := path + ".tmp"
+	if err := makeExt4(ctx, tmp, rootDiskLabel, stage, size); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", err
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, "node-root-*.ext4"))
+	for _, o := range old {
+		if o != path {
+			_ = os.Remove(o)
+		}
+	}
+	return path, nil
+}
+
+// makeExt4 writes an ext4 file system of size bytes at path, labelled, holding the tree
+// under from (owned by root in the image whoever runs this).
+func makeExt4(ctx context.Context, path, label, from string, size int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", label, "-m", "0",
+		"-E", "root_owner=0:0", "-d", from, path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", filepath.Base(path), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// copyInto copies the host file from to stage+to (following links), keeping its mode.
+func copyInto(stage, from, to string) (int64, error) {
+	dst := filepath.Join(stage, to)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return 0, err
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return 0, err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fi.Mode().Perm())
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+// stateDiskSize is the size of each vm node's state disk (sparse: it takes what the node
+// writes): containerd's images and snapshots, the kubelet's dirs, the pods' logs.
+const stateDiskSize = 8 << 30
+
+// writeStateDisk makes the node's state disk at path from the tree under seed.
+func writeStateDisk(ctx context.Context, path, seed string) error {
+	return makeExt4(ctx, path, stateDiskLabel, seed, stateDiskSize)
+}
+
+// sortedGlob is filepath.Glob, sorted.
+func sortedGlob(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	sort.Strings(m)
+	return m
+}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/node"
+	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/tenant"
+	"socialweb.computer/internal/testenv"
+)
+
+// A tenant cluster gains a node of the vm flavour: containerd and the kubelet inside a qemu
+// microVM booted from the shared root disk, on a tap device in the node's namespace. The
+// node registers with the guest's address as its InternalIP and goes Ready, a pod of an
+// image carried on its state disk runs to Succeeded, the apiserver reaches the kubelet in
+// the guest for the pod's log, and Stop leaves no process, namespace or disk.
+func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
+	requireTenantHost(t)
+	if err := node.Prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	img := vmImage(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+	c := coreClient(t, dir)
+	key := client.ObjectKey{Namespace: "default", Name: "v1"}
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: v1, namespace: default}
+spec: {account: "`+tenantOwner+`", name: v1, running: true}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, key, v1alpha1.ClusterReady, 60*time.Second)
+	kc := mint(t, dir, cl)
+
+	const nodeName = "vm-node-a"
+	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "v1"}, nodeName, cl.Status.Server, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := t.TempDir()
+	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "nodes")
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images,
+		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, s, state)
+
+	join, _ := json.Marshal(node.Join{Server: bundle.Server, NodeName: nodeName})
+	ctx := context.Background()
+	t0 := time.Now()
+	st, err := s.Boot(ctx, substrate.GuestSpec{
+		ID: "v1-a", UserData: join,
+		Secrets: map[string][]byte{node.SecretKubeconfig: bundle.Kubeconfig, node.SecretCA: bundle.CAPEM},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("booted in %.2fs: %s at %s, accelerator %s", time.Since(t0).Seconds(), st.Phase, st.Address, st.Accelerator)
+	if !strings.HasPrefix(st.Address, "10.79.") {
+		t.Errorf("a vm node's address is %q, want its guest's in 10.79.0.0/16", st.Address)
+	}
+	dump := func() string {
+		out, _ := s.Logs(ctx, "v1-a", 40)
+		agent, _ := os.ReadFile(filepath.Join(state, "v1-a", "log"))
+		return fmt.Sprintf("--- host agent\n%s--- console\n%s", agent, out)
+	}
+
+	testenv.Eventually(t, 5*time.Minute, "vm node Ready with the guest's InternalIP", func() (bool, error) {
+		if g, _ := s.Status(ctx, "v1-a"); g.Phase.Ended() {
+			t.Fatalf("node guest ended: %+v\n%s", g, dump())
+		}
+		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o",
+			`jsonpath={.status.addresses[?(@.type=="InternalIP")].address}/{.status.conditions[?(@.type=="Ready")].status}`)
+		return out == st.Address+"/True", fmt.Errorf("%q\n%s", out, dump())
+	})
+	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
+
+	t1 := time.Now()
+	tkubectl(t, kc, nodePod, "apply", "-f", "-")
+	testenv.Eventually(t, 3*time.Minute, "pod Succeeded on the vm node", func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		if strings.HasPrefix(out, "Failed") {
+			t.Fatalf("pod failed: %s\n%s", tkubectl(t, kc, "", "get", "pod", "hello", "-o", "yaml"), dump())
+		}
+		return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
+	})
+	t.Logf("pod created -> Succeeded in %.2fs", time.Since(t1).Seconds())
+	// The node's kubelet and containerd are in the guest: the host runs qemu for it, not them.
+	if pids := procsWithArg("--hostname-override\x00" + nodeName); len(pids) != 0 {
+		t.Errorf("a kubelet of the vm node runs on the host: %v", pids)
+	}
+	if out, err := tkubectlErr(kc, "logs", "hello"); err != nil || !strings.Contains(out, "hello from hello") {
+		// apiserver -> the kubelet in the guest, over the veth, the bridge and the tap.
+		t.Errorf("kubectl logs: %v %q", err, out)
+	}
+
+	t2 := time.Now()
+	if err := s.Stop(ctx, "v1-a"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop in %.2fs", time.Since(t2).Seconds())
+	if g, _ := s.Status(ctx, "v1-a"); g.Phase != substrate.Stopped {
+		t.Errorf("after Stop: %+v", g)
+	}
+	if pids := substratetest.Procs(state); len(pids) != 0 {
+		t.Errorf("processes of the node left (qemu): %v", pids)
+	}
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "swnode-") {
+			t.Errorf("network namespace left: %s", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "v1-a", "work")); !os.IsNotExist(err) {
+		t.Errorf("work dir (the state disk) left: %v", err)
+	}
+	if err := s.Remove(ctx, "v1-a"); err != nil {
+		t.Error(err)
+	}
+}
