@@ -376,7 +376,18 @@ func waitPod(t *testing.T, kc, pod, phase, nodeName string, timeout time.Duratio
 // Succeeded on the node. Deleted, the pod leaves the node empty: after scaleHold the claim
 // goes, the contract is released, and the node leaves no process or network namespace.
 func TestACC31_ScaleUpOne(t *testing.T) {
-	n := startNodeUp(t)
+	scaleUpOne(t, startNodeUp(t), node.FlavourNamespace)
+}
+
+// The same row with up's node bidder running vm-flavoured nodes: the node the market rents
+// is a qemu microVM (TCG on this host: tens of seconds to a Node).
+func TestACC31_ScaleUpOne_VMFlavour(t *testing.T) {
+	img := vmImage(t)
+	n := startNodeUp(t, "--node-flavour", node.FlavourVM, "--vm-image", img)
+	scaleUpOne(t, n, node.FlavourVM)
+}
+
+func scaleUpOne(t *testing.T, n *nodeUp, flavour string) {
 	kc := n.cluster("s1", "maxNodes: 1, scaleHold: 3s")
 
 	t0 := time.Now()
@@ -397,6 +408,13 @@ func TestACC31_ScaleUpOne(t *testing.T) {
 	}
 	if g := n.guests(); g != 1 {
 		t.Fatalf("%d node guests, want 1", g)
+	}
+	ids, _ := filepath.Glob(filepath.Join(n.state, "g*", "node.json"))
+	var ns struct {
+		Flavour string `json:"flavour"`
+	}
+	if len(ids) != 1 || guestproc.ReadJSON(ids[0], &ns) != nil || (ns.Flavour != flavour && !(ns.Flavour == "" && flavour == node.FlavourNamespace)) {
+		t.Errorf("the node guest's flavour is %q (%v), want %s", ns.Flavour, ids, flavour)
 	}
 
 	tkubectl(t, kc, "", "delete", "pod", "hello")
