@@ -63,6 +63,10 @@ func newBidderCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if n, ok := sub.(*node.Substrate); ok {
+				flavour, why := n.Flavour()
+				log.Info("node flavour", "flavour", flavour, "why", why)
+			}
 			repo, err := repos.Login(cmd.Context(), pdsURL, identifier, pw)
 			if err != nil {
 				return fmt.Errorf("login to %s as %s: %w", pdsURL, identifier, err)
@@ -97,7 +101,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
 	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
-	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourNamespace, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host) or vm (inside a qemu microVM booted from --vm-image)")
+	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourAuto, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	return cmd
 }

@@ -38,7 +38,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.TenantAdvertise, "tenant-advertise-address", "", "non-loopback address tenant apiservers advertise (default: 10.77.0.1 on a veth pair socialweb creates in network namespace socialweb-tenants; needs root and iproute2)")
 	cmd.Flags().StringArrayVar(&o.MarketFollow, "market-follow", nil, "firehose of another PDS (or relay) URL the market follows, repeatable: bidders and requesters there")
 	cmd.Flags().DurationVar(&o.NodeBidWindow, "node-bid-window", app.DefaultNodeBidWindow, "bid window of the node contracts a tenant cluster's scale-up declares; it closes early once every known bidder bid (0: the market's default, 30s)")
-	cmd.Flags().StringVar(&o.NodeFlavour, "node-flavour", node.FlavourNamespace, "how the local node bidder runs tenant nodes: namespace (containerd and the kubelet in a network namespace of the host) or vm (inside a qemu microVM; see --vm-image)")
+	cmd.Flags().StringVar(&o.NodeFlavour, "node-flavour", node.FlavourAuto, "how the local node bidder runs tenant nodes: namespace (containerd and the kubelet in a network namespace of the host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
 	return cmd

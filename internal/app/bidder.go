@@ -61,6 +61,8 @@ func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nod
 	if err != nil {
 		return err
 	}
+	flavour, why := sub.Flavour()
+	phase("local node bidder runs %s nodes: %s", flavour, why)
 	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, sources, log, phase)
 }
 

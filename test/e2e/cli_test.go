@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,11 @@ func (p *upProc) phase(t *testing.T, prefix string) string {
 
 func startUp(t *testing.T, dir string, args ...string) *upProc {
 	t.Helper()
+	if !slices.Contains(args, "--node-flavour") {
+		// Whatever image a developer built where up looks by default: the rows that do not
+		// name a flavour are written for namespace nodes.
+		args = append(args, "--node-flavour", "namespace")
+	}
 	cmd := exec.Command(socialwebBin, append([]string{"up", "--data-dir", dir}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

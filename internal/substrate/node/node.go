@@ -74,7 +74,8 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 20s: the agent
 	// stops the pods, the kubelet and containerd in order within it).
 	StopGrace time.Duration
-	// Flavour is FlavourNamespace (the default) or FlavourVM.
+	// Flavour is FlavourNamespace (the default), FlavourVM or FlavourAuto (decided once, in
+	// New: Substrate.Flavour says what it chose and why).
 	Flavour string
 	// VMImageDir is the vm substrate's image (kernel and initramfs, `socialweb image build`)
 	// that vm nodes boot.
@@ -88,8 +89,12 @@ type Substrate struct {
 	cfg   Config
 	store guestproc.Store
 	vm    *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
+	why   string        // why this flavour
 	mu    sync.Mutex    // guards address allocation
 }
+
+// Flavour is the flavour of the nodes this substrate boots, and why.
+func (s *Substrate) Flavour() (flavour, reason string) { return s.cfg.Flavour, s.why }
 
 var _ substrate.Substrate = (*Substrate)(nil)
 
@@ -112,9 +117,9 @@ func New(cfg Config) (*Substrate, error) {
 	switch cfg.Flavour {
 	case "":
 		cfg.Flavour = FlavourNamespace
-	case FlavourNamespace, FlavourVM:
+	case FlavourNamespace, FlavourVM, FlavourAuto:
 	default:
-		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "flavour %q: want %s or %s", cfg.Flavour, FlavourNamespace, FlavourVM)
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "flavour %q: want %s, %s or %s", cfg.Flavour, FlavourNamespace, FlavourVM, FlavourAuto)
 	}
 	if err := Prerequisites(); err != nil {
 		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
@@ -127,10 +132,24 @@ func New(cfg Config) (*Substrate, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}}
-	if cfg.Flavour == FlavourVM {
+	s := &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}, why: "configured"}
+	switch cfg.Flavour {
+	case FlavourVM:
 		if s.vm, err = newVM(cfg); err != nil {
 			return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
+		}
+	case FlavourAuto:
+		v, verr := newVM(cfg)
+		var accel, why string
+		if verr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			accel, verr = v.Accelerator(ctx)
+			why = v.AcceleratorReason(ctx)
+			cancel()
+		}
+		s.cfg.Flavour, s.why = chooseFlavour(verr, accel, why)
+		if s.cfg.Flavour == FlavourVM {
+			s.vm = v
 		}
 	}
 	return s, nil

@@ -29,7 +29,22 @@ const (
 	// shared read-only root disk and a state disk per node), on a tap device in the node's
 	// network namespace: the node's pods share no kernel with the host.
 	FlavourVM = "vm"
+	// FlavourAuto is vm where the host runs guests at hardware speed (a vm image is there and
+	// the vm substrate's accelerator probe says kvm), namespace otherwise.
+	FlavourAuto = "auto"
 )
+
+// chooseFlavour is FlavourAuto's decision: vmErr is why the vm flavour cannot run at all
+// (nil when it can), accel and accelReason the accelerator probe's answer.
+func chooseFlavour(vmErr error, accel, accelReason string) (flavour, reason string) {
+	switch {
+	case vmErr != nil:
+		return FlavourNamespace, "no vm nodes: " + vmErr.Error()
+	case accel != vm.KVM:
+		return FlavourNamespace, "no vm nodes: guests would run under " + accel + " (" + accelReason + ")"
+	}
+	return FlavourVM, "vm nodes under kvm (" + accelReason + ")"
+}
 
 // Defaults of a vm node's machine when the spec leaves them zero.
 const (

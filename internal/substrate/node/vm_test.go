@@ -62,7 +62,29 @@ func TestVMBootScript(t *testing.T) {
 
 func TestNewRefusesUnknownFlavour(t *testing.T) {
 	_, err := New(Config{StateDir: t.TempDir(), Binary: "/bin/true", Flavour: "kvm"})
-	if !errors.Is(err, substrate.ErrInvalidSpec) || !strings.Contains(err.Error(), "want namespace or vm") {
+	if !errors.Is(err, substrate.ErrInvalidSpec) || !strings.Contains(err.Error(), "want namespace, vm or auto") {
 		t.Fatalf("flavour kvm: %v, want ErrInvalidSpec naming the flavours", err)
+	}
+}
+
+func TestChooseFlavour(t *testing.T) {
+	noImage := errors.New("no vm image in /x")
+	for _, c := range []struct {
+		name          string
+		vmErr         error
+		accel, reason string
+		want          string
+		says          string
+	}{
+		{"no image", noImage, "", "", FlavourNamespace, "no vm image in /x"},
+		{"tcg only", nil, "tcg", "no usable /dev/kvm", FlavourNamespace, "under tcg (no usable /dev/kvm)"},
+		{"kvm", nil, "kvm", "a test boot under kvm reached init in 80 ms", FlavourVM, "under kvm"},
+		// An image error wins over whatever the accelerator would be.
+		{"image error and kvm", noImage, "kvm", "", FlavourNamespace, "no vm nodes"},
+	} {
+		got, why := chooseFlavour(c.vmErr, c.accel, c.reason)
+		if got != c.want || !strings.Contains(why, c.says) {
+			t.Errorf("%s: %s %q, want %s and a reason with %q", c.name, got, why, c.want, c.says)
+		}
 	}
 }
