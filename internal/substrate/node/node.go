@@ -513,7 +513,7 @@ func lastLine(path string) string {
 // kubelet's and containerd's own logs are kubelet.log and containerd.log in the guest dir.
 // A vm node's log is its serial console, where its agent, containerd and kubelet write.
 func (s *Substrate) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
-	if s.cfg.Flavour == FlavourVM {
+	if substrate.ValidID(id) && nodeStateFor(s.store.Dir(id)).Flavour == FlavourVM {
 		b, err := substrate.StateDirLogs(s.store, Kind, id, vmSerial, tail)
 		return bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")), err
 	}
