@@ -48,36 +48,10 @@ spec:
 // gate port; the Node registers with its InternalIP and goes Ready, a pod of a locally
 // imported image runs to Succeeded, and Stop leaves no process, mount or namespace.
 func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	dir := filepath.Join(t.TempDir(), "data")
-	up := startUp(t, dir)
-	c := coreClient(t, dir)
-	key := client.ObjectKey{Namespace: "default", Name: "n1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
-kind: Cluster
-metadata: {name: n1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: n1, running: true}
-`, "apply", "-f", "-")
-	cl := waitPhase(t, c, key, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
-
 	const nodeName = "node-a"
 	// The bundle's certificate lives a minute: the kubelet must renew it to stay a node.
-	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "n1"}, nodeName, cl.Status.Server, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	images := t.TempDir()
-	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
-		t.Fatal(err)
-	}
+	tc := joinableCluster(t, "n1", nodeName, time.Minute)
+	dir, cl, kc, bundle, images := tc.dir, tc.cl, tc.kc, tc.bundle, tc.images
 	state := filepath.Join(t.TempDir(), "nodes")
 	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images})
 	if err != nil {
@@ -85,16 +59,9 @@ spec: {account: "`+tenantOwner+`", name: n1, running: true}
 	}
 	substratetest.Cleanup(t, s, state)
 
-	join, _ := json.Marshal(node.Join{Server: bundle.Server, NodeName: nodeName})
 	ctx := context.Background()
 	t0 := time.Now()
-	st, err := s.Boot(ctx, substrate.GuestSpec{
-		ID: "n1-a", UserData: join,
-		Secrets: map[string][]byte{node.SecretKubeconfig: bundle.Kubeconfig, node.SecretCA: bundle.CAPEM},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bootNode(t, s, "n1-a", nodeName, bundle)
 	t.Logf("booted: %s at %s", st.Phase, st.Address)
 	dump := func() string {
 		var b strings.Builder
@@ -236,14 +203,7 @@ spec: {account: "`+tenantOwner+`", name: n1, running: true}
 	if err != nil {
 		t.Fatal(err)
 	}
-	joinB, _ := json.Marshal(node.Join{Server: bundleB.Server, NodeName: "node-b"})
-	stB, err := s.Boot(ctx, substrate.GuestSpec{
-		ID: "n1-b", UserData: joinB,
-		Secrets: map[string][]byte{node.SecretKubeconfig: bundleB.Kubeconfig, node.SecretCA: bundleB.CAPEM},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stB := bootNode(t, s, "n1-b", "node-b", bundleB)
 	tkubectl(t, kc, sleeperPod, "apply", "-f", "-")
 	testenv.Eventually(t, 90*time.Second, "sleeper Running on node-b", func() (bool, error) {
 		out, _ := tkubectlErr(kc, "get", "pod", "sleeper", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
@@ -339,6 +299,59 @@ func procsWithArg(subs ...string) []int {
 		}
 	}
 	return pids
+}
+
+// tenantToJoin is a Ready tenant cluster of a running up, with a join bundle for one node
+// and an image dir holding the busybox image.
+type tenantToJoin struct {
+	dir, kc, images string
+	cl              *v1alpha1.Cluster
+	bundle          tenant.NodeBundle
+}
+
+// joinableCluster starts up, makes the Cluster default/name Ready at zero nodes and mints a
+// bundle for nodeName that lives ttl.
+func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) tenantToJoin {
+	t.Helper()
+	requireTenantHost(t)
+	if err := node.Prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+	c := coreClient(t, dir)
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: `+name+`, namespace: default}
+spec: {account: "`+tenantOwner+`", name: `+name+`, running: true}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
+	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: name}, nodeName, cl.Status.Server, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := t.TempDir()
+	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	return tenantToJoin{dir: dir, kc: mint(t, dir, cl), images: images, cl: cl, bundle: bundle}
+}
+
+// bootNode boots guest id on s as node nodeName joining with bundle.
+func bootNode(t *testing.T, s *node.Substrate, id, nodeName string, bundle tenant.NodeBundle) substrate.GuestStatus {
+	t.Helper()
+	join, _ := json.Marshal(node.Join{Server: bundle.Server, NodeName: nodeName})
+	st, err := s.Boot(context.Background(), substrate.GuestSpec{
+		ID: id, UserData: join,
+		Secrets: map[string][]byte{node.SecretKubeconfig: bundle.Kubeconfig, node.SecretCA: bundle.CAPEM},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // mountsUnder lists the mount points under dir.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
-	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -26,53 +21,21 @@ import (
 // image carried on its state disk runs to Succeeded, the apiserver reaches the kubelet in
 // the guest for the pod's log, and Stop leaves no process, namespace or disk.
 func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
 	img := vmImage(t)
-	dir := filepath.Join(t.TempDir(), "data")
-	up := startUp(t, dir)
-	c := coreClient(t, dir)
-	key := client.ObjectKey{Namespace: "default", Name: "v1"}
-	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
-kind: Cluster
-metadata: {name: v1, namespace: default}
-spec: {account: "`+tenantOwner+`", name: v1, running: true}
-`, "apply", "-f", "-")
-	cl := waitPhase(t, c, key, v1alpha1.ClusterReady, 60*time.Second)
-	kc := mint(t, dir, cl)
-
 	const nodeName = "vm-node-a"
-	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: "v1"}, nodeName, cl.Status.Server, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := t.TempDir()
-	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
-		t.Fatal(err)
-	}
+	tc := joinableCluster(t, "v1", nodeName, time.Hour)
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images,
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
 		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	substratetest.Cleanup(t, s, state)
+	kc := tc.kc
 
-	join, _ := json.Marshal(node.Join{Server: bundle.Server, NodeName: nodeName})
 	ctx := context.Background()
 	t0 := time.Now()
-	st, err := s.Boot(ctx, substrate.GuestSpec{
-		ID: "v1-a", UserData: join,
-		Secrets: map[string][]byte{node.SecretKubeconfig: bundle.Kubeconfig, node.SecretCA: bundle.CAPEM},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bootNode(t, s, "v1-a", nodeName, tc.bundle)
 	t.Logf("booted in %.2fs: %s at %s, accelerator %s", time.Since(t0).Seconds(), st.Phase, st.Address, st.Accelerator)
 	if !strings.HasPrefix(st.Address, "10.79.") {
 		t.Errorf("a vm node's address is %q, want its guest's in 10.79.0.0/16", st.Address)

@@ -394,17 +394,28 @@ func run(name string, args ...string) error {
 // setupNetwork makes the namespace and the veth pair: host end HostIP/30, namespace end
 // (eth0) NodeIP/30 with the host end as its default route, lo up.
 func setupNetwork(ns nodeState) error {
+	return makeNamespace(ns, "/30",
+		[]string{"addr", "add", ns.NodeIP + "/30", "dev", "eth0"},
+		[]string{"link", "set", "eth0", "up"},
+		[]string{"link", "set", "lo", "up"},
+		[]string{"route", "add", "default", "via", ns.HostIP},
+	)
+}
+
+// makeNamespace adds the node's namespace and its veth pair (the host end HostIP with the
+// given prefix length, up; the other end eth0 in the namespace), then runs each of inside as
+// `ip -n NETNS ...`.
+func makeNamespace(ns nodeState, prefix string, inside ...[]string) error {
 	if err := run("ip", "netns", "add", ns.Netns); err != nil {
 		return err
 	}
 	steps := [][]string{
 		{"link", "add", ns.HostLink, "type", "veth", "peer", "name", "eth0", "netns", ns.Netns},
-		{"addr", "add", ns.HostIP + "/30", "dev", ns.HostLink},
+		{"addr", "add", ns.HostIP + prefix, "dev", ns.HostLink},
 		{"link", "set", ns.HostLink, "up"},
-		{"-n", ns.Netns, "addr", "add", ns.NodeIP + "/30", "dev", "eth0"},
-		{"-n", ns.Netns, "link", "set", "eth0", "up"},
-		{"-n", ns.Netns, "link", "set", "lo", "up"},
-		{"-n", ns.Netns, "route", "add", "default", "via", ns.HostIP},
+	}
+	for _, st := range inside {
+		steps = append(steps, append([]string{"-n", ns.Netns}, st...))
 	}
 	for _, st := range steps {
 		if err := run("ip", st...); err != nil {

@@ -219,29 +219,17 @@ exec chroot /node %s node-agent %s/node
 // namespace a bridge holding the veth's end and the tap qemu opens, the bridge at BridgeIP.
 // The guest, on the tap, is on the host's link: the apiserver reaches its kubelet at NodeIP.
 func setupVMNetwork(ns nodeState) error {
-	if err := run("ip", "netns", "add", ns.Netns); err != nil {
-		return err
-	}
-	steps := [][]string{
-		{"link", "add", ns.HostLink, "type", "veth", "peer", "name", "eth0", "netns", ns.Netns},
-		{"addr", "add", ns.HostIP + "/29", "dev", ns.HostLink},
-		{"link", "set", ns.HostLink, "up"},
-		{"-n", ns.Netns, "link", "add", "br0", "type", "bridge"},
-		{"-n", ns.Netns, "tuntap", "add", "dev", vmTap, "mode", "tap"},
-		{"-n", ns.Netns, "link", "set", "eth0", "master", "br0"},
-		{"-n", ns.Netns, "link", "set", vmTap, "master", "br0"},
-		{"-n", ns.Netns, "addr", "add", ns.BridgeIP + "/29", "dev", "br0"},
-		{"-n", ns.Netns, "link", "set", "eth0", "up"},
-		{"-n", ns.Netns, "link", "set", vmTap, "up"},
-		{"-n", ns.Netns, "link", "set", "br0", "up"},
-		{"-n", ns.Netns, "link", "set", "lo", "up"},
-	}
-	for _, st := range steps {
-		if err := run("ip", st...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return makeNamespace(ns, "/29",
+		[]string{"link", "add", "br0", "type", "bridge"},
+		[]string{"tuntap", "add", "dev", vmTap, "mode", "tap"},
+		[]string{"link", "set", "eth0", "master", "br0"},
+		[]string{"link", "set", vmTap, "master", "br0"},
+		[]string{"addr", "add", ns.BridgeIP + "/29", "dev", "br0"},
+		[]string{"link", "set", "eth0", "up"},
+		[]string{"link", "set", vmTap, "up"},
+		[]string{"link", "set", "br0", "up"},
+		[]string{"link", "set", "lo", "up"},
+	)
 }
 
 // runVMHost is the agent of a vm node on the host: it serves the apiserver port to the guest
