@@ -52,7 +52,7 @@ func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nod
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return err
 	}
-	nodes.StateDir, nodes.ImageDir = filepath.Join(dir, "guests"), images
+	nodes.StateDir, nodes.ImageDir, nodes.Progress = filepath.Join(dir, "guests"), images, phase
 	sub, err := node.New(nodes)
 	if errors.Is(err, substrate.ErrUnavailable) {
 		phase("local node bidder not started: %v", err)

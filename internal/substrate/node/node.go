@@ -82,6 +82,9 @@ type Config struct {
 	VMImageDir string
 	// QEMU and Accelerator are as in vm.Config, for vm nodes.
 	QEMU, Accelerator string
+	// Progress, when set, hears of a FlavourAuto decision that takes more than a second (the
+	// accelerator probe's test boot, once per host boot).
+	Progress func(format string, args ...any)
 }
 
 // Substrate runs nodes.
@@ -143,7 +146,13 @@ func New(cfg Config) (*Substrate, error) {
 		var accel, why string
 		if verr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			slow := time.AfterFunc(time.Second, func() {
+				if cfg.Progress != nil {
+					cfg.Progress("choosing the node flavour: a test boot under kvm (once per host boot)")
+				}
+			})
 			accel, verr = v.Accelerator(ctx)
+			slow.Stop()
 			why = v.AcceleratorReason(ctx)
 			cancel()
 		}
