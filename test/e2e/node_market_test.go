@@ -162,13 +162,7 @@ type nodeUp struct {
 // dir; a cleanup registered before up stops any node a failure left.
 func startNodeUp(t *testing.T, args ...string) *nodeUp {
 	t.Helper()
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	requireNodeHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	n := &nodeUp{t: t, dir: dir, state: filepath.Join(dir, "node-bidder", "guests"), ctx: context.Background(), tags: map[string]string{}}
 	t.Cleanup(func() {

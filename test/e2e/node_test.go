@@ -72,31 +72,7 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 		return b.String()
 	}
 
-	testenv.Eventually(t, 90*time.Second, "node Ready with its InternalIP", func() (bool, error) {
-		if g, _ := s.Status(ctx, "n1-a"); g.Phase.Ended() {
-			t.Fatalf("node guest ended: %+v\n%s", g, dump())
-		}
-		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o",
-			`jsonpath={.status.addresses[?(@.type=="InternalIP")].address}/{.status.conditions[?(@.type=="Ready")].status}`)
-		return out == st.Address+"/True", fmt.Errorf("%q\n%s", out, dump())
-	})
-	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
-
-	t1 := time.Now()
-	tkubectl(t, kc, nodePod, "apply", "-f", "-")
-	testenv.Eventually(t, 90*time.Second, "pod Succeeded", func() (bool, error) {
-		out, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
-		if strings.HasPrefix(out, "Failed") {
-			t.Fatalf("pod failed: %s\n%s", tkubectl(t, kc, "", "get", "pod", "hello", "-o", "yaml"), dump())
-		}
-		return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
-	})
-	t.Logf("pod created -> Succeeded in %.2fs", time.Since(t1).Seconds())
-
-	if out, err := tkubectlErr(kc, "logs", "hello"); err != nil || !strings.Contains(out, "hello from hello") {
-		// apiserver -> kubelet over the InternalIP, through the kubelet's webhook authorization.
-		t.Errorf("kubectl logs: %v %q", err, out)
-	}
+	nodeRunsHello(t, nodeJoined{kc: kc, s: s, id: "n1-a", name: nodeName, address: st.Address, booted: t0, dump: dump}, 90*time.Second)
 
 	// The node's own processes are in its cgroups.
 	var cgroups []string
@@ -301,6 +277,57 @@ func procsWithArg(subs ...string) []int {
 	return pids
 }
 
+// nodeJoined is a node guest booted to join a tenant cluster.
+type nodeJoined struct {
+	kc, id, name, address string
+	s                     *node.Substrate
+	booted                time.Time
+	dump                  func() string // the guest's logs, for failures
+}
+
+// nodeRunsHello waits (each step within timeout) until n is a Ready Node with the guest's
+// address as its InternalIP, then runs nodePod on it to Succeeded and reads its log back
+// through the apiserver, which reaches the kubelet at that address.
+func nodeRunsHello(t *testing.T, n nodeJoined, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "node Ready with its InternalIP", func() (bool, error) {
+		if g, _ := n.s.Status(context.Background(), n.id); g.Phase.Ended() {
+			t.Fatalf("node guest ended: %+v\n%s", g, n.dump())
+		}
+		out, _ := tkubectlErr(n.kc, "get", "node", n.name, "-o",
+			`jsonpath={.status.addresses[?(@.type=="InternalIP")].address}/{.status.conditions[?(@.type=="Ready")].status}`)
+		return out == n.address+"/True", fmt.Errorf("%q\n%s", out, n.dump())
+	})
+	t.Logf("boot -> node Ready in %.2fs", time.Since(n.booted).Seconds())
+
+	t1 := time.Now()
+	tkubectl(t, n.kc, nodePod, "apply", "-f", "-")
+	testenv.Eventually(t, timeout, "pod Succeeded", func() (bool, error) {
+		out, _ := tkubectlErr(n.kc, "get", "pod", "hello", "-o", `jsonpath={.status.phase}/{.spec.nodeName}`)
+		if strings.HasPrefix(out, "Failed") {
+			t.Fatalf("pod failed: %s\n%s", tkubectl(t, n.kc, "", "get", "pod", "hello", "-o", "yaml"), n.dump())
+		}
+		return out == "Succeeded/"+n.name, fmt.Errorf("%q\n%s", out, n.dump())
+	})
+	t.Logf("pod created -> Succeeded in %.2fs", time.Since(t1).Seconds())
+	if out, err := tkubectlErr(n.kc, "logs", "hello"); err != nil || !strings.Contains(out, "hello from hello") {
+		// apiserver -> kubelet over the InternalIP, through the kubelet's webhook authorization.
+		t.Errorf("kubectl logs: %v %q", err, out)
+	}
+}
+
+// requireNodeHost skips (fails under CI) where tenant control planes or nodes cannot run.
+func requireNodeHost(t *testing.T) {
+	t.Helper()
+	requireTenantHost(t)
+	if err := node.Prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+}
+
 // tenantToJoin is a Ready tenant cluster of a running up, with a join bundle for one node
 // and an image dir holding the busybox image.
 type tenantToJoin struct {
@@ -313,13 +340,7 @@ type tenantToJoin struct {
 // bundle for nodeName that lives ttl.
 func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) tenantToJoin {
 	t.Helper()
-	requireTenantHost(t)
-	if err := node.Prerequisites(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	requireNodeHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)
 	c := coreClient(t, dir)
