@@ -7,18 +7,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/substrate/vm"
-	"socialweb.computer/internal/substrate/vm/image"
+	"socialweb.computer/internal/substrate/vm/vmtest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -114,32 +111,8 @@ func vmBidder(t *testing.T, env *testenv.Env) (*runningBidder, string) {
 	return runBidderOn(t, env, "vmbidder.test", 5, sub, dir), dir
 }
 
-// vmImage is the vm image dir ($SOCIALWEB_VM_IMAGE, or .cache/vm-image built there when
-// missing or older than the node modules), skipping the row when qemu is missing outside CI.
+// vmImage is the vm image the rows boot (vmtest.Image).
 func vmImage(t *testing.T) string {
 	t.Helper()
-	_, qerr := exec.LookPath("qemu-system-x86_64")
-	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "bash hack/install-guest-deps.sh")
-	img := os.Getenv("SOCIALWEB_VM_IMAGE")
-	if img == "" {
-		wd, _ := os.Getwd()
-		img = filepath.Join(wd, "..", "..", ".cache", "vm-image")
-	}
-	vmImageOnce.Do(func() {
-		if im, err := image.Load(img); err == nil && slices.Equal(im.Manifest.NodeModules, image.NodeModules) {
-			return
-		}
-		if len(image.Prerequisites()) > 0 {
-			vmImageErr = fmt.Errorf("no current image in %s and no apt/dpkg to build one", img)
-			return
-		}
-		vmImageErr = image.BuildImage(context.Background(), img, os.Stderr)
-	})
-	substratetest.Require(t, vmImageErr == nil, "vm image", fmt.Sprint(vmImageErr))
-	return img
+	return vmtest.Image(t, filepath.Join("..", ".."))
 }
-
-var (
-	vmImageOnce sync.Once
-	vmImageErr  error
-)

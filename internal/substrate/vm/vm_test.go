@@ -8,49 +8,22 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/substratetest"
-	"socialweb.computer/internal/substrate/vm/image"
+	"socialweb.computer/internal/substrate/vm/vmtest"
 )
 
-var (
-	imageOnce sync.Once
-	imageDir  string
-	imageErr  error
-)
-
-// testImage returns an image dir: $SOCIALWEB_VM_IMAGE, or .cache/vm-image
-// in the module root, built there by image.BuildImage when missing.
+// testImage is the image the tests boot (vmtest.Image).
 func testImage(t *testing.T) string {
 	t.Helper()
-	_, qerr := exec.LookPath("qemu-system-x86_64")
-	substratetest.Require(t, qerr == nil, "qemu-system-x86_64", "run hack/install-guest-deps.sh")
-	imageOnce.Do(func() {
-		imageDir = os.Getenv("SOCIALWEB_VM_IMAGE")
-		if imageDir == "" {
-			wd, _ := os.Getwd()
-			imageDir = filepath.Join(wd, "..", "..", "..", ".cache", "vm-image")
-		}
-		if _, err := image.Load(imageDir); err == nil {
-			return
-		}
-		if len(image.Prerequisites()) > 0 {
-			imageErr = fmt.Errorf("no image in %s and no apt/dpkg to build one", imageDir)
-			return
-		}
-		imageErr = image.BuildImage(context.Background(), imageDir, os.Stderr)
-	})
-	substratetest.Require(t, imageErr == nil, "vm image", fmt.Sprint(imageErr))
-	return imageDir
+	return vmtest.Image(t, filepath.Join("..", "..", ".."))
 }
 
 func newSub(t *testing.T) (*Substrate, string) {
