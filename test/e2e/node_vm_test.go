@@ -52,8 +52,20 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 		t.Errorf("a kubelet of the vm node runs on the host: %v", pids)
 	}
 
+	// A new value over the same state dir (a restarted bidder) finds the machine and stops it.
+	s2, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
+		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs, err := s2.List(ctx); err != nil || len(gs) != 1 || gs[0].Phase != substrate.Running || gs[0].Address != st.Address || gs[0].Accelerator != st.Accelerator {
+		t.Fatalf("restarted substrate lists %+v %v", gs, err)
+	}
+	if out, _ := s2.Logs(ctx, "v1-a", 0); !strings.Contains(string(out), "socialweb-node: disks mounted") {
+		t.Errorf("a vm node's logs are not its console:\n%s", out)
+	}
 	t2 := time.Now()
-	if err := s.Stop(ctx, "v1-a"); err != nil {
+	if err := s2.Stop(ctx, "v1-a"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("stop in %.2fs", time.Since(t2).Seconds())
