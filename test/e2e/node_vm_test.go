@@ -24,8 +24,9 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	const nodeName = "vm-node-a"
 	tc := joinableCluster(t, "v1", nodeName, time.Hour)
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
-		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
+	cfg := node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
+		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")}
+	s, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +54,7 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	}
 
 	// A new value over the same state dir (a restarted bidder) finds the machine and stops it.
-	s2, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
-		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")})
+	s2, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

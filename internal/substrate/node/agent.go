@@ -114,25 +114,20 @@ func (a *agent) start() error {
 		return err
 	}
 	addr := net.JoinHostPort(u.Hostname(), u.Port())
+	// In a vm guest (no namespace to enter) the address is on the guest's own loopback and
+	// the upstream is the host agent on the namespace's bridge.
+	upstream, where := addr, " in "+ns.Netns
 	if ns.Netns == "" {
-		// In a vm guest: the same address on the guest's loopback, forwarded to the host
-		// agent on the namespace's bridge.
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("forward %s: %w", addr, err)
-		}
-		a.ln = ln
-		go forwardTo(ln, ns.Upstream)
-		a.logf("forwarding %s to %s", addr, ns.Upstream)
+		upstream, where = ns.Upstream, ""
+		a.ln, err = net.Listen("tcp", addr)
 	} else {
-		ln, err := listenInNetns(ns.netnsPath(), addr)
-		if err != nil {
-			return fmt.Errorf("forward %s into %s: %w", addr, ns.Netns, err)
-		}
-		a.ln = ln
-		go forwardTo(ln, addr)
-		a.logf("forwarding %s in %s to %s on the host", addr, ns.Netns, addr)
+		a.ln, err = listenInNetns(ns.netnsPath(), addr)
 	}
+	if err != nil {
+		return fmt.Errorf("forward %s%s: %w", addr, where, err)
+	}
+	go forwardTo(a.ln, upstream)
+	a.logf("forwarding %s%s to %s", addr, where, upstream)
 
 	// 2. containerd in the namespace.
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {

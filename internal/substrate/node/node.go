@@ -305,22 +305,16 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 			return fail(substrate.ErrUnavailable, "sandbox image: %v", err)
 		}
 	}
-	sd := filepath.Join(dir, secretsDir)
-	if err := os.Mkdir(sd, 0o700); err != nil {
-		return fail(substrate.ErrBoot, "%v", err)
-	}
-	for k, v := range spec.Secrets {
-		if err := os.WriteFile(filepath.Join(sd, k), v, 0o400); err != nil {
-			return fail(substrate.ErrBoot, "%v", err)
-		}
-	}
 	if s.cfg.Flavour == FlavourVM {
-		// The machine's own run dir, runc root and cgroups are inside it.
+		// The machine's own run dir, runc root and cgroups are inside it, and so are the
+		// secrets: on its state disk, never in the guest dir on the host.
 		ns.Flavour, ns.RunDir, ns.Cgroup = FlavourVM, "", ""
 		ns.HostIP, ns.NodeIP, ns.BridgeIP = vmAddrs(idx)
 		if err := s.prepareVM(ctx, &ns, spec); err != nil {
 			return fail(substrate.ErrBoot, "%v", err)
 		}
+	} else if err := writeSecrets(filepath.Join(dir, secretsDir), spec.Secrets); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
 	}
 	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -347,6 +341,19 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	}
 	booted = true
 	return s.status(spec.ID, dir, gs, rec), nil
+}
+
+// writeSecrets writes one file per secret (mode 0400) into the new dir d (mode 0700).
+func writeSecrets(d string, secrets map[string][]byte) error {
+	if err := os.Mkdir(d, 0o700); err != nil {
+		return err
+	}
+	for k, v := range secrets {
+		if err := os.WriteFile(filepath.Join(d, k), v, 0o400); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func nodeStateFor(dir string) nodeState {

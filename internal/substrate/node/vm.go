@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -79,9 +78,9 @@ func newVM(cfg Config) (*vm.Substrate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if got := v.Image().Manifest.NodeModules; !slices.Equal(got, image.NodeModules) {
+	if m := v.Image().Manifest; !m.CarriesNodeModules() {
 		return nil, fmt.Errorf("%w: the vm image in %s carries node modules %v, want %v: rebuild it (socialweb image build)",
-			substrate.ErrUnavailable, cfg.VMImageDir, got, image.NodeModules)
+			substrate.ErrUnavailable, cfg.VMImageDir, m.NodeModules, image.NodeModules)
 	}
 	return v, nil
 }
@@ -112,7 +111,7 @@ func (s *Substrate) prepareVM(ctx context.Context, ns *nodeState, spec substrate
 	}
 	// The seed is the state disk's root, the guest's /var/lib.
 	in := func(p string) string { return filepath.Join(seed, strings.TrimPrefix(p, guestVarLib)) }
-	for _, d := range []string{in(guest.Dir) + "/" + secretsDir, in(guest.ImageDir)} {
+	for _, d := range []string{in(guest.Dir), in(guest.ImageDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -120,10 +119,8 @@ func (s *Substrate) prepareVM(ctx context.Context, ns *nodeState, spec substrate
 	if err := guestproc.WriteJSON(filepath.Join(in(guest.Dir), nodeFile), guest); err != nil {
 		return err
 	}
-	for k, v := range spec.Secrets {
-		if err := os.WriteFile(filepath.Join(in(guest.Dir), secretsDir, k), v, 0o400); err != nil {
-			return err
-		}
+	if err := writeSecrets(filepath.Join(in(guest.Dir), secretsDir), spec.Secrets); err != nil {
+		return err
 	}
 	if _, err := copyInto(seed, ns.PauseTar, strings.TrimPrefix(guest.PauseTar, guestVarLib)); err != nil {
 		return err

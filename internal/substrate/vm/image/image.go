@@ -66,6 +66,10 @@ type Manifest struct {
 	BuiltAt         time.Time `json:"builtAt"`
 }
 
+// CarriesNodeModules says whether the image's initramfs has every module of NodeModules,
+// which a vm-flavoured node loads.
+func (m Manifest) CarriesNodeModules() bool { return slices.Equal(m.NodeModules, NodeModules) }
+
 // Image is a built image on disk.
 type Image struct {
 	Dir    string
@@ -266,13 +270,14 @@ func baseArchive(busybox, modDir string) (*Archive, error) {
 		}
 		ar.Add(Entry{Name: p, Kind: Symlink, Link: "/bin/busybox"})
 	}
+	wanted := append(slices.Clone(NetModules), NodeModules...)
 	found := map[string]string{}
 	err = filepath.WalkDir(modDir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		name := strings.TrimSuffix(d.Name(), ".ko")
-		for _, m := range append(slices.Clone(NetModules), NodeModules...) {
+		for _, m := range wanted {
 			if name == m {
 				found[m] = p
 			}
@@ -282,7 +287,7 @@ func baseArchive(busybox, modDir string) (*Archive, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range append(slices.Clone(NetModules), NodeModules...) {
+	for _, m := range wanted {
 		p, ok := found[m]
 		if !ok {
 			return nil, fmt.Errorf("kernel modules: %s.ko not found under %s", m, modDir)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 
@@ -30,7 +29,7 @@ func Image(t testing.TB, root string) string {
 			wd, _ := os.Getwd()
 			vmImageDir = filepath.Join(wd, root, ".cache", "vm-image")
 		}
-		if im, err := image.Load(vmImageDir); err == nil && slices.Equal(im.Manifest.NodeModules, image.NodeModules) {
+		if im, err := image.Load(vmImageDir); err == nil && im.Manifest.CarriesNodeModules() {
 			return
 		}
 		if len(image.Prerequisites()) > 0 {
