@@ -8,6 +8,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -147,10 +148,24 @@ func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, want *apiex
 	if err != nil {
 		return err
 	}
+	if unchanged(have, want) {
+		return nil
+	}
 	upd := want.DeepCopy()
 	upd.ResourceVersion = have.ResourceVersion
 	_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, upd, metav1.UpdateOptions{})
 	return err
+}
+
+// unchanged says whether have, as the API server stores it, already is want: then the update
+// is skipped, since even an update that changes nothing is decoded, validated and its schema
+// checked in full, which on every restart cost tens of milliseconds a CRD.
+func unchanged(have, want *apiextensionsv1.CustomResourceDefinition) bool {
+	defaulted := want.DeepCopy()
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(defaulted)
+	return equality.Semantic.DeepEqual(have.Spec, defaulted.Spec) &&
+		equality.Semantic.DeepEqual(have.Labels, defaulted.Labels) &&
+		equality.Semantic.DeepEqual(have.Annotations, defaulted.Annotations)
 }
 
 func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dynamic.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/config/crd"
 	"socialweb.computer/internal/core"
 	"socialweb.computer/internal/testenv"
 )
@@ -107,6 +110,60 @@ func TestCore_RestartKeepsEveryObject(t *testing.T) {
 		}
 	}
 }
+
+// Every start installs the CRDs again: one that is already as declared is left alone (no
+// update request at all), one that differs is updated.
+func TestCore_InstallUpdatesOnlyChangedCRDs(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	var updates atomic.Int32
+	counting := rest.CopyConfig(env.Config)
+	counting.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/customresourcedefinitions/") {
+				updates.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+
+	crds, err := crd.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := core.InstallCRDs(ctx, counting, crds); err != nil {
+		t.Fatal(err)
+	}
+	if n := updates.Swap(0); n != 0 {
+		t.Errorf("installing the CRDs a second time sent %d updates, want 0", n)
+	}
+
+	changed := crds[0].DeepCopy()
+	changed.Spec.Versions[0].AdditionalPrinterColumns = append(changed.Spec.Versions[0].AdditionalPrinterColumns,
+		apiextensionsv1.CustomResourceColumnDefinition{Name: "Made", Type: "date", JSONPath: ".metadata.creationTimestamp"})
+	if err := core.InstallCRDs(ctx, counting, append([]*apiextensionsv1.CustomResourceDefinition{changed}, crds[1:]...)); err != nil {
+		t.Fatal(err)
+	}
+	if n := updates.Load(); n != 1 {
+		t.Errorf("installing one changed CRD sent %d updates, want 1", n)
+	}
+	cs, err := apiextensionsclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, changed.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := got.Spec.Versions[0].AdditionalPrinterColumns
+	if len(cols) == 0 || cols[len(cols)-1].Name != "Made" {
+		t.Errorf("%s was not updated: printer columns %v", changed.Name, cols)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestCore_DataDirIsLockedWhileInUse(t *testing.T) {
 	dir := t.TempDir()
