@@ -128,11 +128,25 @@ func Core(ctx context.Context, p Printer, o CoreOptions) (err error) {
 	say("creating %d Infras one after another, API server alone", o.Creates)
 	if err := run(func(t *tb) error {
 		env := testenv.Start(t, testenv.Options{Log: &inProcessLog})
+		before, err := costNow()
+		if err != nil {
+			return err
+		}
 		rate, err := sequentialCreates(ctx, env.Client, "alone", o.Creates)
 		if err != nil {
 			return err
 		}
+		after, err := costNow()
+		if err != nil {
+			return err
+		}
 		p.Line(fmt.Sprintf("sequential Infra creates (%d), API server alone, in-process client", o.Creates), rate, "")
+		p.Line("  what each of those creates cost", before.per(after, o.Creates), "")
+		host, err := hostReference(t.TempDir())
+		if err != nil {
+			return err
+		}
+		p.Line("  this host", host, "")
 		return nil
 	}); err != nil {
 		return err
