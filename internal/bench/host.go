@@ -56,9 +56,9 @@ func hostReference(dir string) (string, error) {
 }
 
 // cost is what a stretch of in-process work used: CPU time of this whole process (client,
-// API server and etcd together) and etcd's WAL fsyncs.
+// API server and etcd together), in user code and in the kernel, and etcd's WAL fsyncs.
 type cost struct {
-	cpu        time.Duration
+	user, sys  time.Duration
 	fsyncs     uint64
 	fsyncTotal time.Duration
 }
@@ -68,7 +68,7 @@ func costNow() (cost, error) {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return cost{}, err
 	}
-	c := cost{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	c := cost{user: time.Duration(ru.Utime.Nano()), sys: time.Duration(ru.Stime.Nano())}
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		return cost{}, err
@@ -87,7 +87,8 @@ func costNow() (cost, error) {
 
 // per says what each of n operations cost between two readings.
 func (c cost) per(after cost, n int) string {
-	s := fmt.Sprintf("CPU %s a create", ms((after.cpu-c.cpu)/time.Duration(n)))
+	user, sys := (after.user-c.user)/time.Duration(n), (after.sys-c.sys)/time.Duration(n)
+	s := fmt.Sprintf("CPU %s a create (user %s, system %s)", ms(user+sys), ms(user), ms(sys))
 	if k := after.fsyncs - c.fsyncs; k > 0 {
 		s += fmt.Sprintf(", etcd WAL fsync %s a write (%d writes)", ms((after.fsyncTotal-c.fsyncTotal)/time.Duration(k)), k)
 	}
