@@ -22,6 +22,8 @@ import (
 	"k8s.io/apiserver/pkg/util/openapi"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/kubernetes/scheme"
+	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/certs"
 
 	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
 )
@@ -115,7 +117,8 @@ func applySecureServing(o *genericoptions.SecureServingOptions, cfg *genericapis
 	if err := o.ApplyTo(&cfg.SecureServing); err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := loopbackPair(genericapiserver.LoopbackClientServerNameOverride)
+	// It outlives any one process: the pair lives in memory for one start.
+	certPEM, keyPEM, err := certs.SelfSigned(genericapiserver.LoopbackClientServerNameOverride, certs.CAValidity)
 	if err != nil {
 		return fmt.Errorf("loopback certificate: %w", err)
 	}
@@ -162,7 +165,7 @@ resources:
               secret: %s
       - identity: {}
 `, strings.Join(encryptedResources, ", "), key)
-	return writeFileAtomic(path, []byte(cfg), 0o600)
+	return atomicfile.Write(path, []byte(cfg), 0o600)
 }
 
 // waitReady polls /readyz through the loopback client until it answers ok.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"socialweb.computer/internal/atomicfile"
 )
 
 // dataDirFormat is the layout version written to the marker file. A data dir with a newer
@@ -115,7 +117,7 @@ func (d *DataDir) writeMarkerIfAbsent() error {
 		return nil
 	}
 	b, _ := json.Marshal(marker{Format: dataDirFormat, CreatedAt: time.Now().UTC()})
-	return writeFileAtomic(p, b, 0o600)
+	return atomicfile.Write(p, b, 0o600)
 }
 
 // takeLock holds an exclusive flock on root/lock for the life of the process. The kernel
@@ -150,30 +152,4 @@ func (d *DataDir) Close() {
 		d.lock.Close()
 		d.lock = nil
 	}
-}
-
-// writeFileAtomic writes through a temporary file and a rename, so a crash never leaves a
-// half-written file where a whole one was.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -4,6 +4,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"socialweb.computer/internal/atomicfile"
 )
 
 // ContextName is the kubeconfig context `up` writes.
@@ -20,7 +21,7 @@ func writeKubeconfig(path, server string, caPEM []byte, token string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, b, 0o600)
+	return atomicfile.Write(path, b, 0o600)
 }
 
 func restConfig(server string, caPEM []byte, token string) *rest.Config {

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"socialweb.computer/internal/certs"
 )
 
 // DefaultNamespaces are the namespaces a Ready cluster lists.
@@ -268,7 +270,7 @@ func loadPKI(dir string) (*PKI, error) {
 		return nil, fmt.Errorf("tenant CA in %s: %w", dir, err)
 	}
 	p.CA, p.CAKey = c, key
-	p.CAPEM = pemCert(c.Raw)
+	p.CAPEM = certs.CertPEM(c.Raw)
 	return p, nil
 }
 

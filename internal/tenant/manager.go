@@ -2,7 +2,9 @@ package tenant
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"crypto/rand"
-	"encoding/hex"
-
+	"socialweb.computer/internal/atomicfile"
 	"socialweb.computer/internal/tenant/gate"
 )
 
@@ -194,14 +194,14 @@ func (m *Manager) ensure(k Key) (*instance, error) {
 	for _, n := range []string{"controller-manager", "scheduler"} {
 		b, err := kubeconfigFiles(n, api, p.Cert("ca"), p.Cert(n), p.Key(n))
 		if err == nil {
-			err = writeFile(filepath.Join(l.Kubeconfigs(), n+".kubeconfig"), b, 0o600)
+			err = atomicfile.Write(filepath.Join(l.Kubeconfigs(), n+".kubeconfig"), b, 0o600)
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
 	spec, _ := json.MarshalIndent(BuildSpec(l, p, pr.APIServer, m.cfg.Advertise), "", "  ")
-	if err := writeFile(l.Spec(), spec, 0o600); err != nil {
+	if err := atomicfile.Write(l.Spec(), spec, 0o600); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(p.Cert("apiserver"), p.Key("apiserver"))
@@ -238,7 +238,7 @@ func leasePorts(path string) (ports, error) {
 	}
 	if changed {
 		b, _ := json.Marshal(p)
-		if err := writeFile(path, b, 0o600); err != nil {
+		if err := atomicfile.Write(path, b, 0o600); err != nil {
 			return p, err
 		}
 	}
@@ -403,7 +403,7 @@ func (m *Manager) spawn(in *instance) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	_ = writeFile(in.layout.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	_ = atomicfile.Write(in.layout.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	in.mu.Lock()

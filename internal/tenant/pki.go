@@ -10,12 +10,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/certs"
 )
 
 // A tenant cluster's PKI, kept in its directory so that certificates and kubeconfigs stay
@@ -28,7 +30,6 @@ import (
 //	controller-manager.crt/key, scheduler.crt/key
 //	apiserver-kubelet-client.crt/key   the apiserver's identity towards kubelets
 const (
-	caValidity     = 10 * 365 * 24 * time.Hour
 	leafValidity   = 365 * 24 * time.Hour
 	leafRenewAfter = 300 * 24 * time.Hour
 )
@@ -70,7 +71,7 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 	p := &PKI{Dir: dir}
 	crt, key, err := loadPair(p.path("ca"))
 	if errors.Is(err, os.ErrNotExist) {
-		crt, key, err = newCA("socialweb-tenant-ca")
+		crt, key, err = certs.NewCA("socialweb-tenant-ca")
 		if err == nil {
 			err = writePair(p.path("ca"), crt, key)
 		}
@@ -79,9 +80,9 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 		return nil, fmt.Errorf("tenant CA in %s: %w", dir, err)
 	}
 	p.CA, p.CAKey = crt, key
-	p.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: crt.Raw})
+	p.CAPEM = certs.CertPEM(crt.Raw)
 
-	if c, _, err := loadPair(p.path("apiserver")); err != nil || stale(c, p.CA) || !covers(c, ips) {
+	if c, _, err := loadPair(p.path("apiserver")); err != nil || stale(c, p.CA) || !certs.CoversIPs(c, ips) {
 		c, k, err := p.issue(pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth, ips, dnsNames, leafValidity)
 		if err != nil {
 			return nil, err
@@ -113,14 +114,14 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 		if err != nil {
 			return nil, err
 		}
-		der, err := x509.MarshalECPrivateKey(k)
+		keyPEM, err := certs.KeyPEM(k)
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
 			return nil, err
 		}
-		if err := writeFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, "sa.key"), keyPEM, 0o600); err != nil {
 			return nil, err
 		}
 	}
@@ -139,140 +140,23 @@ func (p *PKI) IssueClient(user string, groups []string, ttl time.Duration) (crtP
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return nil, nil, time.Time{}, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), c.NotAfter, nil
+	keyPEM, err = certs.KeyPEM(k)
+	return certs.CertPEM(c.Raw), keyPEM, c.NotAfter, err
 }
 
 func (p *PKI) issue(subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string, ttl time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      subject,
-		// A minute of slack for clocks; a client certificate's TTL is counted from now.
-		NotBefore:   now.Add(-time.Minute),
-		NotAfter:    now.Add(ttl),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: ips,
-		DNSNames:    dns,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.CA, &key.PublicKey, p.CAKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := x509.ParseCertificate(der)
-	return c, key, err
+	return certs.Issue(p.CA, p.CAKey, certs.Leaf{Subject: subject, Usage: usage, IPs: ips, DNSNames: dns, Validity: ttl})
 }
 
 func stale(c *x509.Certificate, ca *x509.Certificate) bool {
 	return time.Since(c.NotBefore) > leafRenewAfter || time.Until(c.NotAfter) < 24*time.Hour || c.CheckSignatureFrom(ca) != nil
 }
 
-func covers(c *x509.Certificate, ips []net.IP) bool {
-	for _, want := range ips {
-		found := false
-		for _, have := range c.IPAddresses {
-			found = found || have.Equal(want)
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-func newCA(cn string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(caValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := x509.ParseCertificate(der)
-	return c, key, err
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	return n
-}
-
+// loadPair and writePair read and write the pair base.crt, base.key.
 func loadPair(base string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	crtPEM, err := os.ReadFile(base + ".crt")
-	if err != nil {
-		return nil, nil, err
-	}
-	keyPEM, err := os.ReadFile(base + ".key")
-	if err != nil {
-		return nil, nil, err
-	}
-	cb, _ := pem.Decode(crtPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		return nil, nil, fmt.Errorf("%s.crt or .key is not PEM", base)
-	}
-	c, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	k, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, k, nil
+	return certs.LoadPair(base+".crt", base+".key")
 }
 
 func writePair(base string, c *x509.Certificate, k *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return err
-	}
-	if err := writeFile(base+".key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return err
-	}
-	return writeFile(base+".crt", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}), 0o644)
-}
-
-// writeFile writes atomically (temp file and rename): a crash leaves the old file or the new.
-func writeFile(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-func pemCert(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return certs.WritePair(base+".crt", base+".key", c, k)
 }

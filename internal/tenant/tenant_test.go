@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+	"socialweb.computer/internal/certs"
 )
 
 func TestCheckTTL(t *testing.T) {
@@ -67,7 +68,7 @@ func TestPKIAndMintedKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := readCert(t, p.Cert("apiserver"))
-	if !covers(srv, ips) || srv.CheckSignatureFrom(p.CA) != nil {
+	if !certs.CoversIPs(srv, ips) || srv.CheckSignatureFrom(p.CA) != nil {
 		t.Errorf("serving certificate SANs %v, want %v signed by the cluster CA", srv.IPAddresses, ips)
 	}
 	if firstServiceIP().String() != "10.43.0.1" {
