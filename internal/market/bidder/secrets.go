@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"socialweb.computer/internal/atomicfile"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/serviceauth"
 	"socialweb.computer/internal/substrate"
@@ -83,22 +84,7 @@ func (b *Bidder) saveDelivered() error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(b.cfg.StateDir, deliveredFile+".*")
-	if err != nil {
-		return fmt.Errorf("state: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(raw); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("state: %w", err)
-	}
-	// CreateTemp makes the file 0600.
-	if err := os.Rename(f.Name(), filepath.Join(b.cfg.StateDir, deliveredFile)); err != nil {
+	if err := atomicfile.Write(filepath.Join(b.cfg.StateDir, deliveredFile), raw, 0o600); err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
 	return nil

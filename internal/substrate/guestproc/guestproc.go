@@ -25,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"socialweb.computer/internal/atomicfile"
 )
 
 // Files in a guest dir.
@@ -84,11 +86,7 @@ func WriteJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
 }
 
 // ReadJSON reads path into v.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"socialweb.computer/internal/atomicfile"
 )
 
 // Images a node runs without a registry. No registry is reachable from a bidder host, so
@@ -158,11 +160,7 @@ func WriteOCIImage(path, name string, files []ImageFile, links map[string]string
 	if err := ow.Close(); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, out.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, out.Bytes(), 0o644)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

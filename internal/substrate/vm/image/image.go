@@ -21,6 +21,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"socialweb.computer/internal/atomicfile"
 )
 
 // Files in an image directory.
@@ -226,12 +228,12 @@ func BuildImage(ctx context.Context, outDir string, progress io.Writer) error {
 	m.BuiltAt = time.Now().UTC().Truncate(time.Second)
 	manifest, _ := json.MarshalIndent(m, "", "  ")
 	for name, data := range files {
-		if err := writeAtomic(filepath.Join(outDir, name), data, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(outDir, name), data, 0o644); err != nil {
 			return err
 		}
 	}
 	// The manifest last: its presence marks a complete image.
-	if err := writeAtomic(filepath.Join(outDir, ManifestFile), append(manifest, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(outDir, ManifestFile), append(manifest, '\n'), 0o644); err != nil {
 		return err
 	}
 	done()
@@ -359,26 +361,6 @@ func run(ctx context.Context, stdout io.Writer, name string, args ...string) err
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return nil
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 func sum(b []byte) string {
