@@ -22,10 +22,11 @@ import (
 	"k8s.io/apiserver/pkg/util/openapi"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/kubernetes/scheme"
-	"socialweb.computer/internal/atomicfile"
-	"socialweb.computer/internal/certs"
 
 	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
+
+	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/certs"
 )
 
 // AdminUser is the identity of the core's admin token.
@@ -117,17 +118,17 @@ func applySecureServing(o *genericoptions.SecureServingOptions, cfg *genericapis
 	if err := o.ApplyTo(&cfg.SecureServing); err != nil {
 		return err
 	}
-	// It outlives any one process: the pair lives in memory for one start.
+	// The pair lives in memory for one start; its validity only has to outlast the process.
 	certPEM, keyPEM, err := certs.SelfSigned(genericapiserver.LoopbackClientServerNameOverride, certs.CAValidity)
 	if err != nil {
 		return fmt.Errorf("loopback certificate: %w", err)
 	}
-	certs, err := dynamiccertificates.NewStaticSNICertKeyContent("self-signed loopback", certPEM, keyPEM, genericapiserver.LoopbackClientServerNameOverride)
+	loopback, err := dynamiccertificates.NewStaticSNICertKeyContent("self-signed loopback", certPEM, keyPEM, genericapiserver.LoopbackClientServerNameOverride)
 	if err != nil {
 		return fmt.Errorf("loopback certificate: %w", err)
 	}
 	// First, so it wins over any other certificate for the same name.
-	cfg.SecureServing.SNICerts = append([]dynamiccertificates.SNICertKeyContentProvider{certs}, cfg.SecureServing.SNICerts...)
+	cfg.SecureServing.SNICerts = append([]dynamiccertificates.SNICertKeyContentProvider{loopback}, cfg.SecureServing.SNICerts...)
 	token, err := randomKey32()
 	if err != nil {
 		return err

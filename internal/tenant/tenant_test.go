@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
 	"socialweb.computer/internal/certs"
 )
 
