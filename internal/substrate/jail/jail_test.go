@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"socialweb.computer/internal/substrate/substratetest"
 )
 
 func TestMain(m *testing.M) {
@@ -97,13 +99,8 @@ func TestJailAloneHidesTheHost(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	deno := os.Getenv("SOCIALWEB_DENO")
-	if deno == "" {
-		deno, _ = exec.LookPath("deno")
-	}
-	if deno == "" {
-		t.Skip("no deno (SOCIALWEB_DENO)")
-	}
+	deno := findDeno()
+	substratetest.Require(t, deno != "", "deno", "run hack/install-deno.sh")
 	unshare, err := Unshare()
 	if err != nil {
 		t.Skip("no unshare")
@@ -184,6 +181,22 @@ console.log("DONE");
 			t.Errorf("want %q in the output", want)
 		}
 	}
+}
+
+// findDeno is $SOCIALWEB_DENO, else the project's install above the working directory, else
+// deno on PATH (the deno substrate's order; that package imports this one).
+func findDeno() string {
+	if p := os.Getenv("SOCIALWEB_DENO"); p != "" {
+		return p
+	}
+	for dir, _ := os.Getwd(); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+		p := filepath.Join(dir, ".cache/deno/node_modules/@deno/linux-x64-glibc/deno")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("deno")
+	return p
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
