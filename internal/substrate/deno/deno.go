@@ -126,6 +126,9 @@ func New(cfg Config) (*Substrate, error) {
 		return unavailable("deno guests run jailed (namespaces, cgroups, a uid of their own), which needs root: run the bidder as root")
 	}
 	if cfg.Init == "" {
+		if !jail.Answers() {
+			return unavailable("this binary is not a jail init (it does not call jail.MaybeRun first in main or TestMain) and Config.Init names none")
+		}
 		self, err := os.Executable()
 		if err != nil {
 			return unavailable("the jail's init is this binary, which cannot be found: %v", err)

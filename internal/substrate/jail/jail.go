@@ -3,8 +3,9 @@
 // otherwise), inside its cgroups, as an unprivileged uid of its own with no capabilities and
 // no_new_privs.
 //
-// The init is this package's Run, reached through a re-exec of the calling binary (the hidden
-// `guest-jail CONFIG` command of socialweb, or a test binary's TestMain through MaybeRun)
+// The init is this package's Run, reached through a re-exec of the calling binary
+// (`socialweb guest-jail CONFIG`, answered by MaybeRun first thing in main, or a test
+// binary's TestMain)
 // under util-linux unshare(1), which makes the namespaces and forks it as PID 1 of the new
 // PID namespace. Run, still root on the host:
 //
@@ -29,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -97,12 +99,21 @@ func Argv(unshare, self, configPath string) []string {
 }
 
 // MaybeRun runs the init and exits when this process was started as one (os.Args[1] ==
-// Command); otherwise it returns. Test binaries call it first thing in TestMain.
+// Command); otherwise it returns. socialweb's main and test binaries' TestMain call it first
+// thing.
 func MaybeRun() {
+	answers.Store(true)
 	if len(os.Args) == 3 && os.Args[1] == Command {
 		os.Exit(Run(os.Args[2]))
 	}
 }
+
+var answers atomic.Bool
+
+// Answers reports whether this binary answers Command (it called MaybeRun), so it can be the
+// jail's init. A binary that does not would take `guest-jail CONFIG` for something else (a
+// test binary runs its tests).
+func Answers() bool { return answers.Load() }
 
 // Exit statuses of the init itself (the program's own status passes through otherwise).
 const (
