@@ -37,8 +37,9 @@ const (
 	secretsDir  = "secrets"
 	workDir     = "work"
 	cacheDir    = "deno-dir"
-	jailFile    = "jail.json" // the jail's config, read by its init (outside the jail's view)
-	rootDir     = "root"      // the jail's root is mounted here, in the jail's namespace only
+	jailFile    = "jail.json"  // the jail's config, read by its init (outside the jail's view)
+	rootDir     = "root"       // the jail's root is mounted here, in the jail's namespace only
+	oomFile     = "oom-killed" // the cgroups, gone after Stop, had an OOM kill
 )
 
 // Environment variables the guest program can read (each granted by
@@ -468,7 +469,7 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
 		st.RunningAt = gs.StartedAt
 		switch {
-		case code == 128+int(syscall.SIGKILL) && jail.OOMKilled(gs.Cgroups):
+		case code == 128+int(syscall.SIGKILL) && (exists(filepath.Join(dir, oomFile)) || jail.OOMKilled(gs.Cgroups)):
 			st.Message = fmt.Sprintf("killed by the kernel: the guest passed its memory limit of %d MiB", gs.Spec.MemMiB)
 		case code == jail.ExitSetup:
 			st.Message = "the guest's jail could not be set up (its log says why)"
@@ -503,11 +504,20 @@ func (s *Substrate) Stop(ctx context.Context, id string) error {
 	_ = os.RemoveAll(filepath.Join(dir, secretsDir))
 	var gs guestState
 	if err := guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs); err == nil {
-		if err := jail.RemoveCgroups(gs.Cgroups); err != nil {
+		if err := removeCgroups(dir, gs); err != nil {
 			return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
 		}
 	}
 	return nil
+}
+
+// removeCgroups removes the guest's cgroups, first noting in the guest dir whether the OOM
+// killer struck there (Status still says why an ended guest was killed).
+func removeCgroups(dir string, gs guestState) error {
+	if jail.OOMKilled(gs.Cgroups) {
+		_ = os.WriteFile(filepath.Join(dir, oomFile), nil, 0o600)
+	}
+	return jail.RemoveCgroups(gs.Cgroups)
 }
 
 // Remove implements substrate.Substrate.

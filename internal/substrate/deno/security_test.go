@@ -294,6 +294,13 @@ for (let i = 0; ; i++) {
 	if strings.Contains(string(logs), "allocated 256 MiB") {
 		t.Fatalf("the guest got past its limit: %q", logs)
 	}
+	// A bidder stops an ended guest (its cgroups go) and reads its status after.
+	if err := s.Stop(ctx, "hog"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Status(ctx, "hog"); !strings.Contains(st.Message, "memory limit of 128 MiB") {
+		t.Fatalf("after stop: %+v", st)
+	}
 	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "after", UserData: []byte(`console.log("fine");`)}); err != nil {
 		t.Fatal(err)
 	}
