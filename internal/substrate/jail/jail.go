@@ -34,6 +34,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"socialweb.computer/internal/procmem"
 )
 
 // Command is the argument that makes a binary run the init: `<binary> guest-jail CONFIG`.
@@ -177,6 +179,9 @@ func Run(path string) int {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
 		}
 	}()
+	// The init lives as long as the guest: hand back what starting the binary took (its
+	// package initialisers' heap and the executable pages they touched).
+	procmem.Settle()
 	// PID 1 reaps every orphan of the namespace; it leaves when the program itself ends.
 	for {
 		var ws syscall.WaitStatus
