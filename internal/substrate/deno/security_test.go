@@ -40,14 +40,17 @@ func hostMarker(t *testing.T) (string, string) {
 // Attacks is a guest that tries every way out Deno offers and prints one line per attempt:
 // "ATTEMPT <name> ok <what it got>" or "ATTEMPT <name> refused <error>".
 const attacks = `
-const dir = %q, port = %d, hostVar = %q;
+const dir = %[1]q, port = %[2]d, hostVar = %[3]q;
 async function attempt(name, f) {
   try { console.log("ATTEMPT " + name + " ok " + JSON.stringify(await f())); }
   catch (e) { console.log("ATTEMPT " + name + " refused " + e.name + ": " + e.message); }
 }
-await attempt("import-json", async () => (await import(dir + "/secret.json", { with: { type: "json" } })).default);
-await attempt("import-js", async () => (await import(dir + "/secret.js")).marker);
-await attempt("import-json-url", async () => (await import("file://" + dir + "/secret.json", { with: { type: "json" } })).default);
+// Literal specifiers: Deno loads those with the module graph, before any permission check.
+await attempt("import-json", async () => (await import(%[4]q, { with: { type: "json" } })).default);
+await attempt("import-js", async () => (await import(%[5]q)).marker);
+await attempt("import-json-url", async () => (await import(%[6]q, { with: { type: "json" } })).default);
+// Computed specifiers go through the permission check at run time.
+await attempt("import-json-computed", async () => (await import(dir + "/secret.json", { with: { type: "json" } })).default);
 await attempt("import-passwd", async () => (await import("/etc/passwd", { with: { type: "text" } })).default);
 await attempt("read", () => Deno.readTextFile(dir + "/secret.txt"));
 await attempt("read-proc-root", () => Deno.readTextFile("/proc/1/root" + dir + "/secret.txt"));
@@ -81,7 +84,8 @@ func TestGuestCannotReachTheHost(t *testing.T) {
 			accepted <- struct{}{}
 		}
 	}()
-	prog := fmt.Sprintf(attacks, dir, l.Addr().(*net.TCPAddr).Port, hostVar)
+	prog := fmt.Sprintf(attacks, dir, l.Addr().(*net.TCPAddr).Port, hostVar,
+		dir+"/secret.json", dir+"/secret.js", "file://"+dir+"/secret.json")
 	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "attacker", UserData: []byte(prog)}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func TestGuestCannotReachTheHost(t *testing.T) {
 	if !strings.Contains(string(logs), "ATTEMPTS DONE") {
 		t.Fatalf("the guest did not get through its attempts: %s", logs)
 	}
-	for _, name := range []string{"import-json", "import-js", "import-json-url", "import-passwd", "read", "read-proc-root", "write", "command", "dlopen", "env", "env-all", "connect"} {
+	for _, name := range []string{"import-json", "import-js", "import-json-url", "import-json-computed", "import-passwd", "read", "read-proc-root", "write", "command", "dlopen", "env", "env-all", "connect"} {
 		if !strings.Contains(string(logs), "ATTEMPT "+name+" refused ") {
 			t.Errorf("attempt %s was not refused", name)
 		}
