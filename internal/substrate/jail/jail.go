@@ -28,14 +28,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"socialweb.computer/internal/procmem"
 )
 
 // Command is the argument that makes a binary run the init: `<binary> guest-jail CONFIG`.
@@ -179,9 +178,11 @@ func Run(path string) int {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
 		}
 	}()
-	// The init lives as long as the guest: hand back what starting the binary took (its
-	// package initialisers' heap and the executable pages they touched).
-	procmem.Settle()
+	// The init lives as long as the guest: hand back the heap its binary's package
+	// initialisers left. (Not the executable's pages, as procmem.Settle would: they are
+	// shared with every other init and the bidder, and paging them out makes the next
+	// guest's init read them back.)
+	debug.FreeOSMemory()
 	// PID 1 reaps every orphan of the namespace; it leaves when the program itself ends.
 	for {
 		var ws syscall.WaitStatus
