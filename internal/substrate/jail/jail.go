@@ -13,7 +13,9 @@
 //  2. mounts a small tmpfs as the new root, binds the listed paths into it, mounts a /proc
 //     of the new PID namespace, pivot_roots into it, detaches the host's tree and makes the
 //     root read-only,
-//  3. sets no_new_privs, empties the capability bounding set, and
+//  3. sets no_new_privs, empties the capability bounding set, installs a seccomp filter that
+//     refuses namespaces, mounts, ptrace and kernel interfaces a JavaScript runtime does not
+//     use (seccomp.go), and
 //  4. forks the program as Config.UID/GID with no supplementary groups (the change of uid
 //     clears every capability), forwards SIGTERM/SIGINT/SIGHUP to it, reaps every orphan,
 //     and exits with the program's status (128+signal when killed) as soon as it ends; the
@@ -159,6 +161,9 @@ func Run(path string) int {
 		}
 	}
 	if err := dropPrivileges(); err != nil {
+		return fail("%v", err)
+	}
+	if err := installSeccomp(); err != nil {
 		return fail("%v", err)
 	}
 	pid, err := syscall.ForkExec(c.Argv[0], c.Argv, &syscall.ProcAttr{

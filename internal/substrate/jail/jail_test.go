@@ -94,7 +94,7 @@ func TestUIDs(t *testing.T) {
 
 // TestJailAloneHidesTheHost runs deno with every Deno permission granted inside a jail: what
 // stops it here is the jail alone. It must not see a host file, write one, run a host
-// program, or keep any privilege.
+// program, keep any privilege, or make a user namespace or ptrace itself through libc.
 func TestJailAloneHidesTheHost(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -135,6 +135,20 @@ await attempt("read-passwd", () => Deno.readTextFile("/etc/passwd"));
 await attempt("write", () => Deno.writeTextFile(dir + "/written", "x"));
 await attempt("write-root", () => Deno.writeTextFile("/written", "x"));
 await attempt("command", async () => (await new Deno.Command("/bin/sh", { args: ["-c", "id"] }).output()).code);
+// Raw syscalls through libc (FFI is granted here): the seccomp filter's refusals.
+const libc = Deno.dlopen(Deno.args[1], {
+  unshare: { parameters: ["i32"], result: "i32" },
+  ptrace: { parameters: ["i32", "i32", "pointer", "pointer"], result: "i64" },
+  syscall: { parameters: ["i64", "i64"], result: "i64" },
+  __errno_location: { parameters: [], result: "pointer" },
+});
+const errno = () => new Deno.UnsafePointerView(libc.symbols.__errno_location()).getInt32();
+// [result, errno]: EPERM (1) is the filter; unshare alone fails with EINVAL (22) in a
+// multi-threaded process, so its errno tells which refused it.
+await attempt("unshare-user", () => [libc.symbols.unshare(0x10000000), errno()]);
+await attempt("ptrace-traceme", () => [Number(libc.symbols.ptrace(0, 0, null, null)), errno()]);
+// userfaultfd(UFFD_USER_MODE_ONLY) is open to unprivileged processes (x86_64: syscall 323).
+await attempt("userfaultfd", () => [Number(libc.symbols.syscall(323n, 1n)), errno()]);
 await attempt("uid", () => Deno.uid());
 await attempt("status", async () => (await Deno.readTextFile("/proc/self/status")).split("\n").filter((l) => /^(Uid|Cap(Prm|Eff|Bnd)|NoNewPrivs)/.test(l)).join("; "));
 console.log("DONE");
@@ -150,8 +164,14 @@ console.log("DONE");
 	for _, l := range libs {
 		ms = append(ms, Mount{Source: l, Target: l, Exec: true})
 	}
+	libc := ""
+	for _, l := range libs {
+		if filepath.Base(l) == "libc.so.6" {
+			libc = l
+		}
+	}
 	cfg := Config{Root: root, Mounts: ms, UID: uid, GID: uid, Cwd: "/work", Hostname: "guest",
-		Argv: []string{"/deno", "run", "--allow-all", "--no-prompt", "/main.ts", host}}
+		Argv: []string{"/deno", "run", "--allow-all", "--no-prompt", "/main.ts", host, libc}}
 	b, _ := jsonMarshal(cfg)
 	cfgPath := filepath.Join(guest, "jail.json")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
@@ -176,7 +196,7 @@ console.log("DONE");
 	if _, err := os.Stat(filepath.Join(host, "written")); err == nil {
 		t.Error("the jailed program wrote a host file")
 	}
-	for _, want := range []string{"ATTEMPT uid ok 1799999999", "CapPrm:\\t0000000000000000", "CapEff:\\t0000000000000000", "CapBnd:\\t0000000000000000", "NoNewPrivs:\\t1"} {
+	for _, want := range []string{"ATTEMPT unshare-user ok [-1,1]", "ATTEMPT ptrace-traceme ok [-1,1]", "ATTEMPT userfaultfd ok [-1,1]", "ATTEMPT uid ok 1799999999", "CapPrm:\\t0000000000000000", "CapEff:\\t0000000000000000", "CapBnd:\\t0000000000000000", "NoNewPrivs:\\t1"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("want %q in the output", want)
 		}
