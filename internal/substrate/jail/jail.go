@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -133,6 +134,9 @@ func Run(path string) int {
 	if os.Getpid() != 1 {
 		return fail("not PID 1 of a PID namespace of its own (run it through unshare --pid --fork)")
 	}
+	// no_new_privs, the bounding set and the seccomp filter are per thread, and the program
+	// inherits them from the thread that forks it: set them and fork on this one thread.
+	runtime.LockOSThread()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fail("%v", err)
