@@ -9,7 +9,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -92,6 +91,8 @@ func newFloor(config io.Reader) (*floor, error) {
 		Metrics:          noMetrics{},
 		PodSpecExtractor: podsecurityadmission.DefaultPodSpecExtractor{},
 		NamespaceGetter:  unlabelledNamespaces{},
+		// Only read when a namespace's labels change, which the floor does not evaluate.
+		PodLister: noPods{},
 	}
 	if err := delegate.CompleteConfiguration(); err != nil {
 		return nil, err
@@ -148,6 +149,10 @@ type unlabelledNamespaces struct{}
 func (unlabelledNamespaces) GetNamespace(_ context.Context, name string) (*corev1.Namespace, error) {
 	return &corev1.Namespace{}, nil
 }
+
+type noPods struct{}
+
+func (noPods) ListPods(context.Context, string) ([]*corev1.Pod, error) { return nil, nil }
 
 // v1PodAttributes presents the apiserver's internal Pod objects as core/v1, as the Pod
 // Security library reads them.

@@ -71,10 +71,10 @@ func TestFloor_Pods(t *testing.T) {
 			p.Spec.Volumes = []core.Volume{{Name: "root", VolumeSource: core.VolumeSource{HostPath: &core.HostPathVolumeSource{Path: "/"}}}}
 		}), false, "hostPath"},
 		{"baseline", pod("hostpid", func(p *core.Pod) {
-			p.Spec.SecurityContext = &core.PodSecurityContext{HostPID: true}
+			p.Spec.HostPID = true
 		}), false, "hostPID"},
 		{"baseline", pod("hostnetwork", func(p *core.Pod) {
-			p.Spec.SecurityContext = &core.PodSecurityContext{HostNetwork: true}
+			p.Spec.HostNetwork = true
 		}), false, "hostNetwork"},
 		{"baseline", pod("sysadmin", func(p *core.Pod) {
 			p.Spec.Containers[0].SecurityContext = &core.SecurityContext{Capabilities: &core.Capabilities{Add: []core.Capability{"SYS_ADMIN"}}}
