@@ -182,6 +182,19 @@ spec:
 	if _, stderr, err := kubectlTry(kc, compliant, "apply", "-f", "-"); err != nil {
 		t.Errorf("restricted-compliant pod refused: %v %q", err, stderr)
 	}
+
+	// The admitted pods rent a node: deleting the cluster releases it before up stops.
+	var now v1alpha1.Cluster
+	if err := c.Get(ctx, key, &now); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &now); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 120*time.Second, "the Cluster is gone", func() (bool, error) {
+		err := c.Get(ctx, key, &v1alpha1.Cluster{})
+		return client.IgnoreNotFound(err) == nil && err != nil, err
+	})
 }
 
 // The operator's floor: `up --pod-security restricted` makes every cluster restricted, and
