@@ -220,7 +220,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// Only the bidders that boot this kind of guest are waited for: a deno bidder never
 	// answers a node contract, and waiting for it would hold every node rfp to its deadline.
-	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids)
+	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Isolation)
 	s.Winner = st.Winner
 	if st.Accept != "" {
 		r.Index.Own(st.Accept, key)
