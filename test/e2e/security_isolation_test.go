@@ -17,6 +17,7 @@ import (
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/atclient"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
@@ -130,16 +131,45 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		t.Error("plain: Held but no guest process")
 	}
 
+	// A requirement the API does not know is refused at the door, not dropped.
+	bad := &v1alpha1.ComputeContract{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "bad"},
+		Spec: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, RequireIsolation: "process", RepoRef: &v1alpha1.ObjectRef{Name: "owner"}}}
+	if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "requireIsolation") {
+		t.Errorf("requireIsolation process: %v, want Invalid naming the field", err)
+	}
+
+	// An Infra contract's requirement reaches the ComputeContract it composes, and holds there.
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "iso"},
+		Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "api", State: v1alpha1.ContractRequested,
+			ComputeKind: v1alpha1.ComputeKindDeno, RequireIsolation: v1alpha1.IsolationVM, UserData: `setInterval(() => {}, 1000);`,
+			PolicyArgs: map[string]string{"bidWindowSec": "3"}}},
+			Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "owner"}}}}
+	if err := c.Create(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+	ccName := infra.ContractName(infra.KindInfra, "iso", "api")
+	got = wait(ccName, v1alpha1.ComputeContractFailed, v1alpha1.ComputeContractHeld, v1alpha1.ComputeContractReleased)
+	if got.Spec.RequireIsolation != v1alpha1.IsolationVM || got.Status.Phase != v1alpha1.ComputeContractFailed || !strings.Contains(got.Status.Message, "requireIsolation vm") {
+		t.Errorf("infra contract: requireIsolation %q, phase %s, message %q; want vm, Failed naming it", got.Spec.RequireIsolation, got.Status.Phase, got.Status.Message)
+	}
+	if err := c.Delete(ctx, inf); err != nil {
+		t.Fatal(err)
+	}
+
 	for _, cc := range []*v1alpha1.ComputeContract{strict, plain} {
 		if err := c.Delete(ctx, cc); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 60*time.Second, "contracts gone and no deno guest left", func() (bool, error) {
+	testenv.Eventually(t, 60*time.Second, "contracts and infra gone and no deno guest left", func() (bool, error) {
 		var l v1alpha1.ComputeContractList
 		if err := c.List(ctx, &l, client.InNamespace("default")); err != nil {
 			return false, err
 		}
-		return len(l.Items) == 0 && len(substratetest.Procs(denoGuests)) == 0, nil
+		var il v1alpha1.InfraList
+		if err := c.List(ctx, &il, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		return len(l.Items) == 0 && len(il.Items) == 0 && len(substratetest.Procs(denoGuests)) == 0, nil
 	})
 }
