@@ -16,9 +16,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"socialweb.computer/internal/substrate/jail"
 )
 
 func main() {
+	// `socialweb guest-jail CONFIG` is the init of a jailed deno guest (internal/substrate/jail),
+	// started by the deno substrate; it is answered before anything else is set up.
+	jail.MaybeRun()
 	// The Kubernetes components linked in for `socialweb kube` register flags such as
 	// --version on pflag's global set at init; cobra would show them on every command. Each
 	// kube component parses its own flag sets, so the global one is not needed by cobra; it is

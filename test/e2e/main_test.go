@@ -7,12 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"socialweb.computer/internal/substrate/jail"
 )
 
 // socialwebBin is the binary under test, built once per run.
 var socialwebBin string
 
 func TestMain(m *testing.M) {
+	// The deno substrates the rows start in this process jail their guests with this binary.
+	jail.MaybeRun()
 	// The test command builds the binary once for every package that runs it.
 	if bin := os.Getenv("SOCIALWEB_TEST_BIN"); bin != "" {
 		socialwebBin = bin

@@ -43,7 +43,7 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		bidder string
 		want   mk.OfferingIsolation
 	}{
-		{denoBidder, mk.OfferingIsolation{Substrate: "deno", Boundary: "process", Layers: []string{"deno-permissions"}}},
+		{denoBidder, mk.OfferingIsolation{Substrate: "deno", Boundary: "namespace", Layers: []string{"mount-namespace", "pid-namespace", "seccomp", "cgroup-limits", "no-new-privs", "deno-permissions"}}},
 		{nodeBidder, mk.OfferingIsolation{Substrate: "node", Boundary: "namespace", Layers: []string{"network-namespace"}}},
 	} {
 		var off *mk.Offering
@@ -108,7 +108,7 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 	refused := false
 	for _, b := range got.Status.Bids {
 		if b.Bidder == denoBidder {
-			refused = strings.Contains(b.Refused, "requireIsolation vm") && strings.Contains(b.Refused, "process")
+			refused = strings.Contains(b.Refused, "requireIsolation vm") && strings.Contains(b.Refused, "namespace")
 			if !refused {
 				t.Errorf("strict: the deno bidder's bid is refused with %q; want the requirement and its stated boundary", b.Refused)
 			}

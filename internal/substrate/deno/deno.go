@@ -1,7 +1,11 @@
 // Package deno is the deno substrate: a guest is `deno run` of the spec's
 // userData with Deno's permissions denied except what the spec grants,
 // never prompting, in its own session and process group, with its own
-// working dir and a scrubbed environment.
+// working dir and a scrubbed environment, and contained by package jail: its
+// own mount, PID, IPC and UTS namespaces with only its files, the deno binary
+// and its libraries in view, its own cgroups with the contract's limits, and
+// a uid of its own with no capabilities. Deno's permissions are the inner
+// layer, the jail the outer one.
 package deno
 
 import (
@@ -15,10 +19,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/jail"
 )
 
 // Kind is this substrate's name.
@@ -31,6 +37,9 @@ const (
 	secretsDir  = "secrets"
 	workDir     = "work"
 	cacheDir    = "deno-dir"
+	jailFile    = "jail.json"  // the jail's config, read by its init (outside the jail's view)
+	rootDir     = "root"       // the jail's root is mounted here, in the jail's namespace only
+	oomFile     = "oom-killed" // the cgroups, gone after Stop, had an OOM kill
 )
 
 // Environment variables the guest program can read (each granted by
@@ -55,13 +64,25 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL
 	// (default 2s).
 	StopGrace time.Duration
+	// Init is the binary that runs the jail's init when given jail.Command (socialweb, or a
+	// test binary whose TestMain calls jail.MaybeRun); empty means this process's own.
+	Init string
+	// UIDs is where guests' uids come from; zero means jail.DefaultUIDs.
+	UIDs jail.UIDs
+	// Pids caps the tasks (processes and threads) of a guest (default 256).
+	Pids int
+	// CgroupRoot is where the cgroup file system is mounted (default /sys/fs/cgroup).
+	CgroupRoot string
 }
 
 // Substrate runs deno guests.
 type Substrate struct {
-	cfg   Config
-	store guestproc.Store
-	mu    sync.Mutex
+	cfg     Config
+	store   guestproc.Store
+	mu      sync.Mutex
+	unshare string       // util-linux unshare(1)
+	cgroups jail.Cgroups // the host's cgroup hierarchy
+	libs    []string     // what the deno binary loads
 }
 
 var _ substrate.Substrate = (*Substrate)(nil)
@@ -89,10 +110,48 @@ func New(cfg Config) (*Substrate, error) {
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 2 * time.Second
 	}
+	if cfg.UIDs == (jail.UIDs{}) {
+		cfg.UIDs = jail.DefaultUIDs
+	}
+	if cfg.Pids <= 0 {
+		cfg.Pids = 256
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	unavailable := func(format string, args ...any) (*Substrate, error) {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, format, args...)
+	}
+	// Every guest is jailed: namespaces, cgroups and a uid per guest need root.
+	if os.Geteuid() != 0 {
+		return unavailable("deno guests run jailed (namespaces, cgroups, a uid of their own), which needs root: run the bidder as root")
+	}
+	if cfg.Init == "" {
+		if !jail.Answers() {
+			return unavailable("this binary is not a jail init (it does not call jail.MaybeRun first in main or TestMain) and Config.Init names none")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return unavailable("the jail's init is this binary, which cannot be found: %v", err)
+		}
+		cfg.Init = self
+	}
+	unshare, err := jail.Unshare()
+	if err != nil {
+		return unavailable("no unshare (util-linux): %v", err)
+	}
+	cgroups, err := jail.ProbeCgroups(cfg.CgroupRoot, "socialweb-guests")
+	if err != nil {
+		return unavailable("no cgroup hierarchy for the guests' limits: %v", err)
+	}
+	libs, err := jail.Libraries(cfg.Deno)
+	if err != nil {
+		return unavailable("libraries of %s: %v", cfg.Deno, err)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Substrate{cfg: cfg, store: guestproc.Store{Root: cfg.StateDir}}, nil
+	return &Substrate{cfg: cfg, store: guestproc.Store{Root: cfg.StateDir}, unshare: unshare, cgroups: cgroups, libs: libs}, nil
 }
 
 // DefaultBinary finds deno: $SOCIALWEB_DENO, else the project's own install
@@ -148,6 +207,10 @@ type guestState struct {
 	Ports     []substrate.PortBinding `json:"ports,omitempty"`
 	Argv      []string                `json:"argv"`
 	StartedAt time.Time               `json:"startedAt"`
+	// UID is the guest's own host uid (and gid).
+	UID int `json:"uid"`
+	// Cgroups are the guest's cgroup directories, removed on Stop and Remove.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 func validNet(e string) bool {
@@ -196,23 +259,45 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if err != nil {
 		return fail(substrate.ErrBoot, "state dir: %v", err)
 	}
-	st, err := s.start(dir, spec)
+	uid, err := s.cfg.UIDs.Take(dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	var cgroups []string
+	st, err := s.start(dir, spec, uid, &cgroups)
+	if err != nil {
+		_ = jail.RemoveCgroups(cgroups)
+		_ = os.RemoveAll(dir)
+		s.cfg.UIDs.Release(uid, dir)
 		return fail(substrate.ErrBoot, "%v", err)
 	}
 	return st, nil
 }
 
-func (s *Substrate) start(dir string, spec substrate.GuestSpec) (substrate.GuestStatus, error) {
+// own makes path the guest's (its uid and gid) with mode.
+func own(path string, uid int, mode os.FileMode) error {
+	if err := os.Chown(path, uid, uid); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
+}
+
+func (s *Substrate) start(dir string, spec substrate.GuestSpec, uid int, cgroups *[]string) (substrate.GuestStatus, error) {
 	prog := filepath.Join(dir, programFile)
-	if err := os.WriteFile(prog, spec.UserData, 0o600); err != nil {
+	if err := os.WriteFile(prog, spec.UserData, 0o400); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	if err := own(prog, uid, 0o400); err != nil {
 		return substrate.GuestStatus{}, err
 	}
 	work := filepath.Join(dir, workDir)
 	cache := filepath.Join(dir, cacheDir)
 	for _, d := range []string{work, cache} {
 		if err := os.Mkdir(d, 0o700); err != nil {
+			return substrate.GuestStatus{}, err
+		}
+		if err := own(d, uid, 0o700); err != nil {
 			return substrate.GuestStatus{}, err
 		}
 	}
@@ -237,6 +322,12 @@ func (s *Substrate) start(dir string, spec substrate.GuestSpec) (substrate.Guest
 			if err := os.WriteFile(filepath.Join(sd, name), v, 0o400); err != nil {
 				return substrate.GuestStatus{}, err
 			}
+			if err := own(filepath.Join(sd, name), uid, 0o400); err != nil {
+				return substrate.GuestStatus{}, err
+			}
+		}
+		if err := own(sd, uid, 0o500); err != nil {
+			return substrate.GuestStatus{}, err
 		}
 		env = append(env, EnvSecretsDir+"="+sd)
 		allowEnv = append(allowEnv, EnvSecretsDir)
@@ -278,17 +369,79 @@ func (s *Substrate) start(dir string, spec substrate.GuestSpec) (substrate.Guest
 	argv = append(argv, prog)
 	sort.Strings(env)
 
+	cg, err := s.cgroups.Create(fmt.Sprintf("deno-%d", uid), jail.Limits{CPUs: spec.CPUs, MemMiB: spec.MemMiB, Pids: s.cfg.Pids})
+	*cgroups = cg
+	if err != nil {
+		return substrate.GuestStatus{}, fmt.Errorf("cgroups: %v", err)
+	}
+	root := filepath.Join(dir, rootDir)
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	jc := jail.Config{Root: root, Mounts: s.mounts(dir, spec), Cgroups: cg, UID: uid, GID: uid,
+		Argv: argv, Cwd: work, Hostname: "guest"}
+	if err := jc.Validate(); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+	jailPath := filepath.Join(dir, jailFile)
+	if err := guestproc.WriteJSON(jailPath, jc); err != nil {
+		return substrate.GuestStatus{}, err
+	}
+
 	startedAt := time.Now().UTC()
-	gs := guestState{Spec: spec, Ports: ports, Argv: argv, StartedAt: startedAt}
+	gs := guestState{Spec: spec, Ports: ports, Argv: argv, StartedAt: startedAt, UID: uid, Cgroups: cg}
 	gs.Spec.UserData, gs.Spec.Secrets = nil, nil
 	if err := guestproc.WriteJSON(filepath.Join(dir, guestFile), gs); err != nil {
 		return substrate.GuestStatus{}, err
 	}
-	rec, err := guestproc.Start(guestproc.StartOptions{Dir: dir, Argv: argv, Env: env, Cwd: work, Cleanup: cleanup})
+	rec, err := guestproc.Start(guestproc.StartOptions{Dir: dir, Argv: jail.Argv(s.unshare, s.cfg.Init, jailPath), Env: env, Cwd: work, Cleanup: cleanup})
 	if err != nil {
 		return substrate.GuestStatus{}, err
 	}
 	return s.status(spec.ID, dir, gs, rec), nil
+}
+
+// devices are the device nodes a guest sees (Deno opens /dev/null for the standard
+// streams it does not inherit, and random sources).
+var devices = []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}
+
+// mounts are what the guest's jail shows, each at its host path (so the paths in argv, the
+// environment and the guest's messages are the same inside and out): the deno binary and
+// its libraries, a few devices, the program (read-only), work/ and deno-dir/ (read-write),
+// secrets/ (read-only), and the paths Permissions grants (operators' grants: the bidder gives
+// none). Not the guest dir itself: pid.json, exit, guest.json and jail.json stay out of view.
+func (s *Substrate) mounts(dir string, spec substrate.GuestSpec) []jail.Mount {
+	ms := []jail.Mount{{Source: s.cfg.Deno, Target: s.cfg.Deno, Exec: true}}
+	for _, l := range s.libs {
+		ms = append(ms, jail.Mount{Source: l, Target: l, Exec: true})
+	}
+	for _, d := range devices {
+		ms = append(ms, jail.Mount{Source: d, Target: d, Dev: true, Writable: d == "/dev/null"})
+	}
+	ms = append(ms,
+		jail.Mount{Source: filepath.Join(dir, programFile), Target: filepath.Join(dir, programFile)},
+		jail.Mount{Source: filepath.Join(dir, workDir), Target: filepath.Join(dir, workDir), Writable: true},
+		jail.Mount{Source: filepath.Join(dir, cacheDir), Target: filepath.Join(dir, cacheDir), Writable: true},
+	)
+	if len(spec.Secrets) > 0 {
+		ms = append(ms, jail.Mount{Source: filepath.Join(dir, secretsDir), Target: filepath.Join(dir, secretsDir)})
+	}
+	for _, p := range spec.Permissions.Read {
+		if filepath.IsAbs(p) && exists(p) {
+			ms = append(ms, jail.Mount{Source: p, Target: p})
+		}
+	}
+	for _, p := range spec.Permissions.Write {
+		if filepath.IsAbs(p) && exists(p) {
+			ms = append(ms, jail.Mount{Source: p, Target: p, Writable: true})
+		}
+	}
+	return ms
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Status implements substrate.Substrate.
@@ -315,7 +468,12 @@ func (s *Substrate) status(id, dir string, gs guestState, rec guestproc.Record) 
 		// Ended once the supervisor, which records the status, is gone too.
 		st.Phase, st.ExitCode, st.EndedAt = substrate.Exited, code, at
 		st.RunningAt = gs.StartedAt
-		if code != 0 {
+		switch {
+		case code == 128+int(syscall.SIGKILL) && (exists(filepath.Join(dir, oomFile)) || jail.OOMKilled(gs.Cgroups)):
+			st.Message = fmt.Sprintf("killed by the kernel: the guest passed its memory limit of %d MiB", gs.Spec.MemMiB)
+		case code == jail.ExitSetup:
+			st.Message = "the guest's jail could not be set up (its log says why)"
+		case code != 0:
 			st.Message = fmt.Sprintf("program exited with status %d", code)
 		}
 		return st
@@ -344,12 +502,39 @@ func (s *Substrate) Stop(ctx context.Context, id string) error {
 		return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
 	}
 	_ = os.RemoveAll(filepath.Join(dir, secretsDir))
+	var gs guestState
+	if err := guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs); err == nil {
+		if err := removeCgroups(dir, gs); err != nil {
+			return &substrate.Error{Kind: Kind, Op: "stop", ID: id, Err: err}
+		}
+	}
 	return nil
+}
+
+// removeCgroups removes the guest's cgroups, first noting in the guest dir whether the OOM
+// killer struck there (Status still says why an ended guest was killed).
+func removeCgroups(dir string, gs guestState) error {
+	if jail.OOMKilled(gs.Cgroups) {
+		_ = os.WriteFile(filepath.Join(dir, oomFile), nil, 0o600)
+	}
+	return jail.RemoveCgroups(gs.Cgroups)
 }
 
 // Remove implements substrate.Substrate.
 func (s *Substrate) Remove(ctx context.Context, id string) error {
-	return substrate.RemoveEnded(ctx, Kind, id, s.store.Dir(id), s.Status)
+	dir := s.store.Dir(id)
+	var gs guestState
+	_ = guestproc.ReadJSON(filepath.Join(dir, guestFile), &gs)
+	if err := substrate.RemoveEnded(ctx, Kind, id, dir, s.Status); err != nil {
+		return err
+	}
+	if err := jail.RemoveCgroups(gs.Cgroups); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "remove", ID: id, Err: err}
+	}
+	if gs.UID > 0 {
+		s.cfg.UIDs.Release(gs.UID, dir)
+	}
+	return nil
 }
 
 // List implements substrate.Substrate.
