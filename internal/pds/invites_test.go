@@ -182,6 +182,11 @@ func TestOpenSignupLoopbackOnly(t *testing.T) {
 			t.Fatalf("open sign-up on %s: %v", addr, err)
 		}
 	}
+	_, err := pds.New(pds.Config{DataDir: t.TempDir(), OpenSignup: true, PublicURL: "https://pds.example.test"})
+	var ose *pds.OpenSignupError
+	if !errors.As(err, &ose) {
+		t.Fatalf("open sign-up published at a public URL: %v", err)
+	}
 	s := startPDSWith(t, pds.Config{OpenSignup: true, Addr: "127.0.0.1:0"})
 	if _, err := atclient.New(s.URL()).CreateAccount(context.Background(), "hal.test", "pw-pw-pw", ""); err != nil {
 		t.Fatalf("open sign-up on loopback: %v", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,11 +63,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// OpenSignupError is OpenSignup asked of a PDS that listens beyond loopback.
+// OpenSignupError is OpenSignup asked of a PDS that listens, or is published, beyond loopback.
 type OpenSignupError struct{ Addr string }
 
 func (e *OpenSignupError) Error() string {
-	return fmt.Sprintf("open sign-up needs a loopback listen address, not %s: bind 127.0.0.1 (or ::1), or require invite codes (createInviteCode with the admin password)", e.Addr)
+	return fmt.Sprintf("open sign-up needs a loopback listen address and public URL, not %s: bind 127.0.0.1 (or ::1), or require invite codes (createInviteCode with the admin password)", e.Addr)
 }
 
 // isLoopbackAddr says whether a listen address only accepts loopback connections. A host
@@ -146,6 +147,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.OpenSignup && !isLoopbackAddr(cfg.Addr) {
 		return nil, &OpenSignupError{Addr: cfg.Addr}
+	}
+	// A loopback listener behind a proxy is reachable from wherever the proxy is.
+	if u, err := url.Parse(cfg.PublicURL); cfg.OpenSignup && cfg.PublicURL != "" && (err != nil || !isLoopbackAddr(net.JoinHostPort(u.Hostname(), "0"))) {
+		return nil, &OpenSignupError{Addr: cfg.PublicURL}
 	}
 	cfg.LoginLimits = cfg.LoginLimits.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
