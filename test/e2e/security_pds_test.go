@@ -112,8 +112,25 @@ func xrpcPost(t *testing.T, from net.IP, url, method, authz string, in any) (int
 // operator (admin password from the environment) mints one and it works once. Open sign-up
 // is refused at start on a non-loopback address.
 func TestSecurityPDS_SignupNeedsInvite(t *testing.T) {
-	p := startPDSServe(t, t.TempDir(), []string{app.AdminPasswordEnv + "=operator-secret"})
+	dir := t.TempDir()
+	p := startPDSServe(t, dir, []string{app.AdminPasswordEnv + "=operator-secret"})
 	ctx := context.Background()
+	// The operator's own account: its password printed once, in no file, good for a login.
+	var ownerPW string
+	for _, l := range p.lines {
+		if _, rest, ok := strings.Cut(l, "password of owner.test: "); ok {
+			ownerPW, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	if ownerPW == "" {
+		t.Fatalf("pds serve printed no password for its account: %q", p.lines)
+	}
+	if hits := filesHolding(t, dir, ownerPW); len(hits) > 0 {
+		t.Fatalf("the account's password is at rest in %v", hits)
+	}
+	if _, err := atclient.New(p.url).Login(ctx, "owner.test", ownerPW); err != nil {
+		t.Fatalf("the printed password: %v", err)
+	}
 	var desc struct {
 		InviteCodeRequired bool `json:"inviteCodeRequired"`
 	}
