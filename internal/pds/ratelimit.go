@@ -10,12 +10,11 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/time/rate"
 )
 
-// LoginLimits bound createSession attempts, good or bad, as the reference PDS counts them: a
-// bucket per account (the identifier as given, lower-cased) and one per client IP. A full
-// bucket of Points refills over Window.
+// LoginLimits bound createSession attempts, good or bad, as the reference PDS counts them: at
+// most AccountPoints per account and IPPoints per client address in a fixed Window that opens
+// at the first attempt.
 type LoginLimits struct {
 	AccountPoints int
 	IPPoints      int
@@ -47,45 +46,50 @@ func (l LoginLimits) withDefaults() LoginLimits {
 	return l
 }
 
-// keyedLimiter is a token bucket per key, remembering a bounded number of keys.
+// keyedLimiter counts attempts per key in fixed windows, as the reference PDS's limiter
+// (rate-limiter-flexible's memory limiter) does: a window opens at a key's first attempt and
+// allows points attempts until it ends, whatever their spacing; the next attempt after it
+// opens a new one. A token bucket would refill within the window and let a slow guesser
+// past the reference's count.
 type keyedLimiter struct {
 	points int
 	window time.Duration
 	mu     sync.Mutex
-	keys   *lru.Cache[string, *rate.Limiter]
+	keys   *lru.Cache[string, *fixedWindow]
+}
+
+type fixedWindow struct {
+	start time.Time
+	used  int
 }
 
 func newKeyedLimiter(points int, window time.Duration, keys int) *keyedLimiter {
-	c, _ := lru.New[string, *rate.Limiter](keys)
+	c, _ := lru.New[string, *fixedWindow](keys)
 	return &keyedLimiter{points: points, window: window, keys: c}
 }
 
-// limitStatus is one bucket after an attempt, in the terms of the RateLimit-* headers.
+// limitStatus is one key after an attempt, in the terms of the RateLimit-* headers.
 type limitStatus struct {
 	limit, remaining int
 	window           time.Duration
-	// next is how long until the bucket holds a token again (refused) or is full (allowed).
-	next    time.Duration
-	allowed bool
+	next             time.Duration // until the window ends
+	allowed          bool
 }
 
 func (k *keyedLimiter) take(key string, now time.Time) limitStatus {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	lim, ok := k.keys.Get(key)
-	if !ok {
-		lim = rate.NewLimiter(rate.Every(k.window/time.Duration(k.points)), k.points)
-		k.keys.Add(key, lim)
+	w, ok := k.keys.Get(key)
+	if !ok || now.Sub(w.start) >= k.window || now.Before(w.start) {
+		w = &fixedWindow{start: now}
+		k.keys.Add(key, w)
 	}
-	st := limitStatus{limit: k.points, window: k.window, allowed: lim.AllowN(now, 1)}
-	tokens := lim.TokensAt(now)
-	st.remaining = max(0, int(math.Floor(tokens)))
-	per := float64(k.window) / float64(k.points)
-	if st.allowed {
-		st.next = time.Duration((float64(k.points) - tokens) * per)
-	} else {
-		st.next = time.Duration((1 - tokens) * per)
+	st := limitStatus{limit: k.points, window: k.window, next: w.start.Add(k.window).Sub(now)}
+	if w.used < k.points {
+		w.used++
+		st.allowed = true
 	}
+	st.remaining = k.points - w.used
 	return st
 }
 
