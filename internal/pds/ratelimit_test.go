@@ -21,7 +21,7 @@ func TestKeyedLimiterFixedWindow(t *testing.T) {
 		{4 * time.Second, "a", true, 1, 6 * time.Second},
 		{9 * time.Second, "a", true, 0, time.Second},
 		{9*time.Second + 500*time.Millisecond, "a", false, 0, 500 * time.Millisecond},
-		{9 * time.Second, "b", true, 2, 10 * time.Second}, // another key, its own window
+		{9 * time.Second, "b", true, 2, 10 * time.Second},  // another key, its own window
 		{10 * time.Second, "a", true, 2, 10 * time.Second}, // a's window ended: a new one
 		{11 * time.Second, "c", true, 2, 10 * time.Second}, // a third key: b, least recent, is forgotten
 		{12 * time.Second, "b", true, 2, 10 * time.Second},
