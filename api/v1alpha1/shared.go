@@ -72,3 +72,14 @@ type NodeJoin struct {
 	// +optional
 	BundleSecretRef *SecretKeyRef `json:"bundleSecretRef,omitempty"`
 }
+
+// IsolationBoundary is what stands between a guest and its bidder's host, as a bidder's
+// offering states it; a contract may require one.
+type IsolationBoundary string
+
+const (
+	// IsolationVM: a hardware-virtualized or emulated machine per guest, with its own kernel.
+	IsolationVM IsolationBoundary = "vm"
+	// IsolationNamespace: Linux namespaces and cgroups on the bidder's own kernel.
+	IsolationNamespace IsolationBoundary = "namespace"
+)

@@ -71,6 +71,15 @@ type ClusterSpec struct {
 	// +listMapKey=did
 	// +kubebuilder:validation:MaxItems=256
 	Members []ClusterMember `json:"members,omitempty"`
+
+	// podSecurity is the Pod Security Standards level the cluster enforces on every pod,
+	// whatever its namespace's labels: baseline or restricted. The provider sets a floor
+	// (baseline unless it chose restricted); a looser choice than the floor has no effect,
+	// and status.podSecurity reports the level in force. Changing it restarts the control
+	// plane.
+	// +optional
+	// +kubebuilder:validation:Enum=baseline;restricted
+	PodSecurity string `json:"podSecurity,omitempty"`
 }
 
 // MemberState is an identity's access to a cluster.
@@ -147,6 +156,10 @@ type ClusterStatus struct {
 	// nodes is the number of nodes joined to the cluster.
 	// +optional
 	Nodes int32 `json:"nodes,omitempty"`
+
+	// podSecurity is the Pod Security level the control plane enforces on every pod.
+	// +optional
+	PodSecurity string `json:"podSecurity,omitempty"`
 
 	// teardownBlocked says what keeps a deleted cluster from going, if anything.
 	// +optional

@@ -58,6 +58,13 @@ type ComputeContractSpec struct {
 	// +optional
 	Policy string `json:"policy,omitempty"`
 
+	// requireIsolation is the weakest isolation boundary the winner's offering must state for this computeKind:
+	// namespace (Linux namespaces and cgroups on the bidder's kernel) or vm (a machine per guest, stronger).
+	// Bidders whose offering states less, or nothing, are not waited for and their bids are refused.
+	// +optional
+	// +kubebuilder:validation:Enum=vm;namespace
+	RequireIsolation IsolationBoundary `json:"requireIsolation,omitempty"`
+
 	// policyArgs are the arguments passed to the policy workflow.
 	// +optional
 	PolicyArgs map[string]string `json:"policyArgs,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
@@ -85,6 +86,7 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 			log.Error("local bidder stopped", "bidder", handle, "err", err)
 		}
 	}()
-	phase("local bidder %s %s (%s guests)", acct.Handle, acct.DID, sub.Kind())
+	iso := sub.Isolation()
+	phase("local bidder %s %s (%s guests; isolation %s: %s)", acct.Handle, acct.DID, sub.Kind(), iso.Boundary, strings.Join(iso.Layers, ", "))
 	return nil
 }

@@ -11,8 +11,9 @@ import (
 
 // startTenants makes the manager of tenant control planes for `socialweb up`: their data
 // under <data dir>/tenants, the child processes run from this very binary. Without an
-// advertise address it returns nil and the reason, which every Cluster then reports.
-func startTenants(dataDir, advertise string, log *slog.Logger) (*tenant.Manager, string) {
+// advertise address it returns nil and the reason, which every Cluster then reports. Every
+// cluster enforces podSecurity at least.
+func startTenants(dataDir, advertise string, podSecurity tenant.PodSecurityLevel, log *slog.Logger) (*tenant.Manager, string) {
 	var ip net.IP
 	var err error
 	if advertise != "" {
@@ -27,7 +28,7 @@ func startTenants(dataDir, advertise string, log *slog.Logger) (*tenant.Manager,
 	if err != nil {
 		return nil, "cannot find this binary to run tenant control planes from: " + err.Error()
 	}
-	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, Logger: log})
+	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, PodSecurity: podSecurity, Logger: log})
 	if err != nil {
 		return nil, err.Error()
 	}

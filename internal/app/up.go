@@ -15,6 +15,7 @@ import (
 	"socialweb.computer/internal/logsink"
 	"socialweb.computer/internal/procmem"
 	"socialweb.computer/internal/substrate/node"
+	"socialweb.computer/internal/tenant"
 )
 
 // UpOptions configure `socialweb up`.
@@ -39,7 +40,10 @@ type UpOptions struct {
 	// NodeFlavour is how the local node bidder runs nodes (node.FlavourNamespace, the
 	// default, or node.FlavourVM with the image in NodeVMImage).
 	NodeFlavour, NodeVMImage string
-	LogLevel                 slog.Level
+	// PodSecurity is the Pod Security level every tenant cluster enforces at least
+	// (tenant.PodSecurityBaseline, the default, or tenant.PodSecurityRestricted).
+	PodSecurity string
+	LogLevel    slog.Level
 	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
 	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
 	MarketFollow []string
@@ -121,7 +125,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("PDS sign-up is open to anyone reaching %s (no invite code)", srv.URL())
 	}
 
-	tenants, why := startTenants(dir.Root, o.TenantAdvertise, log)
+	tenants, why := startTenants(dir.Root, o.TenantAdvertise, tenant.PodSecurityLevel(o.PodSecurity), log)
 	if tenants != nil {
 		defer func() {
 			phase("stopping tenant control planes")

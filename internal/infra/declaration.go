@@ -212,6 +212,14 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 		DenyBidderDids:    copyStrings(rc.DenyBidderDids),
 		SSHAuthorizedKeys: copyStrings(rc.SSHAuthorizedKeys),
 	}
+	if rc.RequireIsolation != nil {
+		switch b := v1alpha1.IsolationBoundary(*rc.RequireIsolation); b {
+		case v1alpha1.IsolationVM, v1alpha1.IsolationNamespace:
+			c.RequireIsolation = b
+		default:
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".requireIsolation", "%q is not vm or namespace", *rc.RequireIsolation)
+		}
+	}
 	if rc.ComputeKind != nil {
 		switch k := v1alpha1.ComputeKind(*rc.ComputeKind); k {
 		case v1alpha1.ComputeKindVM, v1alpha1.ComputeKindDeno, v1alpha1.ComputeKindNode:
@@ -307,6 +315,7 @@ func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 		UserData:          ptrIf(c.UserData),
 		Policy:            ptrIf(c.Policy),
 		ComputeKind:       ptrIf(string(c.ComputeKind)),
+		RequireIsolation:  ptrIf(string(c.RequireIsolation)),
 		BidderDids:        copyStrings(c.BidderDids),
 		DenyBidderDids:    copyStrings(c.DenyBidderDids),
 		SSHAuthorizedKeys: copyStrings(c.SSHAuthorizedKeys),
@@ -350,6 +359,7 @@ type canonicalContract struct {
 	PolicyArgs         map[string]string `json:"policyArgs,omitempty"`
 	Ports              []canonicalPort   `json:"ports,omitempty"`
 	ReleaseRequestedAt string            `json:"releaseRequestedAt,omitempty"`
+	RequireIsolation   string            `json:"requireIsolation,omitempty"`
 	SSHAuthorizedKeys  []string          `json:"sshAuthorizedKeys,omitempty"`
 	State              string            `json:"state"`
 	UserData           string            `json:"userData,omitempty"`
@@ -377,7 +387,7 @@ func CanonicalJSON(d Declaration) []byte {
 		}
 		cc := canonicalContract{
 			BidderDids: c.BidderDids, ComputeKind: kind, DenyBidderDids: c.DenyBidderDids, Name: c.Name,
-			Policy: c.Policy, PolicyArgs: c.PolicyArgs, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
+			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 			State: StateToRecord(c.State), UserData: c.UserData, VMName: c.VMName, VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		}
 		if c.ReleaseRequestedAt != nil {

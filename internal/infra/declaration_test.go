@@ -42,7 +42,7 @@ func TestDeclarationFromRecord(t *testing.T) {
 				Name: "builder", State: v1alpha1.ContractRequested, VMName: "builder-0", ComputeKind: v1alpha1.ComputeKindDeno,
 				UserData: "console.log('hi')", BidderDids: []string{"did:plc:ewvi7nxzyoun6zhxrhs64oiz"},
 				DenyBidderDids: []string{"did:web:bad.example.com"}, SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG owner@laptop"},
-				Policy: "lowest-cost", PolicyArgs: map[string]string{"maxCost": "10"}, VMReadyTimeoutSec: i32(300),
+				Policy: "lowest-cost", RequireIsolation: v1alpha1.IsolationVM, PolicyArgs: map[string]string{"maxCost": "10"}, VMReadyTimeoutSec: i32(300),
 			}, {
 				Name: "old", State: v1alpha1.ContractReleased, ReleaseRequestedAt: mtime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
 			}},
@@ -74,6 +74,7 @@ func TestDeclarationFromRecord(t *testing.T) {
 		{name: "unknown state", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"running"}]}`, reason: InvalidUnknownState},
 		{name: "API word for state", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"Staged"}]}`, reason: InvalidUnknownState},
 		{name: "unknown compute kind", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","computeKind":"gpu"}]}`, reason: InvalidBadField},
+		{name: "unknown isolation requirement", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireIsolation":"process"}]}`, reason: InvalidBadField},
 		{name: "timeout out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","vmReadyTimeoutSec":0}]}`, reason: InvalidBadField},
 		{name: "bad datetime", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"released","releaseRequestedAt":"yesterday"}]}`, reason: InvalidBadField},
 		{name: "nested policyArgs", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","policyArgs":{"x":{"y":1}}}]}`, reason: InvalidBadField},
@@ -138,8 +139,8 @@ func TestHash(t *testing.T) {
 }
 
 func TestCanonicalJSON(t *testing.T) {
-	d := Declaration{Description: "<x>", Contracts: []v1alpha1.InfraContract{{Name: "z", PolicyArgs: map[string]string{"b": "1", "a": "2"}, VMReadyTimeoutSec: i32(5)}, {Name: "a"}}}
-	want := `{"contracts":[{"computeKind":"vm","name":"a","state":"staged"},{"computeKind":"vm","name":"z","policyArgs":{"a":"2","b":"1"},"state":"staged","vmReadyTimeoutSec":5}],"description":"<x>"}`
+	d := Declaration{Description: "<x>", Contracts: []v1alpha1.InfraContract{{Name: "z", PolicyArgs: map[string]string{"b": "1", "a": "2"}, RequireIsolation: v1alpha1.IsolationVM, VMReadyTimeoutSec: i32(5)}, {Name: "a"}}}
+	want := `{"contracts":[{"computeKind":"vm","name":"a","state":"staged"},{"computeKind":"vm","name":"z","policyArgs":{"a":"2","b":"1"},"requireIsolation":"vm","state":"staged","vmReadyTimeoutSec":5}],"description":"<x>"}`
 	if d := cmp.Diff(want, string(CanonicalJSON(d))); d != "" {
 		t.Error(d)
 	}
@@ -158,6 +159,8 @@ func randomDeclaration(r *rand.Rand) Declaration {
 			UserData:    pick("", "#cloud-config\n"),
 			Policy:      pick("", "lowest-cost"),
 		}
+		// By name, not drawn from r: the sync property test replays this stream.
+		c.RequireIsolation = map[string]v1alpha1.IsolationBoundary{"web": v1alpha1.IsolationVM, "db": v1alpha1.IsolationNamespace}[n]
 		if r.Intn(3) == 0 {
 			c.BidderDids = []string{pick("did:plc:a", "did:web:b.example")}
 		}

@@ -352,6 +352,7 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		DenyBidderDids:    c.DenyBidderDids,
 		SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 		Policy:            c.Policy,
+		RequireIsolation:  c.RequireIsolation,
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		Ports:             c.Ports,

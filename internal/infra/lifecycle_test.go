@@ -212,7 +212,7 @@ func TestPlanContracts(t *testing.T) {
 func TestContractSpec(t *testing.T) {
 	c := v1alpha1.InfraContract{Name: "a", State: v1alpha1.ContractRequested, ReleaseRequestedAt: mtime(t0), VMName: "vm", UserData: "#!",
 		BidderDids: []string{"did:plc:b"}, DenyBidderDids: []string{"did:plc:d"}, SSHAuthorizedKeys: []string{"k"}, Policy: "p",
-		PolicyArgs: map[string]string{"x": "1"}, VMReadyTimeoutSec: i32(9), Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}}}
+		RequireIsolation: v1alpha1.IsolationVM, PolicyArgs: map[string]string{"x": "1"}, VMReadyTimeoutSec: i32(9), Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}}}
 	secret := &v1alpha1.SecretKeyRef{Name: "s", Key: "k"}
 	node := &v1alpha1.InfraContractNode{Contract: "a", OwnerDid: "did:plc:o", Adopt: true, NodeJoin: &v1alpha1.NodeJoin{Server: "https://api"},
 		NodeClaimRef: &v1alpha1.ObjectRef{Name: "nc"}}
@@ -225,7 +225,7 @@ func TestContractSpec(t *testing.T) {
 	}{
 		{name: "publishable fields", c: c, want: v1alpha1.ComputeContractSpec{VMName: "vm", ComputeKind: v1alpha1.ComputeKindVM, UserData: "#!",
 			BidderDids: []string{"did:plc:b"}, DenyBidderDids: []string{"did:plc:d"}, SSHAuthorizedKeys: []string{"k"}, Policy: "p",
-			PolicyArgs: map[string]string{"x": "1"}, VMReadyTimeoutSec: i32(9), Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}}}},
+			RequireIsolation: v1alpha1.IsolationVM, PolicyArgs: map[string]string{"x": "1"}, VMReadyTimeoutSec: i32(9), Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}}}},
 		{name: "secret and node", c: v1alpha1.InfraContract{Name: "a", ComputeKind: v1alpha1.ComputeKindDeno}, secret: secret, node: node,
 			want: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, SecretsRef: secret, OwnerDid: "did:plc:o", Adopt: true,
 				NodeJoin: &v1alpha1.NodeJoin{Server: "https://api"}}},

@@ -65,8 +65,9 @@ func SecondsArg(args map[string]string, key string, def time.Duration) (time.Dur
 
 // Bidders is the set of bidders a requester waits for: the DIDs of the live offerings it has
 // seen plus spec.bidderDids, minus spec.denyBidderDids, sorted and without duplicates. When
-// bidderDids is set it is the whole set (offerings of others do not widen it).
-func Bidders(offerings, bidderDids, denyBidderDids []string) []string {
+// bidderDids is set it is the whole set (offerings of others do not widen it). A bidder the
+// isolation rule does not allow is not waited for: its bid would be refused.
+func Bidders(offerings, bidderDids, denyBidderDids []string, rule IsolationRule) []string {
 	base := offerings
 	if len(bidderDids) > 0 {
 		base = bidderDids
@@ -74,7 +75,7 @@ func Bidders(offerings, bidderDids, denyBidderDids []string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, d := range base {
-		if d == "" || seen[d] || slices.Contains(denyBidderDids, d) {
+		if d == "" || seen[d] || slices.Contains(denyBidderDids, d) || rule.Allows(d) != nil {
 			continue
 		}
 		seen[d] = true
@@ -137,7 +138,9 @@ type Refusal struct {
 // (in bidderDids when that is set, not in denyBidderDids) and that the policy allows. Ties
 // go to the lexically smallest bidder DID, then bid URI, so every requester picks the same.
 // Bids of a currency other than the first allowed one's are refused (prices do not compare).
-func Choose(bids []Bid, bidderDids, deny []string, policy Policy) (winner *Bid, refused []Refusal) {
+// A bid whose bidder's offering does not state the isolation the rule requires is refused,
+// the reason naming the requirement.
+func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule IsolationRule) (winner *Bid, refused []Refusal) {
 	var ok []Bid
 	for _, b := range bids {
 		switch {
@@ -147,6 +150,8 @@ func Choose(bids []Bid, bidderDids, deny []string, policy Policy) (winner *Bid, 
 			refused = append(refused, Refusal{b, "bidder not in bidderDids"})
 		case b.Unknown:
 			refused = append(refused, Refusal{b, "unknown bid kind"})
+		case rule.Allows(b.Bidder) != nil:
+			refused = append(refused, Refusal{b, rule.Allows(b.Bidder).Error()})
 		default:
 			if err := policy.Allows(Candidate{Bidder: b.Bidder}); err != nil {
 				refused = append(refused, Refusal{b, err.Error()})
@@ -311,7 +316,9 @@ type State struct {
 	BidderDids   []string
 	Deny         []string
 	Policy       Policy
-	Bids         []Bid
+	// Isolation is spec.requireIsolation with what the offerings stated.
+	Isolation IsolationRule
+	Bids      []Bid
 
 	// Accept is our accept (zero: none yet), Winner its bidder, AcceptAt when we wrote it.
 	Accept   Ref
@@ -388,13 +395,20 @@ func Next(s State) Decision {
 		}
 		closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
 		if !closed {
-			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders)), RequeueAfter: wait}
+			msg := fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders))
+			if s.Isolation.Require != BoundaryNone {
+				msg += fmt.Sprintf("; %d known bidder(s) state requireIsolation %s for %s guests", len(s.Bidders), s.Isolation.Require, s.Isolation.Kind)
+			}
+			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
 		}
-		w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy)
+		w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Isolation)
 		if w == nil {
 			if len(s.Bids) == 0 {
-				d := fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID))
-				return d
+				req := ""
+				if s.Isolation.Require != BoundaryNone {
+					req = ", requireIsolation " + string(s.Isolation.Require)
+				}
+				return fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s%s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID), req)
 			}
 			parts := make([]string, 0, len(refused))
 			for _, r := range refused {

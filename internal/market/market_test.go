@@ -23,7 +23,7 @@ func TestBidders(t *testing.T) {
 		{"empty", nil, nil, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Bidders(c.offers, c.allow, c.deny); !slices.Equal(got, c.want) {
+			if got := Bidders(c.offers, c.allow, c.deny, IsolationRule{}); !slices.Equal(got, c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
 		})
@@ -84,7 +84,7 @@ func TestChoose(t *testing.T) {
 		{"other currency refused", []Bid{p("did:a", 1), {Bidder: "did:b", Cost: 0, Currency: "EUR"}}, nil, nil, open, "did:b", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, ref := Choose(c.bids, c.allow, c.deny, c.policy)
+			w, ref := Choose(c.bids, c.allow, c.deny, c.policy, IsolationRule{})
 			got := ""
 			if w != nil {
 				got = w.Bidder

@@ -37,6 +37,42 @@ type Substrate interface {
 	Remove(ctx context.Context, id string) error
 	// List reports every guest in the state dir.
 	List(ctx context.Context) ([]GuestStatus, error)
+	// Isolation states what stands between this substrate's guests and the host, as the
+	// code applies it today: the bidder publishes it in its offering, and a requester may
+	// refuse a bidder whose boundary is weaker than it requires.
+	Isolation() Isolation
+}
+
+// Boundaries an Isolation states, strongest first. The offering lexicon's knownValues.
+const (
+	// BoundaryVM: a hardware-virtualized or emulated machine per guest, with its own kernel.
+	BoundaryVM = "vm"
+	// BoundaryNamespace: Linux namespaces and cgroups on the host's own kernel.
+	BoundaryNamespace = "namespace"
+	// BoundaryProcess: a process on the host's kernel, held only by its runtime's checks.
+	BoundaryProcess = "process"
+)
+
+// Layers an Isolation names: short, stable words (the offering lexicon's knownValues).
+const (
+	LayerMountNamespace   = "mount-namespace"
+	LayerPIDNamespace     = "pid-namespace"
+	LayerUserNamespace    = "user-namespace"
+	LayerNetworkNamespace = "network-namespace"
+	LayerSeccomp          = "seccomp"
+	LayerCgroupLimits     = "cgroup-limits"
+	LayerNoNewPrivs       = "no-new-privs"
+	LayerDenoPermissions  = "deno-permissions"
+	LayerPodSecurity      = "pod-security"
+	LayerKVM              = "kvm"
+	LayerTCG              = "tcg"
+)
+
+// Isolation is what a substrate applies to every guest: its boundary and each layer. A
+// layer is listed only once a test shows it holding; a requester relies on the list.
+type Isolation struct {
+	Boundary string   `json:"boundary"`
+	Layers   []string `json:"layers,omitempty"`
 }
 
 // Port is a TCP port the guest listens on, forwarded to the host.

@@ -14,6 +14,7 @@ import (
 //	  etcd/          the store; kept while the cluster is stopped, removed when it is deleted
 //	  kubeconfigs/   for the controller-manager and the scheduler
 //	  spec.json      what the child process runs
+//	  admission.yaml the Pod Security level the apiserver enforces
 //	  ports.json     the leased loopback ports (apiserver, gate), kept so addresses survive restarts
 //	  controlplane.pid, controlplane.log, etcd.log
 type Layout struct{ Dir string }
@@ -31,6 +32,9 @@ func (l Layout) Spec() string        { return filepath.Join(l.Dir, "spec.json") 
 func (l Layout) Ports() string       { return filepath.Join(l.Dir, "ports.json") }
 func (l Layout) PIDFile() string     { return filepath.Join(l.Dir, "controlplane.pid") }
 func (l Layout) Log() string         { return filepath.Join(l.Dir, "controlplane.log") }
+
+// AdmissionConfig is the apiserver's admission configuration (the Pod Security level).
+func (l Layout) AdmissionConfig() string { return filepath.Join(l.Dir, "admission.yaml") }
 
 // ServiceCIDR is every tenant cluster's service network; its first address is the
 // kubernetes service's cluster IP and is in the serving certificate.
@@ -91,8 +95,12 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--service-account-signing-key-file=" + filepath.Join(p.Dir, "sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true",
+		// Pod Security: the level in admission.yaml is enforced on every pod, by PodSecurity
+		// for namespaces without labels and by the floor plugin for all of them; no
+		// container is ever privileged. A tenant's pod runs on a provider's machine.
+		"--enable-admission-plugins=NodeRestriction,PodSecurity," + FloorPluginName,
+		"--admission-control-config-file=" + l.AdmissionConfig(),
+		"--allow-privileged=false",
 		"--kubelet-client-certificate=" + p.Cert("apiserver-kubelet-client"),
 		"--kubelet-client-key=" + p.Key("apiserver-kubelet-client"),
 		// Never let the apiserver resolve a node name through the host's resolver.

@@ -48,6 +48,15 @@ type Status struct {
 	Restarts int
 	LastExit string // how the previous child ended, when it ended unasked
 	ReadyAt  time.Time
+	// PodSecurity is the level the control plane enforces (the operator's floor or the
+	// owner's stricter choice).
+	PodSecurity PodSecurityLevel
+}
+
+// StartOptions are what a cluster's owner chose for its control plane.
+type StartOptions struct {
+	// PodSecurity is the owner's level; the manager's floor applies when it is looser.
+	PodSecurity PodSecurityLevel
 }
 
 // Config of a Manager.
@@ -66,6 +75,9 @@ type Config struct {
 	DrainGrace time.Duration
 	// StopTimeout bounds a graceful stop before the process group is killed. Default 20s.
 	StopTimeout time.Duration
+	// PodSecurity is the operator's floor for every cluster: baseline (the default) or
+	// restricted. An owner may choose a stricter level, never a looser one.
+	PodSecurity PodSecurityLevel
 	Logger      *slog.Logger
 }
 
@@ -96,6 +108,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	floor, err := ParsePodSecurityLevel(string(cfg.PodSecurity))
+	if err != nil {
+		return nil, fmt.Errorf("tenant manager: %w", err)
+	}
+	cfg.PodSecurity = floor
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
 	}
@@ -152,11 +169,26 @@ type instance struct {
 
 // Start makes sure the cluster's control plane runs (idempotent): directory, PKI, ports,
 // gate, then the supervised child. It returns at once; Status reports Starting until the
-// apiserver is ready and the default namespaces list.
-func (m *Manager) Start(k Key) (Status, error) {
-	in, err := m.ensure(k)
+// apiserver is ready and the default namespaces list. A control plane running with another
+// Pod Security level than o asks for (with the floor applied) is restarted with it.
+func (m *Manager) Start(k Key, o StartOptions) (Status, error) {
+	level := Stricter(m.cfg.PodSecurity, o.PodSecurity)
+	in, err := m.ensure(k, level)
 	if err != nil {
 		return Status{}, err
+	}
+	in.mu.Lock()
+	applied := in.status.PodSecurity
+	in.mu.Unlock()
+	if applied != level {
+		// The apiserver reads its admission configuration once: a new level is a restart.
+		if err := writeAdmissionConfig(in.layout, level); err != nil {
+			return Status{}, err
+		}
+		m.halt(in)
+		in.mu.Lock()
+		in.status.PodSecurity = level
+		in.mu.Unlock()
 	}
 	in.mu.Lock()
 	if in.stop == nil {
@@ -169,8 +201,8 @@ func (m *Manager) Start(k Key) (Status, error) {
 	return m.Status(k), nil
 }
 
-// ensure prepares a cluster's directory, PKI, ports and gate.
-func (m *Manager) ensure(k Key) (*instance, error) {
+// ensure prepares a cluster's directory, PKI, ports, admission configuration and gate.
+func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if in := m.clusters[k]; in != nil {
@@ -204,6 +236,9 @@ func (m *Manager) ensure(k Key) (*instance, error) {
 	if err := atomicfile.Write(l.Spec(), spec, 0o600); err != nil {
 		return nil, err
 	}
+	if err := writeAdmissionConfig(l, level); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(p.Cert("apiserver"), p.Key("apiserver"))
 	if err != nil {
 		return nil, err
@@ -213,7 +248,7 @@ func (m *Manager) ensure(k Key) (*instance, error) {
 		return nil, fmt.Errorf("gate on its leased port %d: %w", pr.Gate, err)
 	}
 	reapStale(l, m.cfg.Logger)
-	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped}}
+	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, PodSecurity: level}}
 	m.clusters[k] = in
 	return in, nil
 }

@@ -142,6 +142,9 @@ func TestBuildSpecFlags(t *testing.T) {
 		"--kubelet-preferred-address-types=InternalIP", "--anonymous-auth=false",
 		"--etcd-servers=unix://" + l.EtcdSocket(),
 		"--runtime-config=flowcontrol.apiserver.k8s.io/v1=false",
+		"--allow-privileged=false",
+		"--enable-admission-plugins=NodeRestriction,PodSecurity," + FloorPluginName,
+		"--admission-control-config-file=" + l.AdmissionConfig(),
 	} {
 		if !strings.Contains(api, want) {
 			t.Errorf("apiserver flags lack %s", want)

@@ -23,6 +23,8 @@ const (
 	InfraNSID                                                = "computer.socialweb.infra"
 	InfraContractComputeKindVM                               = "vm"
 	InfraContractComputeKindDeno                             = "deno"
+	InfraContractRequireIsolationVM                          = "vm"
+	InfraContractRequireIsolationNamespace                   = "namespace"
 	InfraContractStateStaged                                 = "staged"
 	InfraContractStateRequested                              = "requested"
 	InfraContractStateReleased                               = "released"
@@ -202,6 +204,10 @@ type InfraContract struct {
 	// With state released: a newer time asks a failed release again. (format
 	// datetime)
 	ReleaseRequestedAt *string `json:"releaseRequestedAt,omitempty"`
+	// The weakest isolation boundary the winner's offering must state for the
+	// contract's computeKind (vm is stronger than namespace). Absent: any bidder.
+	// (at most 64 bytes; known values vm, namespace)
+	RequireIsolation *string `json:"requireIsolation,omitempty"`
 	// (at most 32 items)
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitzero"`
 	// staged: declared, no RFP. requested: run the RFP flow and hold the guest.

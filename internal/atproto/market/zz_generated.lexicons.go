@@ -56,7 +56,13 @@ const (
 	// EventNSID is the collection of Event records.
 	EventNSID = "com.publicdomainrelay.temp.market.event"
 	// OfferingNSID is the collection of Offering records.
-	OfferingNSID = "com.publicdomainrelay.temp.market.offering"
+	OfferingNSID                       = "com.publicdomainrelay.temp.market.offering"
+	OfferingIsolationBoundaryVM        = "vm"
+	OfferingIsolationBoundaryNamespace = "namespace"
+	OfferingIsolationBoundaryProcess   = "process"
+	OfferingIsolationSubstrateVM       = "vm"
+	OfferingIsolationSubstrateDeno     = "deno"
+	OfferingIsolationSubstrateNode     = "node"
 	// PoliciesOnlyMeNSID is the collection of PoliciesOnlyMe records.
 	PoliciesOnlyMeNSID = "com.publicdomainrelay.temp.market.policies.onlyMe"
 	// PoliciesOpenNSID is the collection of PoliciesOpen records.
@@ -572,6 +578,10 @@ type Offering struct {
 	CreatedAt string `json:"createdAt"`
 	// (Required; format uri; at most 2048 bytes)
 	EndpointURL string `json:"endpointUrl"`
+	// What stands between a guest and the bidder's host, one entry per substrate
+	// it boots. Absent, or no entry for a kind: the bidder states nothing, which a
+	// requester counts as the weakest. (at most 16 items)
+	Isolation []OfferingIsolation `json:"isolation,omitzero"`
 	// (format datetime)
 	RefreshedAt *string `json:"refreshedAt,omitempty"`
 	// The compute kinds the bidder boots (a compute.vm payload's computeKind).
@@ -626,6 +636,24 @@ func (r *Offering) Validate() error {
 		return err
 	}
 	return lexicons.ValidateJSON(OfferingNSID, b)
+}
+
+// OfferingIsolation is com.publicdomainrelay.temp.market.offering#isolation.
+// The isolation a bidder applies to the guests of one substrate.
+type OfferingIsolation struct {
+	// vm: a hardware-virtualized or emulated machine per guest, with its own
+	// kernel. namespace: Linux namespaces and cgroups on the bidder's own kernel.
+	// process: a process on the bidder's kernel held only by its runtime's own
+	// checks. Strongest first; an unknown value counts as none. (Required; at most
+	// 64 bytes; known values vm, namespace, process)
+	Boundary string `json:"boundary"`
+	// Each layer applied, by a short name: mount-namespace, pid-namespace,
+	// user-namespace, network-namespace, seccomp, cgroup-limits, no-new-privs,
+	// deno-permissions, pod-security, kvm, tcg. (at most 32 items)
+	Layers []string `json:"layers,omitzero"`
+	// The compute kind the entry is about. (Required; at most 64 bytes; known
+	// values vm, deno, node)
+	Substrate string `json:"substrate"`
 }
 
 // PoliciesOnlyMe is a com.publicdomainrelay.temp.market.policies.onlyMe record

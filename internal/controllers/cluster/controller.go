@@ -121,14 +121,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		setReady(&c, metav1.ConditionFalse, ReasonStopped, "the control plane is stopped (spec.running is false); its store is kept")
 
 	default:
-		s, err := r.Tenants.Start(key)
+		s, err := r.Tenants.Start(key, tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity)})
 		if err != nil {
 			c.Status.Phase = v1alpha1.ClusterInitializing
 			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not prepare the control plane: "+err.Error())
 			result.RequeueAfter = 5 * time.Second
 			break
 		}
-		c.Status.Server, c.Status.Instance = s.Server, s.Instance
+		c.Status.Server, c.Status.Instance, c.Status.PodSecurity = s.Server, s.Instance, string(s.PodSecurity)
 		switch s.State {
 		case tenant.StateReady:
 			if err := r.bootstrap(ctx, key, s.Instance, c.Spec.Account, c.Spec.RevokedDids()); err != nil {

@@ -173,6 +173,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if specErr == nil {
 		specErr = perr
 	}
+	required, rerr := market.ParseRequirement(string(obj.Spec.RequireIsolation))
+	if specErr == nil {
+		specErr = rerr
+	}
 	if specErr == nil && obj.Spec.RepoRef == nil {
 		specErr = fmt.Errorf("spec.repoRef names no AtprotoRepo")
 	}
@@ -220,7 +224,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// Only the bidders that boot this kind of guest are waited for: a deno bidder never
 	// answers a node contract, and waiting for it would hold every node rfp to its deadline.
-	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids)
+	// With requireIsolation, only those whose offering states that boundary for the kind.
+	s.Isolation = market.IsolationRule{Require: required, Kind: string(obj.Spec.ComputeKind)}
+	if required != market.BoundaryNone {
+		s.Isolation.Stated = r.Index.Stated(string(obj.Spec.ComputeKind))
+	}
+	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Isolation)
 	s.Winner = st.Winner
 	if st.Accept != "" {
 		r.Index.Own(st.Accept, key)

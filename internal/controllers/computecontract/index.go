@@ -30,6 +30,7 @@ type Index struct {
 	offerings map[string]bool                  // DID -> live offering for compute.vm
 	endpoints map[string]string                // DID -> its offering's endpointUrl
 	kinds     map[string][]string              // DID -> its offering's substrates (none: any)
+	isolation map[string][]market.Isolation    // DID -> its offering's isolation entries
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
@@ -110,6 +111,7 @@ func (x *Index) CaughtUp(endpoint string) bool {
 func (x *Index) init() {
 	if x.following == nil {
 		x.following, x.offerings, x.endpoints, x.kinds = map[string]*follower{}, map[string]bool{}, map[string]string{}, map[string][]string{}
+		x.isolation = map[string][]market.Isolation{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
 	}
@@ -155,10 +157,14 @@ func (x *Index) handle(ctx context.Context, fetch feed.Fetcher, ev repos.Event) 
 func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, action string) {
 	live, endpoint := false, ""
 	var kinds []string
+	var iso []market.Isolation
 	if action != "delete" {
 		if rec, err := fetch.Get(ctx, uri); err == nil {
 			if o, err := mk.DecodeOffering(rec.Value); err == nil {
 				endpoint, kinds = o.EndpointURL, o.Substrates
+				for _, e := range o.Isolation {
+					iso = append(iso, market.Isolation{Substrate: e.Substrate, Boundary: market.Boundary(e.Boundary), Layers: e.Layers})
+				}
 				for _, a := range o.AppliesTo {
 					live = live || a == mk.ComputeVMNSID
 				}
@@ -169,6 +175,7 @@ func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, ac
 	x.offerings[did] = live
 	x.endpoints[did] = endpoint
 	x.kinds[did] = kinds
+	x.isolation[did] = iso
 	var keys []types.NamespacedName
 	for _, k := range x.owners { // the bidder set of every contract may have changed
 		keys = append(keys, k)
@@ -239,6 +246,20 @@ func (x *Index) Offerings(kind string) []string {
 	for d, live := range x.offerings {
 		if k := x.kinds[d]; live && (len(k) == 0 || slices.Contains(k, kind)) {
 			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Stated is the isolation boundary each live offering states for guests of kind
+// (market.BoundaryNone for one that states nothing about kind).
+func (x *Index) Stated(kind string) map[string]market.Boundary {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[string]market.Boundary{}
+	for d, live := range x.offerings {
+		if live {
+			out[d] = market.StatedBoundary(x.isolation[d], kind)
 		}
 	}
 	return out

@@ -3,10 +3,12 @@ package computecontract
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/repos"
 )
 
@@ -45,5 +47,41 @@ func TestOfferingsByKind(t *testing.T) {
 	x.onOffering(context.Background(), fetch, "did:plc:node", "at://did:plc:node/"+mk.OfferingNSID+"/self", "delete")
 	if got := x.Offerings("node"); !slices.Equal(got, []string{"did:plc:any"}) {
 		t.Errorf("after the node bidder's offering was deleted: %v", got)
+	}
+}
+
+// The index keeps what each offering states about isolation per kind: the boundary of the
+// entry for that kind, none for an offering without entries (an older bidder) or without one
+// for the kind, and nothing once the offering is deleted.
+func TestStatedIsolation(t *testing.T) {
+	at := "2026-12-02T00:00:00Z"
+	offerings := map[string]mk.Offering{
+		"did:plc:deno": {AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{"deno"}, CreatedAt: at, EndpointURL: "http://127.0.0.1:1",
+			Isolation: []mk.OfferingIsolation{{Substrate: "deno", Boundary: "process", Layers: []string{"deno-permissions"}}}},
+		"did:plc:vm": {AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: at, EndpointURL: "http://127.0.0.1:2",
+			Isolation: []mk.OfferingIsolation{{Substrate: "deno", Boundary: "vm"}, {Substrate: "node", Boundary: "namespace"}}},
+		"did:plc:old": {AppliesTo: []string{mk.ComputeVMNSID}, CreatedAt: at, EndpointURL: "http://127.0.0.1:3"},
+	}
+	fetch := func(_ context.Context, did, collection, rkey string) (*repos.Record, error) {
+		b, err := json.Marshal(offerings[did])
+		return &repos.Record{URI: "at://" + did + "/" + collection + "/" + rkey, CID: "c", Value: b}, err
+	}
+	x := &Index{}
+	x.init()
+	for did := range offerings {
+		x.onOffering(context.Background(), fetch, did, "at://"+did+"/"+mk.OfferingNSID+"/self", "create")
+	}
+	want := map[string]map[string]market.Boundary{
+		"deno": {"did:plc:deno": market.BoundaryProcess, "did:plc:vm": market.BoundaryVM, "did:plc:old": market.BoundaryNone},
+		"node": {"did:plc:deno": market.BoundaryNone, "did:plc:vm": market.BoundaryNamespace, "did:plc:old": market.BoundaryNone},
+	}
+	for kind, w := range want {
+		if got := x.Stated(kind); !maps.Equal(got, w) {
+			t.Errorf("Stated(%s) = %v, want %v", kind, got, w)
+		}
+	}
+	x.onOffering(context.Background(), fetch, "did:plc:vm", "at://did:plc:vm/"+mk.OfferingNSID+"/self", "delete")
+	if got := x.Stated("deno"); got["did:plc:vm"] != market.BoundaryNone {
+		t.Errorf("after the vm bidder's offering was deleted: %v", got)
 	}
 }

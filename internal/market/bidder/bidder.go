@@ -147,7 +147,8 @@ func (b *Bidder) Run(ctx context.Context) error {
 		}
 		endpoint = u
 	}
-	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: now(), EndpointURL: endpoint}
+	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: now(), EndpointURL: endpoint,
+		Isolation: []mk.OfferingIsolation{isolationEntry(b.cfg.Substrate.Kind(), b.cfg.Substrate.Isolation())}}
 	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
 		return fmt.Errorf("offering: %w", err)
 	}
@@ -769,4 +770,10 @@ func (b *Bidder) StopAll(ctx context.Context) {
 	for _, g := range gs {
 		b.stop(ctx, g.ID)
 	}
+}
+
+// isolationEntry is the offering's statement of what the substrate of kind applies to its
+// guests, as the substrate itself reports it.
+func isolationEntry(kind string, iso substrate.Isolation) mk.OfferingIsolation {
+	return mk.OfferingIsolation{Substrate: kind, Boundary: iso.Boundary, Layers: append([]string(nil), iso.Layers...)}
 }

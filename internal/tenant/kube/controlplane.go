@@ -152,6 +152,8 @@ func runControlPlane(spec tenant.ChildSpec) error {
 	apiDone := make(chan error, 1)
 	if err := func() error {
 		s := apiserveroptions.NewServerRunOptions()
+		ga := s.Admission.GenericAdmission
+		ga.RecommendedPluginOrder = registerFloor(ga.Plugins, ga.RecommendedPluginOrder)
 		fg := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 		nfs := s.Flags()
 		if err := parse("kube-apiserver", nfs.FlagSets, spec.APIServer); err != nil {

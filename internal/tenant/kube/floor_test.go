@@ -1,0 +1,164 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/kubernetes/pkg/apis/core"
+)
+
+func floorFor(t *testing.T, level string) *floor {
+	t.Helper()
+	f, err := newFloor(strings.NewReader("level: " + level))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func podAttributes(pod, old *core.Pod, subresource string) admission.Attributes {
+	op := admission.Create
+	var oldObj runtime.Object
+	if old != nil {
+		op, oldObj = admission.Update, old
+	}
+	return admission.NewAttributesRecord(pod, oldObj, core.Kind("Pod").WithVersion("v1"), "default", pod.Name,
+		core.Resource("pods").WithVersion("v1"), subresource, op, nil, false, &user.DefaultInfo{Name: "did:plc:owner"})
+}
+
+func pod(name string, mutate func(*core.Pod)) *core.Pod {
+	p := &core.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       core.PodSpec{Containers: []core.Container{{Name: "c", Image: "busybox"}}},
+	}
+	if mutate != nil {
+		mutate(p)
+	}
+	return p
+}
+
+func restrictedPod(name string) *core.Pod {
+	no, yes := false, true
+	return pod(name, func(p *core.Pod) {
+		p.Spec.SecurityContext = &core.PodSecurityContext{RunAsNonRoot: &yes, SeccompProfile: &core.SeccompProfile{Type: core.SeccompProfileTypeRuntimeDefault}}
+		p.Spec.Containers[0].SecurityContext = &core.SecurityContext{
+			AllowPrivilegeEscalation: &no,
+			Capabilities:             &core.Capabilities{Drop: []core.Capability{"ALL"}},
+		}
+	})
+}
+
+// Each pod a tenant could use to reach the node's host, refused at the baseline floor,
+// whatever the namespace's labels; a plain pod is admitted.
+func TestFloor_Pods(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		level string
+		pod   *core.Pod
+		allow bool
+		why   string
+	}{
+		{"baseline", pod("plain", nil), true, ""},
+		{"baseline", pod("privileged", func(p *core.Pod) {
+			p.Spec.Containers[0].SecurityContext = &core.SecurityContext{Privileged: &yes}
+		}), false, "privileged"},
+		{"baseline", pod("hostpath", func(p *core.Pod) {
+			p.Spec.Volumes = []core.Volume{{Name: "root", VolumeSource: core.VolumeSource{HostPath: &core.HostPathVolumeSource{Path: "/"}}}}
+		}), false, "hostPath"},
+		{"baseline", pod("hostpid", func(p *core.Pod) {
+			p.Spec.HostPID = true
+		}), false, "hostPID"},
+		{"baseline", pod("hostnetwork", func(p *core.Pod) {
+			p.Spec.HostNetwork = true
+		}), false, "hostNetwork"},
+		{"baseline", pod("sysadmin", func(p *core.Pod) {
+			p.Spec.Containers[0].SecurityContext = &core.SecurityContext{Capabilities: &core.Capabilities{Add: []core.Capability{"SYS_ADMIN"}}}
+		}), false, "SYS_ADMIN"},
+		{"baseline", pod("labelled-privileged", func(p *core.Pod) {
+			p.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}
+			p.Spec.Containers[0].SecurityContext = &core.SecurityContext{Privileged: &yes}
+		}), false, "privileged"},
+		{"restricted", pod("plain", nil), false, "allowPrivilegeEscalation"},
+		{"restricted", restrictedPod("restricted"), true, ""},
+	} {
+		err := floorFor(t, tc.level).Validate(context.Background(), podAttributes(tc.pod, nil, ""), nil)
+		if tc.allow {
+			if err != nil {
+				t.Errorf("%s/%s: refused: %v", tc.level, tc.pod.Name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.why) || !strings.Contains(err.Error(), `violates PodSecurity "`+tc.level) {
+			t.Errorf("%s/%s: %v; want a refusal naming %s", tc.level, tc.pod.Name, err, tc.why)
+		}
+	}
+}
+
+// An ephemeral container is checked like any other: a privileged debug container is refused.
+func TestFloor_EphemeralContainer(t *testing.T) {
+	yes := true
+	old := pod("running", nil)
+	withDebug := pod("running", func(p *core.Pod) {
+		p.Spec.EphemeralContainers = []core.EphemeralContainer{{EphemeralContainerCommon: core.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox", SecurityContext: &core.SecurityContext{Privileged: &yes}}}}
+	})
+	err := floorFor(t, "baseline").Validate(context.Background(), podAttributes(withDebug, old, "ephemeralcontainers"), nil)
+	if err == nil || !strings.Contains(err.Error(), "privileged") {
+		t.Errorf("privileged ephemeral container: %v, want refused", err)
+	}
+}
+
+// A PersistentVolume on a node's own filesystem is refused: a claim on it would pass any
+// Pod Security level.
+func TestFloor_PersistentVolumes(t *testing.T) {
+	f := floorFor(t, "baseline")
+	for _, tc := range []struct {
+		name   string
+		source core.PersistentVolumeSource
+		refuse string
+	}{
+		{"hostpath", core.PersistentVolumeSource{HostPath: &core.HostPathVolumeSource{Path: "/"}}, "hostPath"},
+		{"local", core.PersistentVolumeSource{Local: &core.LocalVolumeSource{Path: "/var/lib"}}, "local"},
+		{"nfs", core.PersistentVolumeSource{NFS: &core.NFSVolumeSource{Server: "192.0.2.1", Path: "/x"}}, ""},
+	} {
+		pv := &core.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: core.PersistentVolumeSpec{PersistentVolumeSource: tc.source}}
+		a := admission.NewAttributesRecord(pv, nil, core.Kind("PersistentVolume").WithVersion("v1"), "", tc.name,
+			core.Resource("persistentvolumes").WithVersion("v1"), "", admission.Create, nil, false, &user.DefaultInfo{Name: "did:plc:owner"})
+		err := f.Validate(context.Background(), a, nil)
+		if tc.refuse == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), "spec."+tc.refuse) {
+			t.Errorf("%s: %v, want refused naming spec.%s", tc.name, err, tc.refuse)
+		}
+	}
+}
+
+func TestFloor_Config(t *testing.T) {
+	for _, bad := range []string{"level: privileged", "levl: baseline", "level: [x]"} {
+		if _, err := newFloor(strings.NewReader(bad)); err == nil {
+			t.Errorf("config %q accepted", bad)
+		}
+	}
+	if f, err := newFloor(nil); err != nil || f.level != "baseline" {
+		t.Errorf("no config: %v %v, want baseline", f, err)
+	}
+}
+
+func TestRegisterFloor_OrderedAfterPodSecurity(t *testing.T) {
+	plugins := admission.NewPlugins()
+	order := registerFloor(plugins, []string{"NamespaceLifecycle", "PodSecurity", "Priority"})
+	if strings.Join(order, ",") != "NamespaceLifecycle,PodSecurity,TenantPodSecurityFloor,Priority" {
+		t.Errorf("order %v", order)
+	}
+	registered := strings.Join(plugins.Registered(), ",")
+	if registered != "TenantPodSecurityFloor" {
+		t.Errorf("registered %s", registered)
+	}
+}
