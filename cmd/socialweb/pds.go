@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +16,7 @@ import (
 func newPDSCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "pds", Short: "The embedded atproto PDS and did:plc directory"}
 	var o app.PDSOptions
-	var dataDir, level, handle string
+	var dataDir, level, handle, adminPasswordFile string
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Run only the PDS (and its did:plc directory unless --plc-url is given)",
@@ -31,6 +33,14 @@ func newPDSCommand() *cobra.Command {
 			defer dir.Close()
 			o.DataDir = filepath.Join(dir.Root, "pds")
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			o.AdminPassword = os.Getenv(app.AdminPasswordEnv)
+			if adminPasswordFile != "" {
+				b, err := os.ReadFile(adminPasswordFile)
+				if err != nil {
+					return fmt.Errorf("--admin-password-file: %w", err)
+				}
+				o.AdminPassword = strings.TrimSpace(string(b))
+			}
 			srv, err := app.StartPDS(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -40,8 +50,18 @@ func newPDSCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "PDS serving at %s (PLC %s); account %s %s, password in %s\n",
-				srv.URL(), srv.PLCURL(), acct.Handle, acct.DID, filepath.Join(o.DataDir, "account.json"))
+			signup := "sign-up by invite code"
+			if o.OpenSignup {
+				signup = "sign-up open (no invite code)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "PDS serving at %s (PLC %s); account %s %s; %s\n",
+				srv.URL(), srv.PLCURL(), acct.Handle, acct.DID, signup)
+			switch {
+			case acct.Migrated:
+				fmt.Fprintf(cmd.OutOrStdout(), "password of %s: %s (replaced: account.json held the old one in clear; shown once, the data dir keeps no copy)\n", acct.Handle, acct.Password)
+			case acct.Password != "":
+				fmt.Fprintf(cmd.OutOrStdout(), "password of %s: %s (shown once: the data dir keeps no copy)\n", acct.Handle, acct.Password)
+			}
 			<-cmd.Context().Done()
 			return nil
 		},
@@ -50,6 +70,8 @@ func newPDSCommand() *cobra.Command {
 	serve.Flags().StringVar(&o.Addr, "listen", "127.0.0.1:0", "listen address (port 0 picks a free one)")
 	serve.Flags().StringVar(&o.Hostname, "hostname", "localhost", "public host name; the service DID is did:web:<hostname>")
 	serve.Flags().StringVar(&o.PLCURL, "plc-url", "", "an external did:plc directory (default: run one in-process)")
+	serve.Flags().BoolVar(&o.OpenSignup, "open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --listen)")
+	serve.Flags().StringVar(&adminPasswordFile, "admin-password-file", "", "file holding the admin password (HTTP Basic user admin) for createInviteCode(s); default $"+app.AdminPasswordEnv+", none: invite codes are not minted over XRPC")
 	serve.Flags().StringVar(&handle, "account", app.DefaultHandle, "handle of the account created on first start")
 	serve.Flags().StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	cmd.AddCommand(serve)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -31,12 +32,14 @@ objects are kept for the next up on the same data dir.`,
 				return err
 			}
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			o.PDSAdminPassword = os.Getenv(app.AdminPasswordEnv)
 			return app.Up(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&o.DataDir, "data-dir", app.DefaultDataDir(), "state directory (etcd, certificates, kubeconfig, logs)")
 	cmd.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:0", "HTTPS address of the API server (port 0 picks a free one)")
 	cmd.Flags().StringVar(&o.PDSListen, "pds-listen", "127.0.0.1:0", "address of the embedded PDS (port 0 picks a free one)")
+	cmd.Flags().BoolVar(&o.PDSOpenSignup, "pds-open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --pds-listen); otherwise accounts need an invite code from com.atproto.server.createInviteCode, as HTTP Basic admin with $"+app.AdminPasswordEnv)
 	cmd.Flags().StringVar(&o.GatewayListen, "gateway-listen", "127.0.0.1:0", "address of the cluster gateway, XRPC (port 0 picks a free one)")
 	cmd.Flags().StringVar(&o.MetricsAddr, "metrics-addr", "0", "address for Prometheus metrics of the controllers, e.g. 127.0.0.1:9090 (0 turns it off)")
 	cmd.Flags().StringVar(&o.TenantAdvertise, "tenant-advertise-address", "", "non-loopback address tenant apiservers advertise (default: 10.77.0.1 on a veth pair socialweb creates in network namespace socialweb-tenants; needs root and iproute2)")

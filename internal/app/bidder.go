@@ -24,9 +24,9 @@ const LocalBidderHandle = "bidder.test"
 const LocalNodeBidderHandle = "nodebidder.test"
 
 // startLocalBidder runs the local default bidder (deno guests, free bids) until ctx ends:
-// its own account on srv (password in DATA_DIR/bidder/account.json) and its guests' state
-// in DATA_DIR/bidder/guests. Without a Deno binary, or what its jail needs (root, unshare,
-// cgroups), it says so and runs none.
+// its own account on srv (handle and DID in DATA_DIR/bidder/account.json; it acts in-process
+// and keeps no password) and its guests' state in DATA_DIR/bidder/guests. Without a Deno
+// binary, or what its jail needs (root, unshare, cgroups), it says so and runs none.
 func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	dir := filepath.Join(root, "bidder")
 	sub, err := deno.New(deno.Config{StateDir: filepath.Join(dir, "guests")})

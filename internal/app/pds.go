@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"socialweb.computer/internal/atomicfile"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/lexicons"
 )
@@ -16,12 +17,26 @@ import (
 // DefaultHandle is the handle of the local account `up` creates on its first start.
 const DefaultHandle = "owner.test"
 
-// LocalAccount is the default account of an embedded PDS, kept 0600 in its data dir so
-// that the controllers (and the user) can act as it.
+// LocalAccount is an account an embedded PDS hosts for this process (up's owner account,
+// the local bidders'). The process acts as it in-process, by DID (repos.Local), so no
+// password is needed to log in again: DATA_DIR/.../account.json keeps the handle and DID
+// only, 0600. The password exists in memory when it is made, to be shown once to a person.
 type LocalAccount struct {
+	Handle string `json:"handle"`
+	DID    string `json:"did"`
+	// Password is set only by the EnsureLocalAccount call that made it (a new account, or
+	// the migration of an account.json that held one); it is never written.
+	Password string `json:"-"`
+	// Migrated says the password was rotated because an old account.json held it in clear.
+	Migrated bool `json:"-"`
+}
+
+// accountFile is account.json as written now, and as older versions wrote it (with the
+// password in clear), which EnsureLocalAccount migrates.
+type accountFile struct {
 	Handle   string `json:"handle"`
 	DID      string `json:"did"`
-	Password string `json:"password"`
+	Password string `json:"password,omitempty"`
 }
 
 // PDSOptions configure an embedded PDS.
@@ -30,8 +45,17 @@ type PDSOptions struct {
 	Addr     string
 	Hostname string
 	PLCURL   string
-	Logger   *slog.Logger
+	// OpenSignup lets anyone create an account over XRPC without an invite code; only on a
+	// loopback Addr (pds.OpenSignupError otherwise).
+	OpenSignup bool
+	// AdminPassword opens createInviteCode(s) to HTTP Basic admin:<it>; empty closes them.
+	AdminPassword string
+	Logger        *slog.Logger
 }
+
+// AdminPasswordEnv is the environment variable up and `pds serve` read the PDS's admin
+// password from (as the reference PDS reads PDS_ADMIN_PASSWORD).
+const AdminPasswordEnv = "SOCIALWEB_PDS_ADMIN_PASSWORD"
 
 // StartPDS starts the PDS with the project's lexicons, so records of our collections are
 // validated ("valid") and others stored as "unknown".
@@ -40,7 +64,8 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, Lexicons: catalog, Logger: o.Logger})
+	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, Lexicons: catalog,
+		OpenSignup: o.OpenSignup, AdminPassword: o.AdminPassword, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("PDS in %s: %w", o.DataDir, err)
 	}
@@ -50,16 +75,36 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 	return srv, nil
 }
 
-// EnsureLocalAccount returns the default account, creating it on the first start.
+// EnsureLocalAccount returns the account of dataDir/account.json, creating it on the first
+// start through the in-process path (no invite code). A new account's password is in the
+// returned Password, once. An account.json of an older version that holds the password in
+// clear is migrated: the password is replaced (the old one may have been read already),
+// its sessions ended, and the file rewritten without it.
 func EnsureLocalAccount(ctx context.Context, srv *pds.Server, dataDir, handle string) (*LocalAccount, error) {
 	path := filepath.Join(dataDir, "account.json")
 	b, err := os.ReadFile(path)
 	if err == nil {
-		var a LocalAccount
-		if err := json.Unmarshal(b, &a); err != nil || a.DID == "" {
-			return nil, fmt.Errorf("%s is corrupt; the account's password is lost (the repo is kept)", path)
+		var f accountFile
+		if err := json.Unmarshal(b, &f); err != nil || f.DID == "" {
+			return nil, fmt.Errorf("%s is corrupt: want {\"handle\", \"did\"} of an account of this PDS", path)
 		}
-		return &a, nil
+		a := &LocalAccount{Handle: f.Handle, DID: f.DID}
+		if f.Password != "" {
+			pw, err := randomPassword()
+			if err != nil {
+				return nil, err
+			}
+			if err := srv.SetPassword(ctx, f.DID, pw); err != nil {
+				return nil, fmt.Errorf("replacing the password %s held in clear: %w", path, err)
+			}
+			a.Password, a.Migrated = pw, true
+		}
+		// Rewritten every start: drops a clear password, and makes the mode 0600 whatever an
+		// older version or a copy left.
+		if err := writeAccountFile(path, a); err != nil {
+			return nil, err
+		}
+		return a, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -73,9 +118,14 @@ func EnsureLocalAccount(ctx context.Context, srv *pds.Server, dataDir, handle st
 		return nil, fmt.Errorf("creating the local account %s: %w", handle, err)
 	}
 	a := &LocalAccount{Handle: handle, DID: did, Password: pw}
-	b, _ = json.MarshalIndent(a, "", "  ")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := writeAccountFile(path, a); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// writeAccountFile writes the handle and DID, 0600, atomically.
+func writeAccountFile(path string, a *LocalAccount) error {
+	b, _ := json.MarshalIndent(accountFile{Handle: a.Handle, DID: a.DID}, "", "  ")
+	return atomicfile.Write(path, b, 0o600)
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"socialweb.computer/internal/app"
@@ -28,8 +30,8 @@ func TestStartPDSValidatesTheProjectsCollections(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := app.EnsureLocalAccount(ctx, srv, dir, app.DefaultHandle)
-	if err != nil || again.DID != acct.DID || again.Password != acct.Password {
-		t.Fatalf("second EnsureLocalAccount: %+v, %v; want the same account", again, err)
+	if err != nil || again.DID != acct.DID || acct.Password == "" || again.Password != "" {
+		t.Fatalf("second EnsureLocalAccount: %+v, %v; want the same account, its password shown only when made", again, err)
 	}
 	c := atclient.New(srv.URL())
 	if _, err := c.Login(ctx, acct.Handle, acct.Password); err != nil {
@@ -64,5 +66,72 @@ func TestStartPDSValidatesTheProjectsCollections(t *testing.T) {
 	}
 	if _, err := c.GetRecord(ctx, acct.DID, "computer.socialweb.infra", "broken"); !atclient.RecordNotFound(err) {
 		t.Errorf("the refused record exists: %v", err)
+	}
+}
+
+// account.json keeps the handle and DID only, 0600: reading it gives no login. One written by
+// an older version with the password in clear is migrated at start: the password is replaced
+// (the old one, and sessions opened with it, stop working) and the file no longer holds it.
+func TestLocalAccountFileHoldsNoPassword(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv, err := app.StartPDS(ctx, app.PDSOptions{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	path := filepath.Join(dir, "account.json")
+	acct, err := app.EnsureLocalAccount(ctx, srv, dir, app.DefaultHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertNoSecret := func(secret string) {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), secret) || strings.Contains(string(b), "password") {
+			t.Fatalf("account.json holds the password: %s", b)
+		}
+		if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("account.json mode %v, want 0600", fi.Mode().Perm())
+		}
+	}
+	assertNoSecret(acct.Password)
+
+	// An older data dir: another account whose file holds its password, readable by all.
+	const oldPW = "old-clear-password"
+	did, err := srv.CreateAccount(ctx, "legacy.test", oldPW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := atclient.New(srv.URL())
+	if _, err := old.Login(ctx, "legacy.test", oldPW); err != nil {
+		t.Fatal(err)
+	}
+	legacy := t.TempDir()
+	path = filepath.Join(legacy, "account.json")
+	if err := os.WriteFile(path, []byte(`{"handle":"legacy.test","did":"`+did+`","password":"`+oldPW+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := app.EnsureLocalAccount(ctx, srv, legacy, "legacy.test")
+	if err != nil || got.DID != did || !got.Migrated || got.Password == "" || got.Password == oldPW {
+		t.Fatalf("migration: %+v %v", got, err)
+	}
+	assertNoSecret(oldPW)
+	assertNoSecret(got.Password)
+	if _, err := atclient.New(srv.URL()).Login(ctx, "legacy.test", oldPW); !atclient.IsXRPC(err, "AuthenticationRequired") {
+		t.Fatalf("the password that was in clear still logs in: %v", err)
+	}
+	if err := old.Refresh(ctx); err == nil {
+		t.Fatal("a session opened with the password that was in clear still refreshes")
+	}
+	if _, err := atclient.New(srv.URL()).Login(ctx, "legacy.test", got.Password); err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	again, err := app.EnsureLocalAccount(ctx, srv, legacy, "legacy.test")
+	if err != nil || again.Migrated || again.Password != "" || again.DID != did {
+		t.Fatalf("start after the migration: %+v %v", again, err)
 	}
 }

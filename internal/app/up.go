@@ -24,6 +24,11 @@ type UpOptions struct {
 	Listen      string
 	MetricsAddr string
 	PDSListen   string
+	// PDSOpenSignup lets anyone reaching the PDS create an account without an invite code;
+	// refused unless PDSListen is a loopback address.
+	PDSOpenSignup bool
+	// PDSAdminPassword opens the PDS's createInviteCode(s) to HTTP Basic admin:<it>.
+	PDSAdminPassword string
 	// GatewayListen is the address of the cluster gateway (XRPC).
 	GatewayListen string
 	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
@@ -101,7 +106,8 @@ func Up(ctx context.Context, o UpOptions) error {
 	}()
 	phase("core serving at %s", c.URL)
 
-	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log})
+	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log,
+		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword})
 	if err != nil {
 		return err
 	}
@@ -114,6 +120,10 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	phase("PDS serving at %s (PLC %s), local account %s %s", srv.URL(), srv.PLCURL(), acct.Handle, acct.DID)
+	showPassword(phase, acct)
+	if o.PDSOpenSignup {
+		phase("PDS sign-up is open to anyone reaching %s (no invite code)", srv.URL())
+	}
 
 	tenants, why := startTenants(dir.Root, o.TenantAdvertise, tenant.PodSecurityLevel(o.PodSecurity), log)
 	if tenants != nil {
@@ -194,6 +204,19 @@ func Up(ctx context.Context, o UpOptions) error {
 		}
 	}
 	return runErr
+}
+
+// showPassword prints a local account's password the one time it exists outside the PDS:
+// when the account was made, or when a password an older version kept in clear was replaced.
+// The controllers act as the account in-process and never need it; a person logging in
+// from a client does.
+func showPassword(phase func(string, ...any), a *LocalAccount) {
+	switch {
+	case a.Migrated:
+		phase("password of %s: %s (replaced: account.json held the old one in clear; shown once, the data dir keeps no copy)", a.Handle, a.Password)
+	case a.Password != "":
+		phase("password of %s: %s (shown once: the data dir keeps no copy)", a.Handle, a.Password)
+	}
 }
 
 // openLog sends slog and klog (the API server's logger) to path, so the terminal shows

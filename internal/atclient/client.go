@@ -180,11 +180,20 @@ func (c *Client) doOnce(ctx context.Context, method, nsid string, params url.Val
 	return nil
 }
 
-// CreateAccount creates an account and logs in as it.
+// CreateAccount creates an account and logs in as it, on a PDS that needs no invite code.
 func (c *Client) CreateAccount(ctx context.Context, handle, password, email string) (*Session, error) {
+	return c.CreateAccountWithInvite(ctx, handle, password, email, "")
+}
+
+// CreateAccountWithInvite creates an account with an invite code (a PDS that requires one
+// refuses a missing or spent code with InvalidInviteCode) and logs in as it.
+func (c *Client) CreateAccountWithInvite(ctx context.Context, handle, password, email, inviteCode string) (*Session, error) {
 	in := map[string]string{"handle": handle, "password": password}
 	if email != "" {
 		in["email"] = email
+	}
+	if inviteCode != "" {
+		in["inviteCode"] = inviteCode
 	}
 	var s Session
 	if err := c.do(ctx, "POST", "com.atproto.server.createAccount", nil, in, &s, authNone); err != nil {

@@ -182,8 +182,10 @@ func TestSecurityTable(t *testing.T) {
 		{"no token", f.gw, func() string { return "" }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrAuthMissing, ""},
 		{"malformed", f.gw, func() string { return "not.a-jwt" }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "BadJwt:"},
 		{"garbage", f.gw, func() string { return strings.Repeat("x", 100) }, cluster.DeleteClusterNSID, name{"a1"}, gateway.ErrInvalidToken, "BadJwt:"},
+		// Forged for B, not A: a forgery spends its DID's one refetch for 30 s
+		// (serviceauth.DefaultRefetchInterval), and A's key rotates below.
 		{"bad signature", f.gw, func() string {
-			tok, err := auth.SignServiceAuth(syntax.DID(f.a.did), f.gw.DID(), time.Minute, &del, otherKey)
+			tok, err := auth.SignServiceAuth(syntax.DID(f.b.did), f.gw.DID(), time.Minute, &del, otherKey)
 			if err != nil {
 				t.Fatal(err)
 			}

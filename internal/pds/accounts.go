@@ -75,13 +75,15 @@ func (s *Server) checkHandle(h string) (string, error) {
 }
 
 // CreateAccount creates an account with a new did:plc, an empty signed repo, and the firehose
-// events #identity, #account, #commit and #sync, as the reference PDS emits them.
+// events #identity, #account, #commit and #sync, as the reference PDS emits them. It is the
+// in-process path (the operator's own accounts): it needs no invite code.
 func (s *Server) CreateAccount(ctx context.Context, handle, password string) (string, error) {
-	did, _, err := s.createAccount(ctx, handle, password, "")
+	did, _, err := s.createAccount(ctx, handle, password, "", "")
 	return did, err
 }
 
-func (s *Server) createAccount(ctx context.Context, handle, password, email string) (string, *account, error) {
+// createAccount makes the account; a non-empty invite is spent in the same transaction.
+func (s *Server) createAccount(ctx context.Context, handle, password, email, invite string) (string, *account, error) {
 	handle, err := s.checkHandle(handle)
 	if err != nil {
 		return "", nil, err
@@ -135,6 +137,11 @@ func (s *Server) createAccount(ctx context.Context, handle, password, email stri
 	// The account rows go into the same transaction as the genesis commit, through the
 	// event callback, which runs inside it.
 	_, err = s.commitRepoWith(ctx, rs, empty, *root, blocks, nil, func(tx *bolt.Tx, nextSeq func() (int64, error), commitCID cid.Cid, rev string, carBytes []byte, commitBlock []byte) ([]storedFrame, error) {
+		if invite != "" {
+			if err := spendInvite(tx, invite, did); err != nil {
+				return nil, err
+			}
+		}
 		if err := tx.Bucket(bAccounts).Put([]byte(did), acctJSON); err != nil {
 			return nil, err
 		}
@@ -343,4 +350,51 @@ func (s *Server) checkPassword(identifier, password string) (*account, error) {
 		return nil, errNamed(401, "AuthenticationRequired", "Invalid identifier or password")
 	}
 	return acct, nil
+}
+
+// SetPassword replaces did's password and ends its sessions (every refresh token), as the
+// reference PDS does on a password change: a password that leaked is then worth nothing,
+// nor is a session opened with it. Access tokens already issued run out within accessTTL.
+func (s *Server) SetPassword(_ context.Context, did, password string) error {
+	if password == "" {
+		return errInvalidRequest("Password is required")
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	s.acctMu.Lock()
+	defer s.acctMu.Unlock()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		acct, err := getAccount(tx, did)
+		if err != nil {
+			return err
+		}
+		acct.PasswordHash = hash
+		raw, err := json.Marshal(acct)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bAccounts).Put([]byte(did), raw); err != nil {
+			return err
+		}
+		sessions := tx.Bucket(bSessions)
+		var ended [][]byte
+		err = sessions.ForEach(func(k, v []byte) error {
+			var ses session
+			if json.Unmarshal(v, &ses) == nil && ses.DID == did {
+				ended = append(ended, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range ended {
+			if err := sessions.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

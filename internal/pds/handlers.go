@@ -31,27 +31,30 @@ type xrpcHandler struct {
 
 func (s *Server) routes() http.Handler {
 	methods := map[string]xrpcHandler{
-		"com.atproto.server.describeServer":  {false, s.hDescribeServer},
-		"com.atproto.server.createAccount":   {true, s.hCreateAccount},
-		"com.atproto.server.createSession":   {true, s.hCreateSession},
-		"com.atproto.server.refreshSession":  {true, s.hRefreshSession},
-		"com.atproto.server.getSession":      {false, s.hGetSession},
-		"com.atproto.server.deleteSession":   {true, s.hDeleteSession},
-		"com.atproto.server.getServiceAuth":  {false, s.hGetServiceAuth},
-		"com.atproto.identity.resolveHandle": {false, s.hResolveHandle},
-		"com.atproto.repo.createRecord":      {true, s.hCreateRecord},
-		"com.atproto.repo.putRecord":         {true, s.hPutRecord},
-		"com.atproto.repo.deleteRecord":      {true, s.hDeleteRecord},
-		"com.atproto.repo.applyWrites":       {true, s.hApplyWrites},
-		"com.atproto.repo.getRecord":         {false, s.hGetRecord},
-		"com.atproto.repo.listRecords":       {false, s.hListRecords},
-		"com.atproto.repo.describeRepo":      {false, s.hDescribeRepo},
-		"com.atproto.sync.getLatestCommit":   {false, s.hGetLatestCommit},
-		"com.atproto.sync.listRepos":         {false, s.hListRepos},
-		"com.atproto.sync.getRepoStatus":     {false, s.hGetRepoStatus},
-		"com.atproto.sync.getRepo":           {false, nil},
-		"com.atproto.sync.getRecord":         {false, nil},
-		"com.atproto.sync.subscribeRepos":    {false, nil},
+		"com.atproto.server.describeServer":        {false, s.hDescribeServer},
+		"com.atproto.server.createAccount":         {true, s.hCreateAccount},
+		"com.atproto.server.createSession":         {true, s.hCreateSession},
+		"com.atproto.server.refreshSession":        {true, s.hRefreshSession},
+		"com.atproto.server.getSession":            {false, s.hGetSession},
+		"com.atproto.server.deleteSession":         {true, s.hDeleteSession},
+		"com.atproto.server.getServiceAuth":        {false, s.hGetServiceAuth},
+		"com.atproto.server.createInviteCode":      {true, s.hCreateInviteCode},
+		"com.atproto.server.createInviteCodes":     {true, s.hCreateInviteCodes},
+		"com.atproto.server.getAccountInviteCodes": {false, s.hGetAccountInviteCodes},
+		"com.atproto.identity.resolveHandle":       {false, s.hResolveHandle},
+		"com.atproto.repo.createRecord":            {true, s.hCreateRecord},
+		"com.atproto.repo.putRecord":               {true, s.hPutRecord},
+		"com.atproto.repo.deleteRecord":            {true, s.hDeleteRecord},
+		"com.atproto.repo.applyWrites":             {true, s.hApplyWrites},
+		"com.atproto.repo.getRecord":               {false, s.hGetRecord},
+		"com.atproto.repo.listRecords":             {false, s.hListRecords},
+		"com.atproto.repo.describeRepo":            {false, s.hDescribeRepo},
+		"com.atproto.sync.getLatestCommit":         {false, s.hGetLatestCommit},
+		"com.atproto.sync.listRepos":               {false, s.hListRepos},
+		"com.atproto.sync.getRepoStatus":           {false, s.hGetRepoStatus},
+		"com.atproto.sync.getRepo":                 {false, nil},
+		"com.atproto.sync.getRecord":               {false, nil},
+		"com.atproto.sync.subscribeRepos":          {false, nil},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/xrpc/_health", func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +85,7 @@ func (s *Server) routes() http.Handler {
 			writeXRPCError(w, errInvalidRequest("Incorrect HTTP method (%s) expected GET", r.Method))
 			return
 		}
-		out, err := h.fn(r.Context(), r)
+		out, err := h.fn(context.WithValue(r.Context(), respHeaderKey{}, w.Header()), r)
 		if err != nil {
 			var xe *XRPCError
 			if !errors.As(err, &xe) {
@@ -105,6 +108,17 @@ func (s *Server) routes() http.Handler {
 		_, _ = io.WriteString(w, "This is an atproto PDS (socialweb.computer).\n")
 	})
 	return mux
+}
+
+// respHeaderKey carries the response's header map to handlers that set headers of their own
+// (createSession's rate-limit headers).
+type respHeaderKey struct{}
+
+func respHeader(ctx context.Context) http.Header {
+	if h, ok := ctx.Value(respHeaderKey{}).(http.Header); ok {
+		return h
+	}
+	return http.Header{}
 }
 
 func asXRPC(err error) error {
@@ -588,7 +602,7 @@ func (s *Server) hWellKnownDID(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) hDescribeServer(ctx context.Context, r *http.Request) (any, error) {
 	return map[string]any{"did": s.cfg.ServiceDID, "availableUserDomains": s.cfg.UserDomains,
-		"inviteCodeRequired": false, "links": map[string]any{}, "contact": map[string]any{}}, nil
+		"inviteCodeRequired": s.InvitesRequired(), "links": map[string]any{}, "contact": map[string]any{}}, nil
 }
 
 func (s *Server) sessionOut(acct *account, access, refresh string) map[string]any {
@@ -607,9 +621,10 @@ func (s *Server) sessionOut(acct *account, access, refresh string) map[string]an
 
 func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, error) {
 	var in struct {
-		Handle   *string `json:"handle"`
-		Password string  `json:"password"`
-		Email    string  `json:"email"`
+		Handle     *string `json:"handle"`
+		Password   string  `json:"password"`
+		Email      string  `json:"email"`
+		InviteCode string  `json:"inviteCode"`
 	}
 	if err := decodeInput(r, &in); err != nil {
 		return nil, err
@@ -617,7 +632,22 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 	if in.Handle == nil {
 		return nil, errInvalidRequest("Missing required key \"handle\" at $")
 	}
-	_, acct, err := s.createAccount(ctx, *in.Handle, in.Password, in.Email)
+	// The reference refuses a missing code before it looks at the handle, and a spent one
+	// after; spendInvite checks again inside the account's transaction.
+	invite := ""
+	if s.InvitesRequired() {
+		if in.InviteCode == "" {
+			return nil, errInvite("No invite code provided")
+		}
+		if _, err := s.checkHandle(*in.Handle); err != nil {
+			return nil, err
+		}
+		if err := s.checkInvite(in.InviteCode); err != nil {
+			return nil, err
+		}
+		invite = in.InviteCode
+	}
+	_, acct, err := s.createAccount(ctx, *in.Handle, in.Password, in.Email, invite)
 	if err != nil {
 		return nil, err
 	}
@@ -639,6 +669,15 @@ func (s *Server) hCreateSession(ctx context.Context, r *http.Request) (any, erro
 	}
 	if err := decodeInput(r, &in); err != nil {
 		return nil, err
+	}
+	// Every attempt counts, good or bad, before the password is looked at (as the
+	// reference's rate limiter runs before its handler).
+	now := time.Now()
+	st := s.logins.take(s.loginKey(in.Identifier), clientIP(r), now)
+	st.setHeaders(respHeader(ctx), now)
+	if !st.allowed {
+		s.log.Warn("createSession rate-limited", "identifier", in.Identifier, "ip", clientIP(r))
+		return nil, errRateLimited()
 	}
 	acct, err := s.checkPassword(in.Identifier, in.Password)
 	if err != nil {

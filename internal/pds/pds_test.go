@@ -315,16 +315,20 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 	s := startPDS(t, t.TempDir())
 	defer s.Close()
 	c := atclient.New(s.URL())
-	if _, err := c.CreateAccount(ctx, "bob.test", "pw", ""); err != nil {
+	invite, err := s.CreateInviteCode(ctx, 10, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateAccount(ctx, "bob.test", "pw", ""); !atclient.IsXRPC(err, "InvalidRequest") {
+	if _, err := c.CreateAccountWithInvite(ctx, "bob.test", "pw", "", invite); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateAccountWithInvite(ctx, "bob.test", "pw", "", invite); !atclient.IsXRPC(err, "InvalidRequest") {
 		t.Fatalf("taken handle: %v", err)
 	}
-	if _, err := c.CreateAccount(ctx, "bo.test", "pw", ""); !atclient.IsXRPC(err, "InvalidHandle") {
+	if _, err := c.CreateAccountWithInvite(ctx, "bo.test", "pw", "", invite); !atclient.IsXRPC(err, "InvalidHandle") {
 		t.Fatalf("short handle: %v", err)
 	}
-	if _, err := c.CreateAccount(ctx, "bob.example.com", "pw", ""); !atclient.IsXRPC(err, "UnsupportedDomain") {
+	if _, err := c.CreateAccountWithInvite(ctx, "bob.example.com", "pw", "", invite); !atclient.IsXRPC(err, "UnsupportedDomain") {
 		t.Fatalf("domain: %v", err)
 	}
 	if _, err := c.Login(ctx, "bob.test", "pw"); err != nil {
@@ -332,7 +336,7 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 	}
 	head, _ := c.GetLatestCommit(ctx, c.DID())
 	big := strings.Repeat("x", 1100*1024)
-	_, err := c.PutRecord(ctx, "app.x.y", "big", map[string]any{"s": big}, nil)
+	_, err = c.PutRecord(ctx, "app.x.y", "big", map[string]any{"s": big}, nil)
 	var xe *atclient.XRPCError
 	if err == nil || !(atclient.IsXRPC(err, "PayloadTooLargeError")) {
 		t.Fatalf("oversized: %v %v", err, xe)

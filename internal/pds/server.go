@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,8 +50,38 @@ type Config struct {
 	// SubscriberBuffer is how many frames a firehose consumer may fall behind before it gets
 	// a ConsumerTooSlow error frame and is dropped; default 2048. Writers never wait on it.
 	SubscriberBuffer int
+	// OpenSignup lets createAccount over XRPC go without an invite code. Start refuses it
+	// unless Addr is a loopback address: an open PDS on a reachable address is anyone's.
+	OpenSignup bool
+	// AdminPassword is the password of HTTP Basic user "admin" on the admin methods
+	// (createInviteCode, createInviteCodes). Empty: nobody is admin over XRPC; in-process
+	// callers mint codes with CreateInviteCode.
+	AdminPassword string
+	// LoginLimits bound createSession attempts; zero fields take DefaultLoginLimits.
+	LoginLimits LoginLimits
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// OpenSignupError is OpenSignup asked of a PDS that listens, or is published, beyond loopback.
+type OpenSignupError struct{ Addr string }
+
+func (e *OpenSignupError) Error() string {
+	return fmt.Sprintf("open sign-up needs a loopback listen address and public URL, not %s: bind 127.0.0.1 (or ::1), or require invite codes (createInviteCode with the admin password)", e.Addr)
+}
+
+// isLoopbackAddr says whether a listen address only accepts loopback connections. A host
+// name is not resolved: only literal loopback IPs and "localhost" count.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // plcDirectory is what the server needs from a did:plc directory, in-process or remote.
@@ -74,6 +105,7 @@ type Server struct {
 	plcURL   string
 	dir      identity.Directory
 	svcAuth  *serviceauth.Verifier
+	logins   *loginLimiter
 
 	acctMu  sync.Mutex
 	reposMu sync.Mutex
@@ -113,6 +145,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.OpenSignup && !isLoopbackAddr(cfg.Addr) {
+		return nil, &OpenSignupError{Addr: cfg.Addr}
+	}
+	// A loopback listener behind a proxy is reachable from wherever the proxy is.
+	if u, err := url.Parse(cfg.PublicURL); cfg.OpenSignup && cfg.PublicURL != "" && (err != nil || !isLoopbackAddr(net.JoinHostPort(u.Hostname(), "0"))) {
+		return nil, &OpenSignupError{Addr: cfg.PublicURL}
+	}
+	cfg.LoginLimits = cfg.LoginLimits.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -120,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pds: open database: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{},
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{}, logins: newLoginLimiter(cfg.LoginLimits),
 		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})}}
 	if err := s.initMeta(); err != nil {
 		db.Close()
@@ -203,7 +243,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.dir = &identity.BaseDirectory{PLCURL: s.plcURL, SkipHandleVerification: true,
 		HTTPClient: http.Client{Timeout: 10 * time.Second}}
-	s.svcAuth = serviceauth.New(serviceauth.Config{Directory: s.dir, Audiences: []string{s.cfg.ServiceDID}})
+	s.svcAuth = serviceauth.New(serviceauth.Config{Directory: serviceauth.CachingDirectory(s.dir), Audiences: []string{s.cfg.ServiceDID}})
 	if err := s.reconcileEndpoints(ctx); err != nil {
 		s.Close()
 		return err

@@ -22,9 +22,10 @@ var (
 	bRecords  = []byte("records")  // did\0collection/rkey -> cid bytes
 	bEvents   = []byte("events")   // seq (8 bytes BE) -> firehose frame
 	bSessions = []byte("sessions") // refresh token id -> session JSON
+	bInvites  = []byte("invites")  // invite code -> inviteCode JSON
 )
 
-var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions}
+var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions, bInvites}
 
 func repoKey(did string, rest []byte) []byte {
 	k := make([]byte, 0, len(did)+1+len(rest))

@@ -7,6 +7,11 @@
 // tokens, so a captured token could be replayed until it expires. This package adds the jti
 // replay cache, an audience set (the gateway answers to more than one DID) and a cap on token
 // lifetime, which also bounds the cache.
+//
+// A token whose signature fails against the cached key makes the verifier look the issuer's
+// DID document up afresh (the key may have rotated), but at most once per RefetchInterval per
+// DID and within a global RefetchRate: a stream of forged tokens costs the directory a
+// bounded number of fetches, not one each.
 package serviceauth
 
 import (
@@ -23,6 +28,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/golang-jwt/jwt/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/time/rate"
 )
 
 // Error is a refused token. Name is the XRPC error name the reference implementation uses;
@@ -50,6 +57,36 @@ type Config struct {
 	MaxLifetime time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// RefetchInterval is the least time between two fresh look-ups of one DID's document
+	// after bad signatures; default DefaultRefetchInterval. A key rotated within it is
+	// accepted once it has passed.
+	RefetchInterval time.Duration
+	// RefetchRate and RefetchBurst bound fresh look-ups after bad signatures across all DIDs;
+	// defaults DefaultRefetchRate and DefaultRefetchBurst.
+	RefetchRate  rate.Limit
+	RefetchBurst int
+}
+
+// Defaults of the refetch bound: a DID at most every 30 s, all DIDs together 2 a second
+// with bursts of 20.
+const (
+	DefaultRefetchInterval = 30 * time.Second
+	DefaultRefetchRate     = rate.Limit(2)
+	DefaultRefetchBurst    = 20
+)
+
+// maxRefetchDIDs bounds the memory of when each DID was last refetched; past it the least
+// recently refetched DID is forgotten (and may be refetched at once, within the global rate).
+const maxRefetchDIDs = 10000
+
+// CachingDirectory is dir behind a cache, unless it already is an identity.CacheDirectory.
+// A verifier should be given one: the refetch bound limits look-ups after bad signatures, and
+// with a directory that does not cache every call is a look-up.
+func CachingDirectory(dir identity.Directory) identity.Directory {
+	if _, ok := dir.(*identity.CacheDirectory); ok {
+		return dir
+	}
+	return identity.NewCacheDirectory(dir, 100_000, time.Hour, time.Minute, time.Minute)
 }
 
 // Claims are the verified contents of a token.
@@ -71,6 +108,10 @@ type Verifier struct {
 
 	keysMu sync.Mutex
 	keys   map[identity.VerificationMethod]atcrypto.PublicKey // parsed #atproto keys
+
+	refetchMu   sync.Mutex
+	refetched   *lru.Cache[syntax.DID, time.Time] // DID -> when its document was last refetched
+	refetchRate *rate.Limiter
 }
 
 // maxKeys bounds the parsed-key cache; past it the cache starts over.
@@ -118,7 +159,35 @@ func New(cfg Config) *Verifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Verifier{cfg: cfg, seen: map[string]time.Time{}}
+	if cfg.RefetchInterval == 0 {
+		cfg.RefetchInterval = DefaultRefetchInterval
+	}
+	if cfg.RefetchRate == 0 {
+		cfg.RefetchRate = DefaultRefetchRate
+	}
+	if cfg.RefetchBurst == 0 {
+		cfg.RefetchBurst = DefaultRefetchBurst
+	}
+	refetched, _ := lru.New[syntax.DID, time.Time](maxRefetchDIDs)
+	return &Verifier{cfg: cfg, seen: map[string]time.Time{}, refetched: refetched,
+		refetchRate: rate.NewLimiter(cfg.RefetchRate, cfg.RefetchBurst)}
+}
+
+// mayRefetch says whether did's document may be looked up afresh now, and if so counts it:
+// not within RefetchInterval of its last refetch, and not past the global rate. A DID held
+// back by its own interval takes nothing from the global budget.
+func (v *Verifier) mayRefetch(did syntax.DID) bool {
+	now := v.cfg.Now()
+	v.refetchMu.Lock()
+	defer v.refetchMu.Unlock()
+	if last, ok := v.refetched.Get(did); ok && now.Sub(last) < v.cfg.RefetchInterval && !now.Before(last) {
+		return false
+	}
+	if !v.refetchRate.AllowN(now, 1) {
+		return false
+	}
+	v.refetched.Add(did, now)
+	return true
 }
 
 type claims struct {
@@ -133,8 +202,9 @@ func (v *Verifier) Verify(ctx context.Context, token, lxm string) (*Claims, erro
 	if err != nil {
 		var sigErr *Error
 		if errors.As(err, &sigErr) && sigErr.Name == "BadJwtSignature" {
-			// The key may have rotated since the directory cached it: look it up afresh once.
-			if iss := unverifiedIssuer(token); iss != "" {
+			// The key may have rotated since the directory cached it: look it up afresh, once
+			// and only if the refetch bound allows it (else the refusal stands).
+			if iss := unverifiedIssuer(token); iss != "" && v.mayRefetch(iss) {
 				_ = v.cfg.Directory.Purge(ctx, iss.AtIdentifier())
 				c, err = v.check(ctx, token, lxm, true)
 			}

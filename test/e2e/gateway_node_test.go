@@ -154,7 +154,7 @@ func startGatewayNode(t *testing.T, name string, sizing func(*v1alpha1.ClusterSp
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a, acct, pa := ownerCaller(t, dir, pdsURL, gwURL, aud)
+	a, acct, pa := ownerCaller(t, up, pdsURL, gwURL, aud)
 
 	a.must(cluster.CreateClusterNSID, map[string]string{"name": name}, nil)
 	c := coreClient(t, dir)

@@ -40,20 +40,29 @@ type gwCaller struct {
 	aud string
 }
 
-// ownerCaller logs in as the local account `up` made in dir (its pds/account.json) and returns
-// a gateway caller for it, the account and its PDS client.
-func ownerCaller(t *testing.T, dir, pdsURL, gwURL, aud string) (*gwCaller, app.LocalAccount, *atclient.Client) {
+// ownerCaller logs in as the local account up made (handle and DID from its
+// pds/account.json, the password from the line up printed once when it made the account) and
+// returns a gateway caller for it, the account and its PDS client.
+func ownerCaller(t *testing.T, up *upProc, pdsURL, gwURL, aud string) (*gwCaller, app.LocalAccount, *atclient.Client) {
 	t.Helper()
-	var acct app.LocalAccount
-	b, err := os.ReadFile(filepath.Join(dir, "pds", "account.json"))
-	if err != nil || json.Unmarshal(b, &acct) != nil {
-		t.Fatalf("account.json: %v", err)
-	}
+	acct := localAccount(t, up)
 	pa := atclient.New(pdsURL)
 	if _, err := pa.Login(context.Background(), acct.Handle, acct.Password); err != nil {
 		t.Fatal(err)
 	}
 	return &gwCaller{t: t, pds: pa, gw: gwURL, aud: aud}, acct, pa
+}
+
+// localAccount is the account of up's pds/account.json with the password up printed for it.
+func localAccount(t *testing.T, up *upProc) app.LocalAccount {
+	t.Helper()
+	var acct app.LocalAccount
+	b, err := os.ReadFile(filepath.Join(up.dir, "pds", "account.json"))
+	if err != nil || json.Unmarshal(b, &acct) != nil || acct.DID == "" {
+		t.Fatalf("account.json: %v %s", err, b)
+	}
+	acct.Password = up.phase(t, "password of "+acct.Handle+": ")
+	return acct
 }
 
 func (c *gwCaller) call(nsid string, in, out any) error {
@@ -112,7 +121,8 @@ func errName(err error) string {
 func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	up := startUp(t, dir)
+	// Open sign-up (up's PDS is on loopback) for the second account below.
+	up := startUp(t, dir, "--pds-open-signup")
 	gwURL, pdsURL := up.phase(t, "gateway serving at "), up.phase(t, "PDS serving at ")
 	if !strings.HasPrefix(gwURL, "http://127.0.0.1:") {
 		t.Fatalf("gateway URL %q", gwURL)
@@ -122,7 +132,7 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a, acct, pa := ownerCaller(t, dir, pdsURL, gwURL, aud)
+	a, acct, pa := ownerCaller(t, up, pdsURL, gwURL, aud)
 	pb := atclient.New(pdsURL)
 	if _, err := pb.CreateAccount(ctx, "other.test", "other-password", ""); err != nil {
 		t.Fatal(err)
@@ -436,7 +446,7 @@ func TestCLI_ServeGateway(t *testing.T) {
 	if want, _ := gateway.DIDForURL(gwURL); did != want {
 		t.Errorf("service DID %q, want %q", did, want)
 	}
-	a, acct, _ := ownerCaller(t, dir, pdsURL, gwURL, did)
+	a, acct, _ := ownerCaller(t, up, pdsURL, gwURL, did)
 	a.must(cluster.CreateClusterNSID, map[string]string{"name": "s1"}, nil)
 	if _, ok := a.list()["s1"]; !ok {
 		t.Error("listClusters lacks the cluster just created")

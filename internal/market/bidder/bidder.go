@@ -140,7 +140,7 @@ func (b *Bidder) Run(ctx context.Context) error {
 		return err
 	}
 	if b.cfg.Directory != nil {
-		b.verifier = serviceauth.New(serviceauth.Config{Directory: b.cfg.Directory, Audiences: []string{b.DID()}})
+		b.verifier = serviceauth.New(serviceauth.Config{Directory: serviceauth.CachingDirectory(b.cfg.Directory), Audiences: []string{b.DID()}})
 		u, err := b.serveSecrets(ctx)
 		if err != nil {
 			return err

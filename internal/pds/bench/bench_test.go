@@ -160,7 +160,7 @@ func TestBenchCompare(t *testing.T) {
 		t.Skip("set SOCIALWEB_BENCH=1 to run the PDS comparison")
 	}
 	ctx := context.Background()
-	s, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s, err := pds.New(pds.Config{DataDir: t.TempDir(), OpenSignup: true, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 
 func startOurs(t *testing.T) *pds.Server {
 	t.Helper()
-	s, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := pds.New(pds.Config{DataDir: t.TempDir(), OpenSignup: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

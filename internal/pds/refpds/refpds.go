@@ -39,14 +39,17 @@ func Enabled() bool {
 }
 
 // Require skips the test unless interop is enabled; when enabled, it starts a peer or fails.
-func Require(t testing.TB) *Peer {
+func Require(t testing.TB) *Peer { t.Helper(); return RequireWith(t, Options{}) }
+
+// RequireWith is Require with opts.
+func RequireWith(t testing.TB, opts Options) *Peer {
 	t.Helper()
 	if !Enabled() {
 		t.Skip("reference PDS interop: set SOCIALWEB_INTEROP=1 (CI=true runs it always)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
-	p, err := Start(ctx)
+	p, err := StartWith(ctx, opts)
 	if err != nil {
 		t.Fatalf("reference PDS could not start: %v", err)
 	}
@@ -82,8 +85,23 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start installs (once) and starts the reference PDS and its PLC stub.
-func Start(ctx context.Context) (*Peer, error) {
+// Start installs (once) and starts the reference PDS and its PLC stub: open sign-up, no rate
+// limits, admin password "admin-pass".
+func Start(ctx context.Context) (*Peer, error) { return StartWith(ctx, Options{}) }
+
+// Options change how the peer is configured.
+type Options struct {
+	// InviteRequired starts it with PDS_INVITE_REQUIRED=true.
+	InviteRequired bool
+	// RateLimits starts it with PDS_RATE_LIMITS_ENABLED=true (in-memory limiters).
+	RateLimits bool
+}
+
+// AdminPassword is the peer's PDS_ADMIN_PASSWORD.
+const AdminPassword = "admin-pass"
+
+// StartWith is Start with opts.
+func StartWith(ctx context.Context, opts Options) (*Peer, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -99,6 +117,7 @@ func Start(ctx context.Context) (*Peer, error) {
 	}
 	script := filepath.Join(root, "test", "peers", "atproto-pds", "run.sh")
 	cmd := exec.CommandContext(ctx, "bash", script, work, strconv.Itoa(pdsPort), strconv.Itoa(plcPort))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("PEER_INVITE_REQUIRED=%t", opts.InviteRequired), fmt.Sprintf("PEER_RATE_LIMITS_ENABLED=%t", opts.RateLimits))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
