@@ -126,3 +126,18 @@ func Prune(intervals []Interval, now time.Time) []Interval {
 	sort.Slice(out, func(i, j int) bool { return out[i].From.Before(out[j].From) })
 	return out
 }
+
+// FormatInterval and ParseInterval are an interval as a ledger keeps it: "FROM TO" in Unix
+// seconds.
+func FormatInterval(iv Interval) string {
+	return fmt.Sprintf("%d %d", iv.From.Unix(), iv.To.Unix())
+}
+
+// ParseInterval reads what FormatInterval wrote.
+func ParseInterval(s string) (Interval, error) {
+	var from, to int64
+	if _, err := fmt.Sscanf(s, "%d %d", &from, &to); err != nil {
+		return Interval{}, fmt.Errorf("node-time interval %q: %w", s, err)
+	}
+	return Interval{From: time.Unix(from, 0), To: time.Unix(to, 0)}, nil
+}
