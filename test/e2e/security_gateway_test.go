@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/auth"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/atproto/cluster"
+	"socialweb.computer/internal/gateway"
+	"socialweb.computer/internal/pds/plc"
+	"socialweb.computer/internal/testenv"
+)
+
+// plcCaller is an identity made only by posting a genesis operation to a PLC directory: no
+// account on any PDS; it signs its own service-auth tokens with its own key.
+type plcCaller struct {
+	t   *testing.T
+	did string
+	key *atcrypto.PrivateKeyK256
+	gw  string
+	aud string
+}
+
+func newPLCCaller(t *testing.T, plcURL, gwURL, aud string) *plcCaller {
+	t.Helper()
+	key, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := key.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	did, op, err := plc.Genesis(key, []string{pub.DIDKey()}, pub.DIDKey(), "stranger.invalid", "http://127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&plc.Client{URL: plcURL}).Submit(context.Background(), did, op); err != nil {
+		t.Fatalf("posting the genesis operation: %v", err)
+	}
+	return &plcCaller{t: t, did: did, key: key, gw: gwURL, aud: aud}
+}
+
+func (c *plcCaller) call(nsid string, in, out any) error {
+	c.t.Helper()
+	lxm, _, _ := strings.Cut(nsid, "?")
+	m := syntax.NSID(lxm)
+	tok, err := auth.SignServiceAuth(syntax.DID(c.did), c.aud, time.Minute, &m, c.key)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return gateway.Call(context.Background(), c.gw, nsid, tok, in, out)
+}
+
+// upGateway starts up with args and returns it with its gateway's URL and audience and its
+// PLC directory's URL.
+func upGateway(t *testing.T, args ...string) (up *upProc, dir, gwURL, aud, pdsURL, plcURL string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "data")
+	up = startUp(t, dir, args...)
+	gwURL, pdsURL = up.phase(t, "gateway serving at "), up.phase(t, "PDS serving at ")
+	plcURL = strings.TrimRight(up.phase(t, "(PLC "), "),")
+	aud, err := gateway.DIDForURL(gwURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up, dir, gwURL, aud, pdsURL, plcURL
+}
+
+// accountClusters lists the Clusters of did's namespace in up's core.
+func accountClusters(t *testing.T, dir, did string) []string {
+	t.Helper()
+	var list v1alpha1.ClusterList
+	if err := coreClient(t, dir).List(context.Background(), &list, client.InNamespace(gateway.AccountNamespace(did))); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range list.Items {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// A fresh up serves its own account only: a DID made by posting a genesis operation to up's
+// PLC directory, signing its own token, is refused createCluster AccountNotAllowed (the
+// message names the flag that admits it), and nothing is written in the core.
+func TestSecurityGateway_PLCOnlyDIDRefusedByAllowList(t *testing.T) {
+	_, dir, gwURL, aud, _, plcURL := upGateway(t)
+	s := newPLCCaller(t, plcURL, gwURL, aud)
+	err := s.call(cluster.CreateClusterNSID, map[string]string{"name": "taken"}, nil)
+	var xe *gateway.Error
+	if !errors.As(err, &xe) || xe.Name != gateway.ErrAccountNotAllowed || xe.Status != http.StatusForbidden ||
+		!strings.Contains(xe.Message, "--gateway-allow "+s.did) {
+		t.Fatalf("createCluster by a PLC-only DID: %v; want 403 AccountNotAllowed naming --gateway-allow %s", err, s.did)
+	}
+	for _, nsid := range []string{cluster.ListClustersNSID, cluster.GetKubeconfigNSID, cluster.KubectlApplyServerSideNSID} {
+		var in any
+		if nsid != cluster.ListClustersNSID {
+			in = map[string]any{"name": "taken", "cluster": "taken", "manifest": json.RawMessage(`{}`)}
+		}
+		if got := errName(s.call(nsid, in, nil)); got != gateway.ErrAccountNotAllowed {
+			t.Errorf("%s by a PLC-only DID: %q, want AccountNotAllowed", nsid, got)
+		}
+	}
+	if got := accountClusters(t, dir, s.did); len(got) != 0 {
+		t.Errorf("clusters of the refused DID in the core: %v", got)
+	}
+}
+
+// With --gateway-open the same kind of DID may create a cluster; then the attack of the
+// issue: a privileged Job with hostPID, hostNetwork and a hostPath volume, applied through
+// kubectlApplyServerSide. Pod Security (baseline, enforced by the tenant apiserver) must keep
+// it from ever getting a pod: the apply is refused, or the Job's pods are refused
+// ("violates PodSecurity"). The host marker the Job would write stays absent.
+func TestSecurityGateway_OpenGatewayPrivilegedJobRefusedByPodSecurity(t *testing.T) {
+	requireTenantHost(t)
+	_, dir, gwURL, aud, _, plcURL := upGateway(t, "--gateway-open")
+	s := newPLCCaller(t, plcURL, gwURL, aud)
+	if err := s.call(cluster.CreateClusterNSID, map[string]string{"name": "open1"}, nil); err != nil {
+		t.Fatalf("createCluster by a PLC-only DID on an open gateway: %v", err)
+	}
+	testenv.Eventually(t, 90*time.Second, "open1 Ready", func() (bool, error) {
+		var out cluster.ListClustersOutput
+		if err := s.call(cluster.ListClustersNSID, nil, &out); err != nil {
+			return false, err
+		}
+		return len(out.Clusters) == 1 && out.Clusters[0].Phase == "Ready", nil
+	})
+	var kc cluster.GetKubeconfigOutput
+	if err := s.call(cluster.GetKubeconfigNSID, map[string]any{"name": "open1", "ttlSeconds": 600}, &kc); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc.Kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hostDir := t.TempDir() // outside the data dir: what the Job would write on the host
+	marker := filepath.Join(hostDir, "escaped")
+	job := fmt.Sprintf(`{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"escape","namespace":"default"},
+		"spec":{"backoffLimit":0,"template":{"spec":{"restartPolicy":"Never","hostPID":true,"hostNetwork":true,
+		"containers":[{"name":"c","image":"socialweb.computer/busybox:local","imagePullPolicy":"Never",
+		"command":["sh","-c","echo escaped > /host/escaped"],
+		"securityContext":{"privileged":true},"volumeMounts":[{"name":"host","mountPath":"/host"}]}],
+		"volumes":[{"name":"host","hostPath":{"path":%q}}]}}}}`, hostDir)
+	ctx := context.Background()
+	err = s.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "open1", "manifest": json.RawMessage(job)}, nil)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "PodSecurity"):
+		t.Logf("the apply was refused: %v", err)
+	case err != nil:
+		t.Fatalf("kubectlApplyServerSide of the privileged Job: %v; want a Pod Security refusal or an admitted Job whose pods are refused", err)
+	default:
+		// Pod Security enforces on pods: a Job is admitted (with a warning) and the Job
+		// controller's pod creations are refused. The Job must never get a pod.
+		refused := false
+		deadline := time.Now().Add(45 * time.Second)
+		for time.Now().Before(deadline) && !refused {
+			pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=escape"})
+			if err == nil && len(pods.Items) > 0 {
+				// The exploit got through: stop it before it runs anywhere.
+				bg := metav1.DeletePropagationBackground
+				_ = cs.BatchV1().Jobs("default").Delete(ctx, "escape", metav1.DeleteOptions{PropagationPolicy: &bg})
+				t.Fatalf("the privileged hostPath Job got pod %s: Pod Security did not refuse it", pods.Items[0].Name)
+			}
+			evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=escape"})
+			if err == nil {
+				for _, e := range evs.Items {
+					if e.Reason == "FailedCreate" && strings.Contains(e.Message, "violates PodSecurity") {
+						refused = true
+						t.Logf("the Job's pod was refused: %s", e.Message)
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !refused {
+			t.Errorf("no FailedCreate event saying the Job's pod violates PodSecurity within 45s")
+		}
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("the host marker %s exists (%v): the Job wrote on the host", marker, err)
+	}
+	_ = dir
+}
+
+// The clusters quota through up's gateway: with --quota-clusters 2 the account's third
+// createCluster is refused QuotaExceeded naming the quota and the use, and no third Cluster
+// is written; a deleted cluster makes room.
+func TestSecurityGateway_ClusterQuota(t *testing.T) {
+	_, dir, gwURL, aud, pdsURL, _ := upGateway(t, "--quota-clusters", "2")
+	a, acct, _ := ownerCaller(t, dir, pdsURL, gwURL, aud)
+	for _, n := range []string{"q1", "q2"} {
+		a.must(cluster.CreateClusterNSID, map[string]string{"name": n}, nil)
+		// Stopped at once: the row is about the count, not about running control planes.
+		a.must(cluster.ControlPlaneDownNSID, map[string]string{"name": n}, nil)
+	}
+	err := a.call(cluster.CreateClusterNSID, map[string]string{"name": "q3"}, nil)
+	var xe *gateway.Error
+	if !errors.As(err, &xe) || xe.Name != gateway.ErrQuotaExceeded || !strings.Contains(xe.Message, "quota clusters") ||
+		!strings.Contains(xe.Message, "uses 2 of 2 clusters") {
+		t.Fatalf("the third createCluster: %v; want QuotaExceeded naming quota clusters, 2 of 2", err)
+	}
+	if got := accountClusters(t, dir, acct.DID); len(got) != 2 {
+		t.Errorf("clusters in the core after the refusal: %v", got)
+	}
+	a.must(cluster.DeleteClusterNSID, map[string]string{"name": "q2"}, nil)
+	testenv.Eventually(t, 60*time.Second, "q2 gone", func() (bool, error) {
+		return len(accountClusters(t, dir, acct.DID)) == 1, nil
+	})
+	a.must(cluster.CreateClusterNSID, map[string]string{"name": "q3"}, nil)
+	a.must(cluster.ControlPlaneDownNSID, map[string]string{"name": "q3"}, nil)
+}
+
+// Rate limits with up's defaults: an account calling faster than its rate is refused 429
+// RateLimitExceeded with a Retry-After, and so is an address flooding the gateway without
+// any token (counted before the token is looked at).
+func TestSecurityGateway_RateLimit(t *testing.T) {
+	_, dir, gwURL, aud, pdsURL, _ := upGateway(t)
+	_, _, pa := ownerCaller(t, dir, pdsURL, gwURL, aud)
+	ctx := context.Background()
+	const calls = 80 // past the per-account burst (40), within the per-address one (100)
+	tokens := make([]string, calls)
+	for i := range tokens {
+		tok, err := pa.GetServiceAuth(ctx, aud, cluster.ListClustersNSID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[i] = tok
+	}
+	count := func(n int, token func(i int) string) (ok, limited int, retryAfter time.Duration) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := gateway.Call(ctx, gwURL, cluster.ListClustersNSID, token(i), nil, nil)
+				var xe *gateway.Error
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					ok++
+				case errors.As(err, &xe) && xe.Name == gateway.ErrRateLimitExceeded && xe.Status == http.StatusTooManyRequests:
+					limited++
+					retryAfter = xe.RetryAfter
+				}
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	ok, limited, retry := count(calls, func(i int) string { return tokens[i] })
+	if limited == 0 || ok < 40 || retry <= 0 {
+		t.Errorf("%d calls of one account at once: %d answered, %d refused RateLimitExceeded (Retry-After %s); want refusals past the burst of 40, with a Retry-After", calls, ok, limited, retry)
+	}
+	_, limited, _ = count(300, func(int) string { return "" })
+	if limited == 0 {
+		t.Errorf("300 calls without a token from one address at once: none refused RateLimitExceeded")
+	}
+}
