@@ -58,15 +58,25 @@ func newPLCCaller(t *testing.T, plcURL, gwURL, aud string) *plcCaller {
 	return &plcCaller{t: t, did: did, key: key, gw: gwURL, aud: aud}
 }
 
+// call calls nsid with a fresh token of its own; RateLimitExceeded is waited out, as
+// gwCaller does.
 func (c *plcCaller) call(nsid string, in, out any) error {
 	c.t.Helper()
 	lxm, _, _ := strings.Cut(nsid, "?")
 	m := syntax.NSID(lxm)
-	tok, err := auth.SignServiceAuth(syntax.DID(c.did), c.aud, time.Minute, &m, c.key)
-	if err != nil {
-		c.t.Fatal(err)
+	for {
+		tok, err := auth.SignServiceAuth(syntax.DID(c.did), c.aud, time.Minute, &m, c.key)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		err = gateway.Call(context.Background(), c.gw, nsid, tok, in, out)
+		var xe *gateway.Error
+		if errors.As(err, &xe) && xe.Name == gateway.ErrRateLimitExceeded {
+			time.Sleep(xe.RetryAfter)
+			continue
+		}
+		return err
 	}
-	return gateway.Call(context.Background(), c.gw, nsid, tok, in, out)
 }
 
 // upGateway starts up with args and returns it with its gateway's URL and audience and its
@@ -141,7 +151,10 @@ func TestSecurityGateway_OpenGatewayPrivilegedJobRefusedByPodSecurity(t *testing
 		if err := s.call(cluster.ListClustersNSID, nil, &out); err != nil {
 			return false, err
 		}
-		return len(out.Clusters) == 1 && out.Clusters[0].Phase == "Ready", nil
+		if len(out.Clusters) != 1 {
+			return false, fmt.Errorf("%d clusters", len(out.Clusters))
+		}
+		return out.Clusters[0].Phase == "Ready", fmt.Errorf("phase %s", out.Clusters[0].Phase)
 	})
 	var kc cluster.GetKubeconfigOutput
 	if err := s.call(cluster.GetKubeconfigNSID, map[string]any{"name": "open1", "ttlSeconds": 600}, &kc); err != nil {
