@@ -134,19 +134,36 @@ func TestSecurityGateway_PLCOnlyDIDRefusedByAllowList(t *testing.T) {
 	}
 }
 
+// (Its name and its cluster's are short: the tenant etcd's unix socket lives under the test's
+// temporary directory, and a socket path is at most 108 bytes.)
+//
 // With --gateway-open the same kind of DID may create a cluster; then the attack of the
 // issue: a privileged Job with hostPID, hostNetwork and a hostPath volume, applied through
 // kubectlApplyServerSide. Pod Security (baseline, enforced by the tenant apiserver) must keep
 // it from ever getting a pod: the apply is refused, or the Job's pods are refused
 // ("violates PodSecurity"). The host marker the Job would write stays absent.
-func TestSecurityGateway_OpenGatewayPrivilegedJobRefusedByPodSecurity(t *testing.T) {
+func TestSecurityGateway_OpenPodSecurity(t *testing.T) {
 	requireTenantHost(t)
-	_, dir, gwURL, aud, _, plcURL := upGateway(t, "--gateway-open")
+	up, dir, gwURL, aud, _, plcURL := upGateway(t, "--gateway-open")
 	s := newPLCCaller(t, plcURL, gwURL, aud)
-	if err := s.call(cluster.CreateClusterNSID, map[string]string{"name": "open1"}, nil); err != nil {
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := kubectlRun(dir, "", "get", "clusters", "-A", "-o", "yaml")
+			t.Logf("the Clusters:\n%s", out)
+			if b, err := os.ReadFile(filepath.Join(dir, "logs", "socialweb.log")); err == nil {
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.Contains(l, "cluster") && (strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN")) {
+						t.Log(l)
+					}
+				}
+			}
+		}
+	})
+	_ = up
+	if err := s.call(cluster.CreateClusterNSID, map[string]string{"name": "o1"}, nil); err != nil {
 		t.Fatalf("createCluster by a PLC-only DID on an open gateway: %v", err)
 	}
-	testenv.Eventually(t, 90*time.Second, "open1 Ready", func() (bool, error) {
+	testenv.Eventually(t, 90*time.Second, "o1 Ready", func() (bool, error) {
 		var out cluster.ListClustersOutput
 		if err := s.call(cluster.ListClustersNSID, nil, &out); err != nil {
 			return false, err
@@ -157,7 +174,7 @@ func TestSecurityGateway_OpenGatewayPrivilegedJobRefusedByPodSecurity(t *testing
 		return out.Clusters[0].Phase == "Ready", fmt.Errorf("phase %s", out.Clusters[0].Phase)
 	})
 	var kc cluster.GetKubeconfigOutput
-	if err := s.call(cluster.GetKubeconfigNSID, map[string]any{"name": "open1", "ttlSeconds": 600}, &kc); err != nil {
+	if err := s.call(cluster.GetKubeconfigNSID, map[string]any{"name": "o1", "ttlSeconds": 600}, &kc); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc.Kubeconfig))
@@ -178,7 +195,7 @@ func TestSecurityGateway_OpenGatewayPrivilegedJobRefusedByPodSecurity(t *testing
 		"securityContext":{"privileged":true},"volumeMounts":[{"name":"host","mountPath":"/host"}]}],
 		"volumes":[{"name":"host","hostPath":{"path":%q}}]}}}}`, hostDir)
 	ctx := context.Background()
-	err = s.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "open1", "manifest": json.RawMessage(job)}, nil)
+	err = s.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "o1", "manifest": json.RawMessage(job)}, nil)
 	switch {
 	case err != nil && strings.Contains(err.Error(), "PodSecurity"):
 		t.Logf("the apply was refused: %v", err)
