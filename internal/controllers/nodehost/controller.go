@@ -262,6 +262,11 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		return d, err
 	}
 	if exceeded != nil {
+		// Room comes back without an event of this Cluster (a node of another cluster of
+		// the account goes, node-hours leave the window): look again.
+		if d.RequeueAfter == 0 || d.RequeueAfter > quotaRecheck {
+			d.RequeueAfter = quotaRecheck
+		}
 		// The quota's word goes on the Scaling condition, whatever was provisioned.
 		p.outcome.reason, p.outcome.message = ReasonQuotaExceeded, quotaMessage(exceeded)+"; "+p.outcome.message
 		r.Log.Info("nodehost_quota_exceeded", "cluster", p.key.String(), "account", exceeded.Account, "quota", exceeded.Quota,

@@ -3,6 +3,7 @@ package nodehost
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/quota"
@@ -12,6 +13,9 @@ import (
 
 // ReasonQuotaExceeded is the Scaling reason of a scale-up a quota of the owner's cut.
 const ReasonQuotaExceeded = "QuotaExceeded"
+
+// quotaRecheck is how soon a Cluster whose scale-up a quota cut is decided again.
+const quotaRecheck = 30 * time.Second
 
 // UsageOf is what an account holds of nodes, pure: its claims (every cluster of it) that
 // have not ended count as nodes, a claim being released included (its node is still
