@@ -54,15 +54,17 @@ did:plc directory their DIDs resolve through. 'socialweb up' runs a gateway itse
 			if local != "" {
 				o.Access.Allow = append([]string{local}, o.Access.Allow...)
 			}
-			if len(o.Access.Allow) == 0 && !o.Access.Open {
-				return fmt.Errorf("no account to serve: %s has no local account; give --gateway-allow DID or --gateway-open", dataDir)
-			}
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
 			gw, err := app.StartGateway(o)
 			if err != nil {
 				return err
 			}
 			defer gw.Close()
+			// Checked once the gateway's own settings passed: a gateway that serves no one
+			// is refused, saying how to name someone.
+			if len(o.Access.Allow) == 0 && !o.Access.Open {
+				return fmt.Errorf("no account to serve: %s has no local account; give --gateway-allow DID or --gateway-open", dataDir)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "gateway serving at %s (service DID %s, PLC %s)\n", gw.URL(), gw.DID(), o.PLCURL)
 			fmt.Fprintln(cmd.ErrOrStderr(), app.AccessLine(o.Access))
 			<-cmd.Context().Done()
