@@ -211,9 +211,10 @@ func (s *Server) didDocument(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
-	// Every request counts against its address, before anything else is done for it.
+	// Every request counts against its address, before anything else is done for it. A
+	// refusal is logged at debug only: a flood must not fill the log.
 	if ok, wait := s.perIP.allow(clientIP(r), s.now()); !ok {
-		s.log.Info("gateway_rate_limited", "ip", clientIP(r))
+		s.log.Debug("gateway_rate_limited", "ip", clientIP(r))
 		writeError(w, rateLimited("address "+clientIP(r), wait))
 		return
 	}
@@ -291,7 +292,7 @@ func (s *Server) authenticate(r *http.Request, nsid string) (string, error) {
 		return "", notAllowed(account)
 	}
 	if ok, wait := s.perDID.allow(account, s.now()); !ok {
-		s.log.Info("gateway_rate_limited", "account", account)
+		s.log.Debug("gateway_rate_limited", "account", account)
 		return "", rateLimited("account "+account, wait)
 	}
 	return account, nil
