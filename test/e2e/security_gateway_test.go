@@ -144,7 +144,7 @@ func TestSecurityGateway_PLCOnlyDIDRefusedByAllowList(t *testing.T) {
 // ("violates PodSecurity"). The host marker the Job would write stays absent.
 func TestSecurityGateway_OpenPodSecurity(t *testing.T) {
 	requireTenantHost(t)
-	up, dir, gwURL, aud, _, plcURL := upGateway(t, "--gateway-open")
+	_, dir, gwURL, aud, _, plcURL := upGateway(t, "--gateway-open")
 	s := newPLCCaller(t, plcURL, gwURL, aud)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -159,7 +159,6 @@ func TestSecurityGateway_OpenPodSecurity(t *testing.T) {
 			}
 		}
 	})
-	_ = up
 	if err := s.call(cluster.CreateClusterNSID, map[string]string{"name": "o1"}, nil); err != nil {
 		t.Fatalf("createCluster by a PLC-only DID on an open gateway: %v", err)
 	}
@@ -186,53 +185,65 @@ func TestSecurityGateway_OpenPodSecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hostDir := t.TempDir() // outside the data dir: what the Job would write on the host
+	hostDir := t.TempDir() // outside the data dir: what the Jobs would write on the host
 	marker := filepath.Join(hostDir, "escaped")
-	job := fmt.Sprintf(`{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"escape","namespace":"default"},
-		"spec":{"backoffLimit":0,"template":{"spec":{"restartPolicy":"Never","hostPID":true,"hostNetwork":true,
-		"containers":[{"name":"c","image":"socialweb.computer/busybox:local","imagePullPolicy":"Never",
-		"command":["sh","-c","echo escaped > /host/escaped"],
-		"securityContext":{"privileged":true},"volumeMounts":[{"name":"host","mountPath":"/host"}]}],
-		"volumes":[{"name":"host","hostPath":{"path":%q}}]}}}}`, hostDir)
-	ctx := context.Background()
-	err = s.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "o1", "manifest": json.RawMessage(job)}, nil)
-	switch {
-	case err != nil && strings.Contains(err.Error(), "PodSecurity"):
-		t.Logf("the apply was refused: %v", err)
-	case err != nil:
-		t.Fatalf("kubectlApplyServerSide of the privileged Job: %v; want a Pod Security refusal or an admitted Job whose pods are refused", err)
-	default:
-		// Pod Security enforces on pods: a Job is admitted (with a warning) and the Job
-		// controller's pod creations are refused. The Job must never get a pod.
-		refused := false
-		deadline := time.Now().Add(45 * time.Second)
-		for time.Now().Before(deadline) && !refused {
-			pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=escape"})
-			if err == nil && len(pods.Items) > 0 {
-				// The exploit got through: stop it before it runs anywhere.
-				bg := metav1.DeletePropagationBackground
-				_ = cs.BatchV1().Jobs("default").Delete(ctx, "escape", metav1.DeleteOptions{PropagationPolicy: &bg})
-				t.Fatalf("the privileged hostPath Job got pod %s: Pod Security did not refuse it", pods.Items[0].Name)
+	// Two Jobs: the issue's privileged one, and the same without privileged (hostPID,
+	// hostNetwork and the hostPath volume alone), which only Pod Security refuses.
+	for _, c := range []struct{ name, securityContext string }{
+		{"escape", `,"securityContext":{"privileged":true}`},
+		{"escape-host", ``},
+	} {
+		job := fmt.Sprintf(`{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":%q,"namespace":"default"},
+			"spec":{"backoffLimit":0,"template":{"spec":{"restartPolicy":"Never","hostPID":true,"hostNetwork":true,
+			"containers":[{"name":"c","image":"socialweb.computer/busybox:local","imagePullPolicy":"Never",
+			"command":["sh","-c","echo escaped > /host/escaped"]%s,"volumeMounts":[{"name":"host","mountPath":"/host"}]}],
+			"volumes":[{"name":"host","hostPath":{"path":%q}}]}}}}`, c.name, c.securityContext, hostDir)
+		err = s.call(cluster.KubectlApplyServerSideNSID, map[string]any{"cluster": "o1", "manifest": json.RawMessage(job)}, nil)
+		switch {
+		case err != nil && (strings.Contains(err.Error(), "PodSecurity") || strings.Contains(err.Error(), "disallowed by cluster policy")):
+			// Refused at apply: Pod Security, or the apiserver's --allow-privileged=false.
+			t.Logf("%s: the apply was refused: %v", c.name, err)
+		case err != nil:
+			t.Fatalf("kubectlApplyServerSide of Job %s: %v; want a Pod Security refusal or an admitted Job whose pods are refused", c.name, err)
+		default:
+			// Pod Security enforces on pods: a Job is admitted (with a warning) and the Job
+			// controller's pod creations are refused. The Job must never get a pod.
+			if ev := noPodEver(t, cs, c.name); ev == "" {
+				t.Errorf("%s: no FailedCreate event saying the Job's pod violates PodSecurity within 45s", c.name)
+			} else {
+				t.Logf("%s: the Job's pod was refused: %s", c.name, ev)
 			}
-			evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=escape"})
-			if err == nil {
-				for _, e := range evs.Items {
-					if e.Reason == "FailedCreate" && strings.Contains(e.Message, "violates PodSecurity") {
-						refused = true
-						t.Logf("the Job's pod was refused: %s", e.Message)
-					}
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if !refused {
-			t.Errorf("no FailedCreate event saying the Job's pod violates PodSecurity within 45s")
 		}
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
-		t.Errorf("the host marker %s exists (%v): the Job wrote on the host", marker, err)
+		t.Errorf("the host marker %s exists (%v): a Job wrote on the host", marker, err)
 	}
-	_ = dir
+}
+
+// noPodEver watches an admitted Job for 45 s: it fails the test at once if the Job gets a pod
+// (deleting the Job before the pod runs anywhere) and returns the FailedCreate event that says
+// its pod violates PodSecurity ("" if none came).
+func noPodEver(t *testing.T, cs kubernetes.Interface, job string) string {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
+		if err == nil && len(pods.Items) > 0 {
+			bg := metav1.DeletePropagationBackground
+			_ = cs.BatchV1().Jobs("default").Delete(ctx, job, metav1.DeleteOptions{PropagationPolicy: &bg})
+			t.Fatalf("Job %s got pod %s: Pod Security did not refuse it", job, pods.Items[0].Name)
+		}
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + job})
+		if err != nil {
+			continue
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedCreate" && strings.Contains(e.Message, "violates PodSecurity") {
+				return e.Message
+			}
+		}
+	}
+	return ""
 }
 
 // The clusters quota through up's gateway: with --quota-clusters 2 the account's third
