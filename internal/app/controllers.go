@@ -22,6 +22,7 @@ import (
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/controllers/nodehost"
 	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/watch"
@@ -56,6 +57,9 @@ type ControllerOptions struct {
 	// NodeBidWindow is the bid window of node contracts (nodeclaim.Options.BidWindow); 0
 	// leaves the market's default.
 	NodeBidWindow time.Duration
+	// Quota is what one account may hold; the node host enforces its nodes and node-hours
+	// quotas.
+	Quota quota.Limits
 }
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
@@ -117,7 +121,7 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	// The node host reads tenant clusters' pods, so it runs only where their control
 	// planes do.
 	if o.Tenants != nil {
-		if err := nodehost.Setup(m, nodehost.Options{Tenants: o.Tenants, Log: o.Logger, Observer: o.Observer}); err != nil {
+		if err := nodehost.Setup(m, nodehost.Options{Tenants: o.Tenants, Quota: o.Quota, Log: o.Logger, Observer: o.Observer}); err != nil {
 			return nil, err
 		}
 	}

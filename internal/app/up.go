@@ -12,8 +12,10 @@ import (
 
 	"socialweb.computer/config/crd"
 	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/gateway"
 	"socialweb.computer/internal/logsink"
 	"socialweb.computer/internal/procmem"
+	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/tenant"
 )
@@ -31,6 +33,13 @@ type UpOptions struct {
 	PDSAdminPassword string
 	// GatewayListen is the address of the cluster gateway (XRPC).
 	GatewayListen string
+	// GatewayAllow are accounts (DIDs) the gateway serves besides the local account;
+	// GatewayOpen serves every account whose DID resolves.
+	GatewayAllow []string
+	GatewayOpen  bool
+	// Quota is what one account may hold: clusters (the gateway), nodes and node-hours
+	// (the node host).
+	Quota quota.Limits
 	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
 	// namespace and veth pair for it (tenant.EnsureAdvertiseAddress).
 	TenantAdvertise string
@@ -136,8 +145,9 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("tenant clusters unavailable: %s", why)
 	}
 
+	access := gateway.Access{Allow: append([]string{acct.DID}, o.GatewayAllow...), Open: o.GatewayOpen}
 	gw, err := StartGateway(GatewayOptions{Core: c.RESTConfig, PLCURL: srv.PLCURL(), TenantsRoot: filepath.Join(dir.Root, "tenants"),
-		Addr: o.GatewayListen, Logger: log})
+		Addr: o.GatewayListen, Access: access, Quota: o.Quota, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -146,6 +156,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		gw.Close()
 	}()
 	phase("gateway serving at %s (service DID %s)", gw.URL(), gw.DID())
+	phase("%s", AccessLine(access))
 
 	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
 	// race them to an early exit that the stop sequence below would then wait for in vain.
@@ -163,7 +174,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		}
 	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
-		NodeBidWindow: o.NodeBidWindow,
+		NodeBidWindow: o.NodeBidWindow, Quota: o.Quota,
 		// The local bidders live on srv, whatever PDS a requester's repo is on.
 		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Call calls a gateway method at base with a service-auth token: a procedure (POST) when in
@@ -45,7 +47,11 @@ func Call(ctx context.Context, base, nsid, token string, in, out any) error {
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			return fmt.Errorf("%s: HTTP %d: %.200s", nsid, resp.StatusCode, raw)
 		}
-		return &Error{Status: resp.StatusCode, Name: e.Error, Message: e.Message}
+		xe := &Error{Status: resp.StatusCode, Name: e.Error, Message: e.Message}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			xe.RetryAfter = time.Duration(secs) * time.Second
+		}
+		return xe
 	}
 	if out == nil {
 		return nil

@@ -18,6 +18,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atproto/cluster"
+	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/tenant"
 )
 
@@ -136,6 +137,11 @@ func (s *Server) createCluster(ctx context.Context, account string, in []byte) (
 	c, err := s.lookup(ctx, account, name)
 	var xe *Error
 	if errors.As(err, &xe) && xe.Name == ErrClusterNotFound {
+		s.createMu.Lock()
+		defer s.createMu.Unlock()
+		if err := s.checkClusterQuota(ctx, account); err != nil {
+			return nil, err
+		}
 		c = &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: AccountNamespace(account), Name: name},
 			Spec:       v1alpha1.ClusterSpec{Account: account, Name: name, Running: true},
@@ -158,6 +164,29 @@ func (s *Server) createCluster(ctx context.Context, account string, in []byte) (
 		return nil, err
 	}
 	return cluster.CreateClusterOutput{Phase: phase}, nil
+}
+
+// checkClusterQuota refuses a new cluster to an account that holds its quota of clusters
+// already (one being deleted counts until it is gone: its control plane and nodes are still
+// there).
+func (s *Server) checkClusterQuota(ctx context.Context, account string) error {
+	if s.cfg.Quota.Clusters <= 0 {
+		return nil
+	}
+	var list v1alpha1.ClusterList
+	if err := s.cfg.Client.List(ctx, &list, client.InNamespace(AccountNamespace(account))); err != nil {
+		return err
+	}
+	used := 0
+	for i := range list.Items {
+		if list.Items[i].Spec.Account == account {
+			used++
+		}
+	}
+	if e := quota.CheckClusters(s.cfg.Quota, account, used); e != nil {
+		return quotaExceeded(e, "delete one with deleteCluster, or ask the operator to raise --quota-clusters")
+	}
+	return nil
 }
 
 func (s *Server) controlPlane(ctx context.Context, account string, in []byte, running bool) (string, error) {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
+
+	"socialweb.computer/internal/quota"
 )
 
 // XRPC error names the gateway answers with.
@@ -17,6 +20,12 @@ const (
 	ErrInvalidRequest  = "InvalidRequest"
 	ErrMethodNotFound  = "MethodNotImplemented"
 	ErrInternal        = "InternalServerError"
+	// ErrAccountNotAllowed: the caller's DID is not one the operator admits.
+	ErrAccountNotAllowed = "AccountNotAllowed"
+	// ErrQuotaExceeded: a creation past one of the account's quotas.
+	ErrQuotaExceeded = "QuotaExceeded"
+	// ErrRateLimitExceeded: too many calls from the caller's address or account.
+	ErrRateLimitExceeded = "RateLimitExceeded"
 )
 
 // Error is an XRPC error: written as {"error": Name, "message": Message} with Status.
@@ -24,6 +33,9 @@ type Error struct {
 	Status  int
 	Name    string
 	Message string
+	// RetryAfter, for RateLimitExceeded, is when the caller may call again (the
+	// Retry-After header, in whole seconds).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Name + ": " + e.Message }
@@ -44,6 +56,12 @@ func notReady(format string, args ...any) *Error {
 	return xrpcErr(http.StatusBadRequest, ErrClusterNotReady, format, args...)
 }
 
+// quotaExceeded is the refusal of a creation past a quota: the quota, its limit and the
+// account's use, and what the caller can do.
+func quotaExceeded(e *quota.Exceeded, remedy string) *Error {
+	return xrpcErr(http.StatusForbidden, ErrQuotaExceeded, "%s; %s", e.Error(), remedy)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
@@ -59,6 +77,9 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	if xe.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="socialweb-gateway"`)
+	}
+	if xe.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterHeader(xe.RetryAfter))
 	}
 	writeJSON(w, xe.Status, map[string]string{"error": xe.Name, "message": xe.Message})
 }

@@ -71,13 +71,28 @@ func startGatewayWith(t *testing.T, env *testenv.Env, plcURL string) *gateway.Se
 
 func startGatewayOpts(t *testing.T, env *testenv.Env, plcURL string, skew time.Duration) *gateway.Server {
 	t.Helper()
+	return startGatewayCfg(t, env, func(cfg *gateway.Config) {
+		cfg.Directory = gateway.NewDirectory(plcURL)
+		if skew != 0 {
+			cfg.Now = func() time.Time { return time.Now().Add(skew) }
+		}
+	})
+}
+
+// startGatewayCfg starts a gateway on the env's core, open to every account, with the
+// default rate limits, as edit changes that.
+func startGatewayCfg(t *testing.T, env *testenv.Env, edit func(*gateway.Config)) *gateway.Server {
+	t.Helper()
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := gateway.Config{Client: c, Directory: gateway.NewDirectory(plcURL), TenantsRoot: t.TempDir()}
-	if skew != 0 {
-		cfg.Now = func() time.Time { return time.Now().Add(skew) }
+	// Open: these rows are about what an account that may call can reach (its own clusters
+	// only); who may call at all is TestAccess's.
+	cfg := gateway.Config{Client: c, Directory: gateway.NewDirectory(env.PDS.PLCURL()), TenantsRoot: t.TempDir(),
+		Access: gateway.Access{Open: true}}
+	if edit != nil {
+		edit(&cfg)
 	}
 	gw, err := gateway.Start(cfg)
 	if err != nil {

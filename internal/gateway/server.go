@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"socialweb.computer/internal/atproto/cluster"
+	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/serviceauth"
 )
 
@@ -47,6 +48,15 @@ type Config struct {
 	// Audiences accepted besides the gateway's own DID (and DID#socialweb_gateway), e.g. a
 	// public did:web the gateway also answers for.
 	Audiences []string
+	// Access is who the gateway serves: the DIDs of Access.Allow, or any DID with
+	// Access.Open. The zero value serves no one.
+	Access Access
+	// Quota is what one account may hold; the gateway enforces Quota.Clusters at
+	// createCluster (the node host enforces the node quotas). The zero value is no limit.
+	Quota quota.Limits
+	// RateLimit bounds calls per client address and per account; zero fields take the
+	// defaults.
+	RateLimit RateLimit
 	// Now is the clock of token checks; default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -62,6 +72,12 @@ type Server struct {
 	verifier *serviceauth.Verifier
 	log      *slog.Logger
 	methods  map[string]method
+
+	access        access
+	perIP, perDID *limiters
+	// createMu makes createCluster's count and create one step, so concurrent creates of
+	// one account cannot pass the clusters quota together.
+	createMu sync.Mutex
 
 	streamsMu sync.Mutex
 	streams   map[*streamConn]struct{}
@@ -107,11 +123,17 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	acc, err := newAccess(cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	rl := cfg.RateLimit.withDefaults()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: listen: %w", err)
 	}
-	s := &Server{cfg: cfg, ln: ln, log: cfg.Logger}
+	s := &Server{cfg: cfg, ln: ln, log: cfg.Logger, access: acc,
+		perIP: newLimiters(rl.PerIP, rl.PerIPBurst), perDID: newLimiters(rl.PerDID, rl.PerDIDBurst)}
 	s.url = cfg.PublicURL
 	if s.url == "" {
 		s.url = "http://" + ln.Addr().String()
@@ -189,6 +211,13 @@ func (s *Server) didDocument(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
+	// Every request counts against its address, before anything else is done for it. A
+	// refusal is logged at debug only: a flood must not fill the log.
+	if ok, wait := s.perIP.allow(clientIP(r), s.now()); !ok {
+		s.log.Debug("gateway_rate_limited", "ip", clientIP(r))
+		writeError(w, rateLimited("address "+clientIP(r), wait))
+		return
+	}
 	nsid := r.PathValue("nsid")
 	m, ok := s.methods[nsid]
 	if !ok {
@@ -243,9 +272,34 @@ func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+func (s *Server) now() time.Time {
+	if s.cfg.Now != nil {
+		return s.cfg.Now()
+	}
+	return time.Now()
+}
+
 // authenticate verifies the bearer service-auth token for a call of nsid and returns its
-// issuer, the account the call acts for.
+// issuer, the account the call acts for: one the gateway serves, within its rate.
 func (s *Server) authenticate(r *http.Request, nsid string) (string, error) {
+	account, err := s.verify(r, nsid)
+	if err != nil {
+		return "", err
+	}
+	// The verifier resolved the DID; the allow-list was checked on the unverified iss
+	// already, and again here on the verified one.
+	if !s.access.allows(account) {
+		return "", notAllowed(account)
+	}
+	if ok, wait := s.perDID.allow(account, s.now()); !ok {
+		s.log.Debug("gateway_rate_limited", "account", account)
+		return "", rateLimited("account "+account, wait)
+	}
+	return account, nil
+}
+
+// verify checks the bearer service-auth token for a call of nsid and returns its issuer.
+func (s *Server) verify(r *http.Request, nsid string) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return "", xrpcErr(http.StatusUnauthorized, ErrAuthMissing, "Authentication Required")
@@ -253,6 +307,9 @@ func (s *Server) authenticate(r *http.Request, nsid string) (string, error) {
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", xrpcErr(http.StatusUnauthorized, ErrInvalidToken, "expected a Bearer service-auth token")
+	}
+	if err := s.access.checkIssuer(strings.TrimSpace(token)); err != nil {
+		return "", err
 	}
 	c, err := s.verifier.Verify(r.Context(), strings.TrimSpace(token), nsid)
 	if err != nil {

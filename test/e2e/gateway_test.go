@@ -65,14 +65,24 @@ func localAccount(t *testing.T, up *upProc) app.LocalAccount {
 	return acct
 }
 
+// call calls nsid with a fresh token; a call refused RateLimitExceeded (a row polling
+// in a tight loop) is made again after the Retry-After, as a client should.
 func (c *gwCaller) call(nsid string, in, out any) error {
 	c.t.Helper()
 	lxm, _, _ := strings.Cut(nsid, "?") // a query's parameters follow its NSID
-	tok, err := c.pds.GetServiceAuth(context.Background(), c.aud, lxm, 0)
-	if err != nil {
-		c.t.Fatalf("getServiceAuth %s: %v", nsid, err)
+	for {
+		tok, err := c.pds.GetServiceAuth(context.Background(), c.aud, lxm, 0)
+		if err != nil {
+			c.t.Fatalf("getServiceAuth %s: %v", nsid, err)
+		}
+		err = gateway.Call(context.Background(), c.gw, nsid, tok, in, out)
+		var xe *gateway.Error
+		if errors.As(err, &xe) && xe.Name == gateway.ErrRateLimitExceeded {
+			time.Sleep(xe.RetryAfter)
+			continue
+		}
+		return err
 	}
-	return gateway.Call(context.Background(), c.gw, nsid, tok, in, out)
 }
 
 func (c *gwCaller) must(nsid string, in, out any) {
@@ -121,8 +131,10 @@ func errName(err error) string {
 func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	// Open sign-up (up's PDS is on loopback) for the second account below.
-	up := startUp(t, dir, "--pds-open-signup")
+	// Open sign-up (up's PDS is on loopback) for the second account below, and an open
+	// gateway: that account is admitted, so what it may reach is the question here (who may
+	// call at all is security_gateway_test.go's).
+	up := startUp(t, dir, "--pds-open-signup", "--gateway-open")
 	gwURL, pdsURL := up.phase(t, "gateway serving at "), up.phase(t, "PDS serving at ")
 	if !strings.HasPrefix(gwURL, "http://127.0.0.1:") {
 		t.Fatalf("gateway URL %q", gwURL)

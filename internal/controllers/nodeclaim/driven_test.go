@@ -29,6 +29,7 @@ import (
 	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/quota/ledger"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
@@ -347,6 +348,15 @@ func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 		hasBundle := r.get(types.NamespacedName{Namespace: gateway, Name: infra.NodeBundleSecretName(inf.Name, infra.NodeEntryName(string(a.UID)))}, &s)
 		return !hasEntry && !hasCC && !hasClaim && !hasBundle, fmt.Sprintf("entry %v contract %v claim %v bundle %v", hasEntry, hasCC, hasClaim, hasBundle)
 	})
+	// The released node's time went into the owner's node-time ledger, so node-hours still
+	// count it now that its claim is gone.
+	gone, err := ledger.Read(context.Background(), r.c, "did:plc:owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iv, ok := gone[string(a.UID)]; !ok || !iv.From.Equal(a.CreationTimestamp.Time) || iv.To.Before(iv.From) {
+		t.Errorf("the ledger after node-a's release: %v; want node-a's interval from its claim's creation", gone)
+	}
 	after, ok := r.contract(ccB)
 	gb, okb := r.nodeClaim("node-b")
 	inf1, _ := r.infraOf("web")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,6 +13,8 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/quota"
+	"socialweb.computer/internal/quota/ledger"
 )
 
 // finalize is the release finalizer of a deleted claim:
@@ -60,6 +63,14 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	}
 	if err := r.removeBundle(ctx, p); err != nil {
 		return done(err)
+	}
+	// The node is gone: its time goes into the owner's node-time ledger before the claim
+	// does, so node-hours still count it (internal/quota/ledger).
+	if did := p.claim.Spec.OwnerDid; did != "" {
+		iv := quota.Interval{From: p.claim.CreationTimestamp.Time, To: time.Now()}
+		if err := ledger.Record(ctx, r.Client, r.reader(), p.claim.Namespace, did, string(p.claim.UID), iv, iv.To); err != nil {
+			return done(fmt.Errorf("recording the node time of %s/%s: %w", p.claim.Namespace, p.claim.Name, err))
+		}
 	}
 	// The entry is gone; the claim reports how its release ended.
 	p.state, p.message = v1alpha1.ContractReleased, ""

@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/tenant"
 )
@@ -47,6 +48,8 @@ type Reconciler struct {
 	Log        *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Quota is what one account may hold: its nodes and node-hours quotas cut scale-ups.
+	Quota quota.Limits
 
 	watches watches
 	ended   endedClaims
@@ -69,8 +72,10 @@ type Options struct {
 	BatchIdle, BatchMax time.Duration
 	// EndedRetry: see Reconciler.EndedRetry.
 	EndedRetry time.Duration
-	Log        *slog.Logger
-	Observer   manager.ReconcileObserver
+	// Quota: see Reconciler.Quota.
+	Quota    quota.Limits
+	Log      *slog.Logger
+	Observer manager.ReconcileObserver
 }
 
 // Setup registers the node host with m.
@@ -83,7 +88,7 @@ func Setup(m crmanager.Manager, o Options) error {
 		log = slog.Default()
 	}
 	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), BatchIdle: o.BatchIdle, BatchMax: o.BatchMax,
-		EndedRetry: o.EndedRetry, Log: log.With("controller", ControllerName)}
+		EndedRetry: o.EndedRetry, Quota: o.Quota, Log: log.With("controller", ControllerName)}
 	r.watches.tenants = o.Tenants
 	return ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
@@ -249,8 +254,23 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	in := InputOf(r.now(), pods, nodes, p.claims, s, r.watches.stateOf(w))
 	d := scale.Decide(in)
 	r.watches.setState(w, d.State)
+	d, exceeded, err := r.applyQuota(ctx, p, d)
+	if err != nil {
+		return d, err
+	}
 	if err := r.apply(ctx, p, w, in, d); err != nil {
 		return d, err
+	}
+	if exceeded != nil {
+		// Room comes back without an event of this Cluster (a node of another cluster of
+		// the account goes, node-hours leave the window): look again.
+		if d.RequeueAfter == 0 || d.RequeueAfter > quotaRecheck {
+			d.RequeueAfter = quotaRecheck
+		}
+		// The quota's word goes on the Scaling condition, whatever was provisioned.
+		p.outcome.reason, p.outcome.message = ReasonQuotaExceeded, quotaMessage(exceeded)+"; "+p.outcome.message
+		r.Log.Info("nodehost_quota_exceeded", "cluster", p.key.String(), "account", exceeded.Account, "quota", exceeded.Quota,
+			"limit", exceeded.Limit, "used", exceeded.Used)
 	}
 	if retry > 0 && (d.RequeueAfter == 0 || retry < d.RequeueAfter) {
 		d.RequeueAfter = retry
