@@ -170,7 +170,7 @@ const CNIBinDir = "/usr/lib/cni"
 // Prerequisites reports what this host lacks to run nodes (ErrUnavailable), or nil.
 func Prerequisites() error {
 	var missing []string
-	for _, b := range []string{"ip", "nsenter", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+	for _, b := range []string{"ip", "nsenter", "setpriv", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}
@@ -209,6 +209,14 @@ type nodeState struct {
 	PauseTar  string `json:"pauseTar"`  // the sandbox image tarball
 	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
 	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
+
+	// Contained: containerd and the kubelet run in the node's own mount, PID, IPC, UTS and
+	// cgroup namespaces under its own root (contain.go), and its cgroups carry CPUs and
+	// MemMiB, the contract's. False for a node booted before containment (its teardown is
+	// the one it was booted with) and for the vm flavour (the machine is the boundary).
+	Contained bool `json:"contained,omitempty"`
+	CPUs      int  `json:"cpus,omitempty"`
+	MemMiB    int  `json:"memMiB,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -295,7 +303,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir,
 		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
-		Cgroup: "socialweb-node-" + tag,
+		Cgroup:    "socialweb-node-" + tag,
+		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
 	}
 	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -308,7 +317,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if s.cfg.Flavour == FlavourVM {
 		// The machine's own run dir, runc root and cgroups are inside it, and so are the
 		// secrets: on its state disk, never in the guest dir on the host.
-		ns.Flavour, ns.RunDir, ns.Cgroup = FlavourVM, "", ""
+		ns.Flavour, ns.RunDir, ns.Cgroup, ns.Contained = FlavourVM, "", "", false
 		ns.HostIP, ns.NodeIP, ns.BridgeIP = vmAddrs(idx)
 		if err := s.prepareVM(ctx, &ns, spec); err != nil {
 			return fail(substrate.ErrBoot, "%v", err)
@@ -451,7 +460,12 @@ func teardownHost(ns nodeState) error {
 		return nil
 	}
 	var errs []error
-	if err := deleteContainers(ns); err != nil {
+	if ns.Contained {
+		// Process 1 of the node's namespaces names the node's dir: killing it kills every
+		// process of the node, containers included. runc's state under the run dir holds
+		// PIDs of the node's namespace, which mean other processes out here: no runc delete.
+		killProcs(ns)
+	} else if err := deleteContainers(ns); err != nil {
 		errs = append(errs, err)
 	}
 	killProcs(ns)
