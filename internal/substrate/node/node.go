@@ -170,7 +170,7 @@ const CNIBinDir = "/usr/lib/cni"
 // Prerequisites reports what this host lacks to run nodes (ErrUnavailable), or nil.
 func Prerequisites() error {
 	var missing []string
-	for _, b := range []string{"ip", "nsenter", "setpriv", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}
@@ -181,7 +181,7 @@ func Prerequisites() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static; iproute2 and util-linux)",
+		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables; iproute2 and util-linux)",
 			substrate.ErrUnavailable, strings.Join(missing, ", "))
 	}
 	if os.Geteuid() != 0 {
@@ -442,9 +442,51 @@ func makeNamespace(ns nodeState, prefix string, inside ...[]string) error {
 	for _, st := range inside {
 		steps = append(steps, append([]string{"-n", ns.Netns}, st...))
 	}
-	for _, st := range steps {
+	for i, st := range steps {
 		if err := run("ip", st...); err != nil {
 			return err
+		}
+		if i == 0 {
+			// Strict reverse-path filtering on the host end: the host takes only packets
+			// whose source it would route back through this link (the node's own address),
+			// so a pod's packet (from the pod subnet) never reaches the host's sockets, and
+			// no answer to it leaves by the host's default route.
+			if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+ns.HostLink+"/rp_filter", []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("rp_filter on %s: %w", ns.HostLink, err)
+			}
+			if err := hostFilter(true, ns.HostLink); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hostFilterRules refuse, on the host, every connection a node opens through its link: a
+// TCP SYN and any UDP. The host needs none (the agent forwards the apiserver port from inside
+// the node's namespace; the apiserver opens the connections to the kubelet, whose answers
+// pass), and without them a process of the node reaches whatever the host serves on all its
+// addresses.
+func hostFilterRules(link string) [][]string {
+	return [][]string{
+		{"-i", link, "-p", "tcp", "--syn", "-j", "DROP"},
+		{"-i", link, "-p", "udp", "-j", "DROP"},
+	}
+}
+
+// hostFilter adds the link's rules to the host's INPUT chain, or removes every copy of them.
+func hostFilter(add bool, link string) error {
+	for _, r := range hostFilterRules(link) {
+		if add {
+			if err := run("iptables", append([]string{"-w", "-I", "INPUT"}, r...)...); err != nil {
+				return err
+			}
+			continue
+		}
+		for i := 0; i < 8 && exec.Command("iptables", append([]string{"-w", "-C", "INPUT"}, r...)...).Run() == nil; i++ {
+			if err := run("iptables", append([]string{"-w", "-D", "INPUT"}, r...)...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -485,6 +527,9 @@ func teardownHost(ns nodeState) error {
 	if ns.HostLink != "" {
 		if _, err := net.InterfaceByName(ns.HostLink); err == nil {
 			_ = run("ip", "link", "del", ns.HostLink)
+		}
+		if err := hostFilter(false, ns.HostLink); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
