@@ -259,7 +259,7 @@ func TestSecurity_NodeContainment(t *testing.T) {
 		}
 		disk := unix.Major(st.Dev) != 0
 		if disk {
-			fmt.Fprintf(&script, "mknod /tmp/disk b %d %d && head -c 4096 /tmp/disk | wc -c | sed 's/^/disk bytes /'\n", unix.Major(st.Dev), unix.Minor(st.Dev))
+			fmt.Fprintf(&script, "echo \"disk: $(mknod /tmp/swdisk b %d %d 2>&1 && head -c 4096 /tmp/swdisk 2>/dev/null | wc -c)\"; rm -f /tmp/swdisk\n", unix.Major(st.Dev), unix.Minor(st.Dev))
 		} else {
 			t.Logf("the host's / is on no block device (%d:%d): no disk to try", unix.Major(st.Dev), unix.Minor(st.Dev))
 		}
@@ -284,10 +284,39 @@ func TestSecurity_NodeContainment(t *testing.T) {
 		if len(procs) == 0 {
 			t.Errorf("no process listed in the node (the check proves nothing):\n%s", out)
 		}
-		if strings.Contains(out, "disk bytes 4096") {
-			t.Errorf("the node read the host's disk through a device node it made")
+		if got := lineWith(out, "disk: "); strings.HasSuffix(got, "4096") {
+			t.Errorf("the node read the host's disk through a device node it made: %s", got)
 		}
-		t.Logf("the node's processes: %d; the disk: %s", len(procs), lineWith(out, "disk"))
+		t.Logf("the node's processes: %d; %s", len(procs), lineWith(out, "disk: "))
+	})
+
+	t.Run("devices", func(t *testing.T) {
+		// The host here may itself be refused its disk (a devices cgroup above it), so the
+		// read above can pass either way: the node's own devices cgroup must allow no read
+		// or write of a block device.
+		var dirs []string
+		if err := guestproc.ReadJSON(filepath.Join(guestA, "cgroups.json"), &dirs); err != nil {
+			t.Fatal(err)
+		}
+		var list string
+		for _, d := range dirs {
+			if strings.HasPrefix(d, "/sys/fs/cgroup/devices/") {
+				b, err := os.ReadFile(filepath.Join(d, "devices.list"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				list = string(b)
+			}
+		}
+		if list == "" {
+			t.Fatalf("the node has no devices cgroup (cgroups %v)", dirs)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(list), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 3 && (f[0] == "a" || f[0] == "b") && strings.ContainsAny(f[2], "rw") {
+				t.Errorf("the node's devices cgroup allows %q", l)
+			}
+		}
 	})
 
 	t.Run("cgroup limits", func(t *testing.T) {
@@ -334,9 +363,10 @@ func TestSecurity_NodeContainment(t *testing.T) {
 	})
 }
 
-func lineWith(out, sub string) string {
+// lineWith is the first line of out that starts with prefix.
+func lineWith(out, prefix string) string {
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, sub) {
+		if strings.HasPrefix(l, prefix) {
 			return l
 		}
 	}
