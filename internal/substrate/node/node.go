@@ -400,8 +400,21 @@ func (s *Substrate) freeIndex(self string) (int, error) {
 			used[ns.Index] = true
 		}
 	}
+	// Another state dir on this host (a second bidder, a test) allocates from the same
+	// range: an address some interface of the host already holds is taken too, or the
+	// apiserver of one node's cluster would reach the other's kubelet.
+	onHost := map[string]bool{}
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				onHost[n.IP.String()] = true
+			}
+		}
+	}
 	for i := 1; i < maxNodes; i++ {
-		if !used[i] {
+		h, _ := addrs(i)
+		vh, _, _ := vmAddrs(i)
+		if !used[i] && !onHost[h] && !onHost[vh] {
 			return i, nil
 		}
 	}
