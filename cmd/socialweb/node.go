@@ -23,3 +23,18 @@ func newNodeAgentCommand() *cobra.Command {
 		},
 	}
 }
+
+// newNodeRootCommand is process 1 of a node's own namespaces (internal/substrate/node): it
+// builds the node's root, pivots into it and reaps. The node agent starts it.
+func newNodeRootCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "node-root DIR",
+		Short:  "Process 1 of a node's namespaces (started by the node agent)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			os.Exit(node.RunRoot(args[0]))
+			return nil
+		},
+	}
+}

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -151,15 +153,17 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	if !strings.Contains(string(agentLog), "removed 1 pod sandboxes") || !strings.Contains(string(agentLog), "node-agent: stopped") {
 		t.Errorf("the agent did not remove the pod and stop in order:\n%s", agentLog)
 	}
-	if pids := procsWithArg("sleep\x002147483647"); len(pids) != 0 {
+	// Scoped to this test's nodes: other runs on a shared host have nodes of their own.
+	tagA := nodeTag(filepath.Join(state, "n1-a"))
+	if pids := inNodeCgroup(tagA, procsWithArg("sleep\x002147483647")); len(pids) != 0 {
 		t.Errorf("sandbox (pause) processes left: %v", pids)
 	}
-	if pids := procsWithArg(state, "/run/swnode/"); len(pids) != 0 {
+	if pids := procsWithArg(state, "/run/swnode/"+tagA); len(pids) != 0 {
 		t.Errorf("kubelet or containerd processes left: %v", pids)
 	}
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "swnode-") || strings.HasPrefix(e.Name(), "cni-") {
+		if e.Name() == "swnode-"+tagA || strings.HasPrefix(e.Name(), "cni-") {
 			t.Errorf("network namespace left: %s", e.Name())
 		}
 	}
@@ -200,18 +204,16 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	if err := s.Stop(ctx, "n1-b"); err != nil {
 		t.Fatal(err)
 	}
-	if pids := procsWithArg("sleep\x002147483647", "sleep\x003600"); len(pids) != 0 {
+	tagB := nodeTag(filepath.Join(state, "n1-b"))
+	if pids := inNodeCgroup(tagB, procsWithArg("sleep\x002147483647", "sleep\x003600")); len(pids) != 0 {
 		t.Errorf("pod processes left after a killed node's Stop: %v", pids)
 	}
-	if pids := procsWithArg(state, "/run/swnode/"); len(pids) != 0 {
+	if pids := procsWithArg(state, "/run/swnode/"+tagB); len(pids) != 0 {
 		t.Errorf("node processes left after a killed node's Stop: %v", pids)
-	}
-	if _, err := os.Stat("/run/netns/" + "swnode-"); err == nil {
-		t.Error("namespace left")
 	}
 	ents, _ = os.ReadDir("/run/netns")
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "swnode-") {
+		if e.Name() == "swnode-"+tagB {
 			t.Errorf("network namespace left: %s", e.Name())
 		}
 	}
@@ -373,6 +375,28 @@ func bootNode(t *testing.T, s *node.Substrate, id, nodeName string, bundle tenan
 		t.Fatal(err)
 	}
 	return st
+}
+
+// nodeTag is the tag of the node guest in dir (its run dir, namespace and cgroup names).
+func nodeTag(dir string) string {
+	h := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(h[:])[:10]
+}
+
+// inNodeCgroup keeps the pids that are in the cgroup of the node of tag: a contained node's
+// containers are below it, and a process left in it keeps it from being removed.
+func inNodeCgroup(tag string, pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), "socialweb-node-"+tag) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // mountsUnder lists the mount points under dir.

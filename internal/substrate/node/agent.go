@@ -84,6 +84,7 @@ type agent struct {
 	logf       func(string, ...any)
 	ended      chan string
 	ln         net.Listener
+	root       *exec.Cmd // process 1 of a contained node's namespaces
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
 }
@@ -101,12 +102,15 @@ func (a *agent) start() error {
 	if err := os.Symlink(ns.work("kubelet"), ns.kubeletRoot()); err != nil && !os.IsExist(err) {
 		return err
 	}
-	// 0. The node's own cgroups: every process below joins them.
-	cg := joinCgroups(ns.Cgroup)
+	// 0. The node's own cgroups, with the contract's limits: every process below joins them.
+	cg, err := joinCgroups(ns.Cgroup, ns.limits())
+	if err != nil {
+		return err
+	}
 	if err := guestproc.WriteJSON(filepath.Join(ns.Dir, cgroupsFile), cg); err != nil {
 		return err
 	}
-	a.logf("cgroups %v", cg)
+	a.logf("cgroups %v, limits %s", cg, ns.limits())
 
 	// 1. The apiserver port, forwarded into the namespace on the same address.
 	u, err := url.Parse(ns.Server)
@@ -129,7 +133,16 @@ func (a *agent) start() error {
 	go forwardTo(a.ln, upstream)
 	a.logf("forwarding %s%s to %s", addr, where, upstream)
 
-	// 2. containerd in the namespace.
+	// 2. The node's own root, mount, PID, IPC, UTS and cgroup namespaces.
+	if ns.Contained {
+		t := time.Now()
+		if err := a.startRoot(); err != nil {
+			return err
+		}
+		a.logf("root ready in %s: process 1 is %d", time.Since(t).Round(time.Millisecond), a.root.Process.Pid)
+	}
+
+	// 3. containerd in the node.
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
 		return err
 	}
@@ -145,7 +158,7 @@ func (a *agent) start() error {
 	}
 	a.logf("containerd up")
 
-	// 3. Images: the sandbox image, then every tarball of the image dir.
+	// 4. Images: the sandbox image, then every tarball of the image dir.
 	tars := []string{ns.PauseTar}
 	if ns.ImageDir != "" {
 		m, _ := filepath.Glob(filepath.Join(ns.ImageDir, "*.tar"))
@@ -159,7 +172,7 @@ func (a *agent) start() error {
 		a.logf("imported %s", t)
 	}
 
-	// 4. The kubelet.
+	// 5. The kubelet.
 	if err := os.WriteFile(ns.work("kubelet", "config.yaml"), []byte(kubeletConfig(ns)), 0o600); err != nil {
 		return err
 	}
@@ -186,12 +199,13 @@ func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cmd *exec.Cmd
-	if a.ns.Netns == "" {
-		cmd = exec.Command(argv[0], argv[1:]...)
-	} else {
-		cmd = exec.Command("nsenter", append([]string{"--net=" + a.ns.netnsPath(), "--"}, argv...)...)
+	switch {
+	case a.ns.Contained:
+		argv = enterArgv(a.root.Process.Pid, argv)
+	case a.ns.Netns != "":
+		argv = append([]string{"nsenter", "--net=" + a.ns.netnsPath(), "--"}, argv...)
 	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if a.ns.Console {
 		cmd.Stdout = io.MultiWriter(lf, os.Stderr)
@@ -224,16 +238,19 @@ func (a *agent) teardown() {
 		if c == nil || c.Process == nil || c.ProcessState != nil {
 			return
 		}
-		_ = c.Process.Signal(syscall.SIGTERM)
+		// The process group: in a contained node the process is nsenter's child, which
+		// nsenter does not pass signals to.
+		pgid := c.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		deadline := time.Now().Add(grace)
 		for time.Now().Before(deadline) {
-			if syscall.Kill(c.Process.Pid, 0) != nil || isZombie(c.Process.Pid) {
+			if groupGone(pgid) {
 				return
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		a.logf("%s did not stop within %v: SIGKILL", name, grace)
-		_ = c.Process.Kill()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
@@ -362,6 +379,24 @@ func closeWrite(c net.Conn) {
 	if t, ok := c.(*net.TCPConn); ok {
 		_ = t.CloseWrite()
 	}
+}
+
+// groupGone says no live process is left in process group pgid.
+func groupGone(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return true
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := guestproc.ReadStat(pid); err == nil && st.PGID == pgid && st.State != 'Z' && st.State != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 func isZombie(pid int) bool {
@@ -554,6 +589,7 @@ authentication:
 authorization: {mode: Webhook}
 registerNode: true
 rotateCertificates: true
+seccompDefault: true
 evictionHard:
   memory.available: "1Mi"
   nodefs.available: "1%%"
@@ -563,92 +599,6 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 `, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
-}
-
-// cgroupsFile lists the node's cgroup dirs (JSON), written by the agent when it makes them.
-const cgroupsFile = "cgroups.json"
-
-// cgroupControllers are the cgroup v1 hierarchies (and the v2 one, when mounted) each node's
-// own processes are grouped in: the agent, containerd with its shims, and the kubelet.
-var cgroupControllers = []string{"pids", "memory", "cpu", "cpuacct", "freezer"}
-
-// joinCgroups makes a cgroup named name below this process's own cgroup in each hierarchy
-// (nested, so whatever limits the agent's parent has still apply) and moves this process
-// into it; children inherit it. It returns the dirs made. Hierarchies that are missing or
-// not writable are skipped: the cgroups group and account, the teardown does not depend on
-// them.
-func joinCgroups(name string) []string {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
-	var dirs []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		var mount string
-		if parts[0] == "0" && parts[1] == "" {
-			mount = "unified" // cgroup v2 of a hybrid host
-			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-				mount = "" // a pure v2 host
-			}
-		} else {
-			for _, c := range strings.Split(parts[1], ",") {
-				for _, want := range cgroupControllers {
-					if c == want {
-						mount = c
-					}
-				}
-			}
-			if mount == "" {
-				continue
-			}
-		}
-		d := filepath.Join("/sys/fs/cgroup", mount, parts[2], name)
-		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			continue
-		}
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			_ = os.Remove(d)
-			continue
-		}
-		dirs = append(dirs, d)
-	}
-	return dirs
-}
-
-// removeCgroups kills what is left in the node's cgroups and removes them.
-func removeCgroups(dir string) error {
-	var dirs []string
-	if err := guestproc.ReadJSON(filepath.Join(dir, cgroupsFile), &dirs); err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var errs []error
-	for _, d := range dirs {
-		for round := 0; round < 40; round++ {
-			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			if err != nil {
-				break
-			}
-			pids := strings.Fields(string(b))
-			if len(pids) == 0 {
-				break
-			}
-			for _, p := range pids {
-				if pid, err := strconv.Atoi(p); err == nil && pid != self {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // deleteContainers force-deletes every container runc knows under the node's runc root

@@ -170,7 +170,7 @@ const CNIBinDir = "/usr/lib/cni"
 // Prerequisites reports what this host lacks to run nodes (ErrUnavailable), or nil.
 func Prerequisites() error {
 	var missing []string
-	for _, b := range []string{"ip", "nsenter", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}
@@ -181,7 +181,7 @@ func Prerequisites() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static; iproute2 and util-linux)",
+		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables; iproute2 and util-linux)",
 			substrate.ErrUnavailable, strings.Join(missing, ", "))
 	}
 	if os.Geteuid() != 0 {
@@ -209,6 +209,14 @@ type nodeState struct {
 	PauseTar  string `json:"pauseTar"`  // the sandbox image tarball
 	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
 	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
+
+	// Contained: containerd and the kubelet run in the node's own mount, PID, IPC, UTS and
+	// cgroup namespaces under its own root (contain.go), and its cgroups carry CPUs and
+	// MemMiB, the contract's. False for a node booted before containment (its teardown is
+	// the one it was booted with) and for the vm flavour (the machine is the boundary).
+	Contained bool `json:"contained,omitempty"`
+	CPUs      int  `json:"cpus,omitempty"`
+	MemMiB    int  `json:"memMiB,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -295,7 +303,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir,
 		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
-		Cgroup: "socialweb-node-" + tag,
+		Cgroup:    "socialweb-node-" + tag,
+		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
 	}
 	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -308,7 +317,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if s.cfg.Flavour == FlavourVM {
 		// The machine's own run dir, runc root and cgroups are inside it, and so are the
 		// secrets: on its state disk, never in the guest dir on the host.
-		ns.Flavour, ns.RunDir, ns.Cgroup = FlavourVM, "", ""
+		ns.Flavour, ns.RunDir, ns.Cgroup, ns.Contained = FlavourVM, "", "", false
 		ns.HostIP, ns.NodeIP, ns.BridgeIP = vmAddrs(idx)
 		if err := s.prepareVM(ctx, &ns, spec); err != nil {
 			return fail(substrate.ErrBoot, "%v", err)
@@ -391,8 +400,21 @@ func (s *Substrate) freeIndex(self string) (int, error) {
 			used[ns.Index] = true
 		}
 	}
+	// Another state dir on this host (a second bidder, a test) allocates from the same
+	// range: an address some interface of the host already holds is taken too, or the
+	// apiserver of one node's cluster would reach the other's kubelet.
+	onHost := map[string]bool{}
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				onHost[n.IP.String()] = true
+			}
+		}
+	}
 	for i := 1; i < maxNodes; i++ {
-		if !used[i] {
+		h, _ := addrs(i)
+		vh, _, _ := vmAddrs(i)
+		if !used[i] && !onHost[h] && !onHost[vh] {
 			return i, nil
 		}
 	}
@@ -433,9 +455,51 @@ func makeNamespace(ns nodeState, prefix string, inside ...[]string) error {
 	for _, st := range inside {
 		steps = append(steps, append([]string{"-n", ns.Netns}, st...))
 	}
-	for _, st := range steps {
+	for i, st := range steps {
 		if err := run("ip", st...); err != nil {
 			return err
+		}
+		if i == 0 {
+			// Strict reverse-path filtering on the host end: the host takes only packets
+			// whose source it would route back through this link (the node's own address),
+			// so a pod's packet (from the pod subnet) never reaches the host's sockets, and
+			// no answer to it leaves by the host's default route.
+			if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+ns.HostLink+"/rp_filter", []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("rp_filter on %s: %w", ns.HostLink, err)
+			}
+			if err := hostFilter(true, ns.HostLink); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hostFilterRules refuse, on the host, every connection a node opens through its link: a
+// TCP SYN and any UDP. The host needs none (the agent forwards the apiserver port from inside
+// the node's namespace; the apiserver opens the connections to the kubelet, whose answers
+// pass), and without them a process of the node reaches whatever the host serves on all its
+// addresses.
+func hostFilterRules(link string) [][]string {
+	return [][]string{
+		{"-i", link, "-p", "tcp", "--syn", "-j", "DROP"},
+		{"-i", link, "-p", "udp", "-j", "DROP"},
+	}
+}
+
+// hostFilter adds the link's rules to the host's INPUT chain, or removes every copy of them.
+func hostFilter(add bool, link string) error {
+	for _, r := range hostFilterRules(link) {
+		if add {
+			if err := run("iptables", append([]string{"-w", "-I", "INPUT"}, r...)...); err != nil {
+				return err
+			}
+			continue
+		}
+		for i := 0; i < 8 && exec.Command("iptables", append([]string{"-w", "-C", "INPUT"}, r...)...).Run() == nil; i++ {
+			if err := run("iptables", append([]string{"-w", "-D", "INPUT"}, r...)...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -451,7 +515,12 @@ func teardownHost(ns nodeState) error {
 		return nil
 	}
 	var errs []error
-	if err := deleteContainers(ns); err != nil {
+	if ns.Contained {
+		// Process 1 of the node's namespaces names the node's dir: killing it kills every
+		// process of the node, containers included. runc's state under the run dir holds
+		// PIDs of the node's namespace, which mean other processes out here: no runc delete.
+		killProcs(ns)
+	} else if err := deleteContainers(ns); err != nil {
 		errs = append(errs, err)
 	}
 	killProcs(ns)
@@ -471,6 +540,9 @@ func teardownHost(ns nodeState) error {
 	if ns.HostLink != "" {
 		if _, err := net.InterfaceByName(ns.HostLink); err == nil {
 			_ = run("ip", "link", "del", ns.HostLink)
+		}
+		if err := hostFilter(false, ns.HostLink); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
