@@ -2,16 +2,23 @@ package node
 
 import "socialweb.computer/internal/substrate"
 
-// namespaceLayers are what the namespace flavour applies to every node today: containerd,
-// the kubelet and the pods run in the node's own network namespace (a veth pair to the
-// host), on the host's kernel, in the host's mount and PID namespaces, as root. The node's
-// cgroups group its processes but set no limit, so cgroup-limits is not listed.
+// namespaceLayers are what the namespace flavour applies to every node: containerd, the
+// kubelet and the pods run in the node's own network namespace (a veth pair to the host, the
+// host refusing connections from it), in mount and PID namespaces of their own under a root
+// that holds only read-only binaries and the node's own dirs, every container under
+// seccomp RuntimeDefault, and the whole node in a cgroup with the contract's CPU, memory and
+// pids limits. All on the host's kernel, as root: there is no user namespace, so an escaped
+// container is root in the node's namespaces (docs/security.md).
 //
 // Extend the list only with a layer every node gets and a test attacks (watch it fail
 // without the layer first): the bidder publishes it in its offering, and requesters choose
 // bidders by it.
 var namespaceLayers = []string{
-	substrate.LayerNetworkNamespace, // test/e2e node rows: each node in its own netns, gone after release
+	substrate.LayerNetworkNamespace, // TestSecurity_NodeContainment: network from the node and from the pod
+	substrate.LayerMountNamespace,   // TestSecurity_NodeContainment: escape to the node's namespaces
+	substrate.LayerPIDNamespace,     // TestSecurity_NodeContainment: escape to the node's namespaces
+	substrate.LayerSeccomp,          // TestSecurity_NodeContainment: seccomp
+	substrate.LayerCgroupLimits,     // TestSecurity_NodeContainment: cgroup limits
 }
 
 // Isolation implements substrate.Substrate: the vm flavour is the vm substrate's machine per
