@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Layout is a tenant cluster's directory under the tenants root:
@@ -31,6 +32,9 @@ func (l Layout) Spec() string        { return filepath.Join(l.Dir, "spec.json") 
 func (l Layout) Ports() string       { return filepath.Join(l.Dir, "ports.json") }
 func (l Layout) PIDFile() string     { return filepath.Join(l.Dir, "controlplane.pid") }
 func (l Layout) Log() string         { return filepath.Join(l.Dir, "controlplane.log") }
+func (l Layout) AuditPolicy() string { return filepath.Join(l.Dir, "audit-policy.yaml") }
+func (l Layout) AuditLog() string    { return filepath.Join(l.Dir, "audit.log") }
+func (l Layout) Revocations() string { return filepath.Join(l.Dir, "revocations.json") }
 
 // ServiceCIDR is every tenant cluster's service network; its first address is the
 // kubernetes service's cluster IP and is in the serving certificate.
@@ -76,8 +80,17 @@ var disabledControllers = []string{
 // BuildSpec is the child's spec for a cluster in layout l serving on 127.0.0.1:port and
 // advertising advertise (a non-loopback address: the apiserver refuses loopback for the
 // kubernetes service's endpoints).
-func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
+//
+// rev is the cluster's revocation state at now: the retired service-account keys still in
+// their window verify (pods' tokens only, by the policy), and the policy goes to the child.
+// currentKeyID is the kid of the current signing key (sa.pub).
+func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, currentKeyID string, now time.Time) ChildSpec {
 	kc := func(n string) string { return filepath.Join(l.Kubeconfigs(), n+".kubeconfig") }
+	_, saPub := serviceAccountKeyFiles(p.Dir)
+	var verify []string
+	for _, f := range rev.VerificationKeyFiles(saPub, now) {
+		verify = append(verify, "--service-account-key-file="+f)
+	}
 	api := []string{
 		"--etcd-servers=unix://" + l.EtcdSocket(),
 		"--bind-address=127.0.0.1",
@@ -87,8 +100,22 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--tls-cert-file=" + p.Cert("apiserver"),
 		"--tls-private-key-file=" + p.Key("apiserver"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file=" + filepath.Join(p.Dir, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(p.Dir, "sa.key"),
+		// Every token lives at most MaxTokenLifetime (the kubelet's default request of
+		// 3607 s is shortened to it, and not extended to a year): a retired key verifies
+		// nothing once that has passed after its rotation (revocation.go).
+		"--service-account-max-token-expiration=" + MaxTokenLifetime.String(),
+		"--service-account-extend-token-expiration=false",
+		// Who created ServiceAccounts, tokens and bindings, for revocation (audit.go).
+		"--audit-policy-file=" + l.AuditPolicy(),
+		"--audit-log-path=" + l.AuditLog(),
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
+		// Rotated files (audit-<time>.log) are all kept and all read: the log is the only
+		// record of who made what.
+		"--audit-log-maxsize=100",
+		"--audit-log-maxbackup=0",
+		"--audit-log-maxage=0",
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
@@ -111,6 +138,7 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--watch-cache=false",
 		"--event-ttl=1h",
 	}
+	api = append(api, verify...)
 	common := func(name string) []string {
 		return []string{
 			"--kubeconfig=" + kc(name),
@@ -152,5 +180,6 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		// The apiserver's start allocates mostly garbage (OpenAPI documents, REST
 		// handlers): collecting it a quarter as often cuts its CPU by ~0.3 s.
 		APIServerStartGCPercent: 400,
+		TokenPolicy:             rev.Policy(currentKeyID, now),
 	}
 }

@@ -143,6 +143,8 @@ type instance struct {
 	ports  ports
 	gate   *gate.Gate
 
+	revokeMu sync.Mutex // one ApplyRevocations at a time
+
 	mu      sync.Mutex
 	status  Status
 	cmd     *exec.Cmd
@@ -200,8 +202,10 @@ func (m *Manager) ensure(k Key) (*instance, error) {
 			return nil, err
 		}
 	}
-	spec, _ := json.MarshalIndent(BuildSpec(l, p, pr.APIServer, m.cfg.Advertise), "", "  ")
-	if err := atomicfile.Write(l.Spec(), spec, 0o600); err != nil {
+	if err := atomicfile.Write(l.AuditPolicy(), []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	if err := m.writeSpec(l, p, pr); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(p.Cert("apiserver"), p.Key("apiserver"))
@@ -216,6 +220,78 @@ func (m *Manager) ensure(k Key) (*instance, error) {
 	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped}}
 	m.clusters[k] = in
 	return in, nil
+}
+
+// writeSpec writes the child's spec from the cluster's PKI, ports and revocation state.
+func (m *Manager) writeSpec(l Layout, p *PKI, pr ports) error {
+	rev, err := LoadRevocations(l)
+	if err != nil {
+		return err
+	}
+	_, pub := serviceAccountKeyFiles(p.Dir)
+	kid, err := KeyIDOfFile(pub)
+	if err != nil {
+		return err
+	}
+	spec, _ := json.MarshalIndent(BuildSpec(l, p, pr.APIServer, m.cfg.Advertise, rev, kid, time.Now()), "", "  ")
+	return atomicfile.Write(l.Spec(), spec, 0o600)
+}
+
+// ApplyRevocations makes the revoked identities' tokens stop working in the cluster
+// (revocation.go): for each DID not applied yet, what it made is read from the audit log
+// and its tokens are denied, and the service-account signing key is rotated. A running
+// control plane is stopped first (so nothing is issued between the read and the new key),
+// and started again with the new spec: a restart, about a second with the gate answering
+// 502. It reports whether it restarted. Already applied: nothing happens.
+func (m *Manager) ApplyRevocations(k Key, revoked []string) (bool, error) {
+	if len(revoked) == 0 {
+		return false, nil
+	}
+	in, err := m.ensure(k)
+	if err != nil {
+		return false, err
+	}
+	in.revokeMu.Lock()
+	defer in.revokeMu.Unlock()
+	st, err := LoadRevocations(in.layout)
+	if err != nil {
+		return false, err
+	}
+	dids := st.Unapplied(revoked)
+	if len(dids) == 0 {
+		return false, nil
+	}
+	in.mu.Lock()
+	running := in.stop != nil
+	in.mu.Unlock()
+	if running {
+		m.halt(in)
+	}
+	events, err := ReadAuditLogs(in.layout)
+	if err != nil {
+		return false, err
+	}
+	attributed := map[string]Attribution{}
+	for _, d := range dids {
+		attributed[d] = Attribute(events, d)
+		m.cfg.Logger.Info("tenant_identity_revoked", "cluster", k.String(), "did", d, "made", describeAttribution(attributed[d]))
+	}
+	now := time.Now()
+	if st, err = applyRevocations(in.layout, st, dids, attributed, now); err != nil {
+		return false, err
+	}
+	if err := saveRevocations(in.layout, st); err != nil {
+		return false, err
+	}
+	if err := m.writeSpec(in.layout, in.pki, in.ports); err != nil {
+		return false, err
+	}
+	if running {
+		if _, err := m.Start(k); err != nil {
+			return false, err
+		}
+	}
+	return running, nil
 }
 
 // leasePorts reads the cluster's ports, leasing free loopback ports for those missing or
