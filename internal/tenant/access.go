@@ -37,6 +37,8 @@ func (m *Manager) AdminConfig(k Key) (*rest.Config, error) {
 			KeyFile:  in.pki.Key("admin"),
 		},
 		QPS: 50, Burst: 100, Timeout: 10 * time.Second,
+		// Tracked, so that stopping the control plane closes them (manager.go).
+		Dial: in.direct.dial,
 	}, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,20 +156,22 @@ func TestSecurity_RevokeEndsTokens(t *testing.T) {
 		}
 	}
 
+	// revokeIdentity, then the control plane restarts with the revocation applied (a new
+	// instance), and is Ready once the bootstrap has removed what the member made. While
+	// it restarts a request may meet a 401 or 403 of a starting apiserver: only the answers
+	// after that count.
+	before := *v.Instance
 	t0 := time.Now()
 	a.must(cluster.RevokeIdentityNSID, map[string]string{"name": "r1", "did": acct.DID}, nil)
+	testenv.Eventually(t, 3*time.Minute, "r1 Ready again on a new instance", func() (bool, error) {
+		v := a.list()["r1"]
+		return v.Phase == "Ready" && v.Instance != nil && *v.Instance != before, errors.New(v.Phase)
+	})
+	t.Logf("revokeIdentity -> Ready with the revocation applied in %.2fs", time.Since(t0).Seconds())
 	refused := func(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
 	for what, tok := range minted {
-		testenv.Eventually(t, 60*time.Second, "after revocation, "+what+" is refused", func() (bool, error) {
-			err := use(tok)
-			return refused(err), fmt.Errorf("answered %v", err)
-		})
-	}
-	t.Logf("every minted token refused %.2fs after revokeIdentity", time.Since(t0).Seconds())
-	a.waitPhase("r1", "Ready", 3*time.Minute)
-	for what, tok := range minted {
 		if err := use(tok); !refused(err) {
-			t.Errorf("after revocation, Ready again: %s answers %v", what, err)
+			t.Errorf("after revocation, %s answers %v", what, err)
 		}
 	}
 	// Not minted by the member, but a token the member could have read: the rotation ends it.
