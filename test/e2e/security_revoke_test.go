@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 
 	"socialweb.computer/internal/atproto/cluster"
 	"socialweb.computer/internal/gateway"
+	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
 )
@@ -289,4 +291,108 @@ func jwtClaims(t *testing.T, tok string) tokenClaims {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// The same revocation with a pod running on a real node rented through the market: the
+// token its kubelet mounted into it (which the pod hands out) is still accepted after the
+// revocation and the key rotation, while the member's TokenRequest bound to that same pod
+// is refused. The pod keeps running.
+func TestSecurity_RevokePodOnNode(t *testing.T) {
+	g := startGatewayNode(t, "rp", holdFor(time.Minute))
+	a, acct := g.caller, g.acct
+	ctx := context.Background()
+	v := a.list()["rp"]
+	server := *v.Server
+	root := filepath.Join(g.dir, "tenants")
+	layout := tenant.LayoutFor(root, gateway.AccountNamespace(acct.DID), "rp")
+	caPEM, err := os.ReadFile(filepath.Join(layout.PKI(), "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(&rest.Config{Host: server, Timeout: 10 * time.Second, WarningHandler: rest.NoWarnings{}, TLSClientConfig: rest.TLSClientConfig{
+		CAData: caPEM, CertFile: filepath.Join(layout.PKI(), "admin.crt"), KeyFile: filepath.Join(layout.PKI(), "admin.key")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc cluster.GetKubeconfigOutput
+	a.must(cluster.GetKubeconfigNSID, map[string]any{"name": "rp", "ttlSeconds": 600}, &kc)
+	member := clientsetFromKubeconfig(t, []byte(kc.Kubeconfig))
+	// Who a token is, as the apiserver says (any authenticated identity may ask).
+	whoami := func(tok string) (*authenticationv1.UserInfo, error) {
+		cs, err := kubernetes.NewForConfig(&rest.Config{Host: server, BearerToken: tok, Timeout: 10 * time.Second, WarningHandler: rest.NoWarnings{},
+			TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+		if err != nil {
+			return nil, err
+		}
+		r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return &r.Status.UserInfo, nil
+	}
+
+	// A pod whose init container hands out the token its kubelet mounted (as its
+	// termination message, which the kubelet reports in the pod's status), then runs on.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sleeper"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "show", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token > /dev/termination-log"}}},
+		Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", "exec sleep 3600"}}},
+	}}
+	pod, err = admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var podToken string
+	testenv.Eventually(t, 180*time.Second, "the pod runs on a rented node with its token shown", func() (bool, error) {
+		p, err := admin.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, st := range p.Status.InitContainerStatuses {
+			if st.State.Terminated != nil {
+				podToken = strings.TrimSpace(st.State.Terminated.Message)
+			}
+		}
+		return p.Status.Phase == corev1.PodRunning && strings.Count(podToken, ".") == 2, fmt.Errorf("phase %s, message %q", p.Status.Phase, podToken)
+	})
+	if u, err := whoami(podToken); err != nil || u.Username != "system:serviceaccount:default:default" || len(u.Extra["authentication.kubernetes.io/pod-uid"]) != 1 {
+		t.Fatalf("the pod's mounted token before revocation: %+v %v", u, err)
+	}
+	memberPodBound, err := tokenFor(ctx, member, "default", "default", 3607, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whoami(memberPodBound); err != nil {
+		t.Fatalf("the member's pod-bound token before revocation: %v", err)
+	}
+
+	before := *v.Instance
+	a.must(cluster.RevokeIdentityNSID, map[string]string{"name": "rp", "did": acct.DID}, nil)
+	testenv.Eventually(t, 3*time.Minute, "rp Ready again on a new instance", func() (bool, error) {
+		v := a.list()["rp"]
+		return v.Phase == "Ready" && v.Instance != nil && *v.Instance != before, errors.New(v.Phase)
+	})
+	if _, err := whoami(memberPodBound); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the member's token bound to the running pod after revocation: %v, want 401", err)
+	}
+	if u, err := whoami(podToken); err != nil || u.Username != "system:serviceaccount:default:default" {
+		t.Errorf("the pod's mounted token after revocation: %+v %v", u, err)
+	}
+	if kid, err := tenant.KeyIDOfFile(filepath.Join(layout.PKI(), "sa.pub")); err != nil || kid == jwtKeyID(t, podToken) {
+		t.Errorf("the mounted token's key %s, the cluster's key now %s (%v): no rotation happened", jwtKeyID(t, podToken), kid, err)
+	}
+	p, err := admin.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodRunning || p.UID != pod.UID {
+		t.Errorf("the pod after revocation: %v %v", p.Status.Phase, err)
+	}
+	// Admin: the cluster itself, not the member, ends the cluster.
+	if err := admin.CoreV1().Pods("default").Delete(ctx, "sleeper", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+	a.must(cluster.DeleteClusterNSID, map[string]string{"name": "rp"}, nil)
+	testenv.Eventually(t, 90*time.Second, "rp gone", func() (bool, error) {
+		_, ok := a.list()["rp"]
+		return !ok, nil
+	})
 }
