@@ -94,9 +94,15 @@ func (s *Server) revokeIdentity(ctx context.Context, account string, in []byte) 
 		return nil, err
 	}
 	if c.Status.Phase == v1alpha1.ClusterReady && c.Status.Server != "" {
-		cs, err := kubernetes.NewForConfig(s.adminConfig(c))
+		// What the DID made in the cluster (ServiceAccounts, bindings) goes too; the
+		// audit log that says so is in the cluster's directory, beside its PKI.
+		made, err := tenant.AttributionFor(tenant.LayoutFor(s.cfg.TenantsRoot, c.Namespace, c.Name), v.DID)
+		var cs kubernetes.Interface
 		if err == nil {
-			_, err = tenant.RevokeIdentity(ctx, cs, v.DID)
+			cs, err = kubernetes.NewForConfig(s.adminConfig(c))
+		}
+		if err == nil {
+			_, err = tenant.RevokeIdentity(ctx, cs, v.DID, made)
 		}
 		if err != nil {
 			s.log.Warn("gateway_revoke_tenant_failed", "cluster", c.Namespace+"/"+c.Name, "did", v.DID, "error", err)

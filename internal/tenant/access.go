@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -36,6 +37,8 @@ func (m *Manager) AdminConfig(k Key) (*rest.Config, error) {
 			KeyFile:  in.pki.Key("admin"),
 		},
 		QPS: 50, Burst: 100, Timeout: 10 * time.Second,
+		// Tracked, so that stopping the control plane closes them (manager.go).
+		Dial: in.direct.dial,
 	}, nil
 }
 
@@ -135,7 +138,11 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string, revoked 
 		if did == account {
 			ownerRevoked = true
 		}
-		if _, err := RevokeIdentity(ctx, cs, did); err != nil {
+		made, err := AttributionFor(m.Layout(k), did)
+		if err != nil {
+			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)
+		}
+		if _, err := RevokeIdentity(ctx, cs, did, made); err != nil {
 			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)
 		}
 	}
@@ -275,13 +282,16 @@ func loadPKI(dir string) (*PKI, error) {
 }
 
 // RevokeIdentity removes an identity from a tenant cluster: its ServiceAccount
-// (OwnerServiceAccount of the DID in OwnerNamespace) is deleted, and every ClusterRoleBinding
-// and RoleBinding loses the subjects that name the DID as a user or that ServiceAccount (a
-// binding left with no subject is deleted). Kubeconfigs minted for the DID (CN the DID) and
-// applies made as the ServiceAccount are refused from then on. It answers what it removed
-// (serviceaccount/<namespace>/<name>, clusterrolebinding/<name>,
+// (OwnerServiceAccount of the DID in OwnerNamespace) is deleted; so is every object the
+// identity made (made, from the audit log: ServiceAccounts, RoleBindings and
+// ClusterRoleBindings, each only if it is still the object created, by UID); and every
+// ClusterRoleBinding and RoleBinding loses the subjects that name the DID as a user, that
+// ServiceAccount or a ServiceAccount the identity made (a binding left with no subject is
+// deleted). Kubeconfigs minted for the DID (CN the DID), applies made as the ServiceAccount
+// and every token of a ServiceAccount it made are refused from then on. It answers what it
+// removed (serviceaccount/<namespace>/<name>, clusterrolebinding/<name>,
 // rolebinding/<namespace>/<name>). Idempotent: a second call removes nothing.
-func RevokeIdentity(ctx context.Context, cs kubernetes.Interface, did string) ([]string, error) {
+func RevokeIdentity(ctx context.Context, cs kubernetes.Interface, did string, made Attribution) ([]string, error) {
 	var removed []string
 	sa := OwnerServiceAccount(did)
 	err := cs.CoreV1().ServiceAccounts(OwnerNamespace).Delete(ctx, sa, metav1.DeleteOptions{})
@@ -291,10 +301,37 @@ func RevokeIdentity(ctx context.Context, cs kubernetes.Interface, did string) ([
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("deleting ServiceAccount %s/%s: %w", OwnerNamespace, sa, err)
 	}
+	for _, o := range made.Objects {
+		uid := types.UID(o.UID)
+		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+		switch o.Resource {
+		case "serviceaccounts":
+			err = cs.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, opts)
+		case "rolebindings":
+			err = cs.RbacV1().RoleBindings(o.Namespace).Delete(ctx, o.Name, opts)
+		case "clusterrolebindings":
+			err = cs.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, opts)
+		default:
+			continue
+		}
+		switch {
+		case err == nil:
+			removed = append(removed, o.String())
+		// Gone, or another object of that name since (the UID precondition): not ours.
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		default:
+			return nil, fmt.Errorf("deleting %s: %w", o, err)
+		}
+	}
+	madeSA := map[string]bool{}
+	for _, u := range made.ServiceAccounts {
+		madeSA[u] = true
+	}
 	names := func(subjects []rbacv1.Subject) ([]rbacv1.Subject, bool) {
 		var keep []rbacv1.Subject
 		for _, s := range subjects {
-			if (s.Kind == rbacv1.UserKind && s.Name == did) || (s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == OwnerNamespace) {
+			if (s.Kind == rbacv1.UserKind && s.Name == did) || (s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == OwnerNamespace) ||
+				(s.Kind == rbacv1.ServiceAccountKind && madeSA[serviceAccountUser(s.Namespace, s.Name)]) {
 				continue
 			}
 			keep = append(keep, s)

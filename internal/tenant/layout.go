@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Layout is a tenant cluster's directory under the tenants root:
@@ -32,6 +33,9 @@ func (l Layout) Spec() string        { return filepath.Join(l.Dir, "spec.json") 
 func (l Layout) Ports() string       { return filepath.Join(l.Dir, "ports.json") }
 func (l Layout) PIDFile() string     { return filepath.Join(l.Dir, "controlplane.pid") }
 func (l Layout) Log() string         { return filepath.Join(l.Dir, "controlplane.log") }
+func (l Layout) AuditPolicy() string { return filepath.Join(l.Dir, "audit-policy.yaml") }
+func (l Layout) AuditLog() string    { return filepath.Join(l.Dir, "audit.log") }
+func (l Layout) Revocations() string { return filepath.Join(l.Dir, "revocations.json") }
 
 // AdmissionConfig is the apiserver's admission configuration (the Pod Security level).
 func (l Layout) AdmissionConfig() string { return filepath.Join(l.Dir, "admission.yaml") }
@@ -80,8 +84,17 @@ var disabledControllers = []string{
 // BuildSpec is the child's spec for a cluster in layout l serving on 127.0.0.1:port and
 // advertising advertise (a non-loopback address: the apiserver refuses loopback for the
 // kubernetes service's endpoints).
-func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
+//
+// rev is the cluster's revocation state at now: the retired service-account keys still in
+// their window verify (pods' tokens only, by the policy), and the policy goes to the child.
+// currentKeyID is the kid of the current signing key (sa.pub).
+func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, currentKeyID string, now time.Time) ChildSpec {
 	kc := func(n string) string { return filepath.Join(l.Kubeconfigs(), n+".kubeconfig") }
+	_, saPub := serviceAccountKeyFiles(p.Dir)
+	var verify []string
+	for _, f := range rev.VerificationKeyFiles(saPub, now) {
+		verify = append(verify, "--service-account-key-file="+f)
+	}
 	api := []string{
 		"--etcd-servers=unix://" + l.EtcdSocket(),
 		"--bind-address=127.0.0.1",
@@ -91,8 +104,22 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--tls-cert-file=" + p.Cert("apiserver"),
 		"--tls-private-key-file=" + p.Key("apiserver"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file=" + filepath.Join(p.Dir, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(p.Dir, "sa.key"),
+		// Every token lives at most MaxTokenLifetime (the kubelet's default request of
+		// 3607 s is shortened to it, and not extended to a year): a retired key verifies
+		// nothing once that has passed after its rotation (revocation.go).
+		"--service-account-max-token-expiration=" + MaxTokenLifetime.String(),
+		"--service-account-extend-token-expiration=false",
+		// Who created ServiceAccounts, tokens and bindings, for revocation (audit.go).
+		"--audit-policy-file=" + l.AuditPolicy(),
+		"--audit-log-path=" + l.AuditLog(),
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
+		// Rotated files (audit-<time>.log) are all kept and all read: the log is the only
+		// record of who made what.
+		"--audit-log-maxsize=100",
+		"--audit-log-maxbackup=0",
+		"--audit-log-maxage=0",
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		// Pod Security: the level in admission.yaml is enforced on every pod, by PodSecurity
@@ -119,6 +146,7 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		"--watch-cache=false",
 		"--event-ttl=1h",
 	}
+	api = append(api, verify...)
 	common := func(name string) []string {
 		return []string{
 			"--kubeconfig=" + kc(name),
@@ -160,5 +188,6 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP) ChildSpec {
 		// The apiserver's start allocates mostly garbage (OpenAPI documents, REST
 		// handlers): collecting it a quarter as often cuts its CPU by ~0.3 s.
 		APIServerStartGCPercent: 400,
+		TokenPolicy:             rev.Policy(currentKeyID, now),
 	}
 }

@@ -160,6 +160,12 @@ type instance struct {
 	ports  ports
 	gate   *gate.Gate
 
+	revokeMu sync.Mutex // one ApplyRevocations at a time
+	// direct are the connections of AdminConfig clients, which reach the apiserver without
+	// the gate: a stop closes them, or their watches hold the apiserver's graceful stop
+	// until the child's 20 s deadline.
+	direct connTracker
+
 	mu      sync.Mutex
 	status  Status
 	cmd     *exec.Cmd
@@ -232,8 +238,10 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 			return nil, err
 		}
 	}
-	spec, _ := json.MarshalIndent(BuildSpec(l, p, pr.APIServer, m.cfg.Advertise), "", "  ")
-	if err := atomicfile.Write(l.Spec(), spec, 0o600); err != nil {
+	if err := atomicfile.Write(l.AuditPolicy(), []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	if err := m.writeSpec(l, p, pr); err != nil {
 		return nil, err
 	}
 	if err := writeAdmissionConfig(l, level); err != nil {
@@ -251,6 +259,83 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, PodSecurity: level}}
 	m.clusters[k] = in
 	return in, nil
+}
+
+// writeSpec writes the child's spec from the cluster's PKI, ports and revocation state.
+func (m *Manager) writeSpec(l Layout, p *PKI, pr ports) error {
+	rev, err := LoadRevocations(l)
+	if err != nil {
+		return err
+	}
+	_, pub := serviceAccountKeyFiles(p.Dir)
+	kid, err := KeyIDOfFile(pub)
+	if err != nil {
+		return err
+	}
+	spec, _ := json.MarshalIndent(BuildSpec(l, p, pr.APIServer, m.cfg.Advertise, rev, kid, time.Now()), "", "  ")
+	return atomicfile.Write(l.Spec(), spec, 0o600)
+}
+
+// ApplyRevocations makes the revoked identities' tokens stop working in the cluster
+// (revocation.go): for each DID not applied yet, what it made is read from the audit log
+// and its tokens are denied, and the service-account signing key is rotated. A running
+// control plane is stopped first (so nothing is issued between the read and the new key),
+// and started again with the new spec: a restart of a second or two, the gate answering
+// 503 meanwhile. It reports whether it restarted. Already applied: nothing happens. o is
+// what Start is given.
+func (m *Manager) ApplyRevocations(k Key, revoked []string, o StartOptions) (bool, error) {
+	if len(revoked) == 0 {
+		return false, nil
+	}
+	in, err := m.ensure(k, Stricter(m.cfg.PodSecurity, o.PodSecurity))
+	if err != nil {
+		return false, err
+	}
+	in.revokeMu.Lock()
+	defer in.revokeMu.Unlock()
+	st, err := LoadRevocations(in.layout)
+	if err != nil {
+		return false, err
+	}
+	dids := st.Unapplied(revoked)
+	if len(dids) == 0 {
+		return false, nil
+	}
+	in.mu.Lock()
+	running := in.stop != nil
+	in.mu.Unlock()
+	if running {
+		// The gate answers 503 meanwhile and closes its connections: the apiserver's
+		// graceful stop waits for open requests (watches included), and clients
+		// reconnect to the new one.
+		in.gate.Set(gate.Unavailable, fmt.Sprintf("cluster %s is restarting to apply a revocation", k.Name))
+		m.halt(in)
+	}
+	events, err := ReadAuditLogs(in.layout)
+	if err != nil {
+		return false, err
+	}
+	attributed := map[string]Attribution{}
+	for _, d := range dids {
+		attributed[d] = Attribute(events, d)
+		m.cfg.Logger.Info("tenant_identity_revoked", "cluster", k.String(), "did", d, "made", describeAttribution(attributed[d]))
+	}
+	now := time.Now()
+	if st, err = applyRevocations(in.layout, st, dids, attributed, now); err != nil {
+		return false, err
+	}
+	if err := saveRevocations(in.layout, st); err != nil {
+		return false, err
+	}
+	if err := m.writeSpec(in.layout, in.pki, in.ports); err != nil {
+		return false, err
+	}
+	if running {
+		if _, err := m.Start(k, o); err != nil {
+			return false, err
+		}
+	}
+	return running, nil
 }
 
 // leasePorts reads the cluster's ports, leasing free loopback ports for those missing or
@@ -488,12 +573,25 @@ func (m *Manager) stopChild(in *instance, cmd *exec.Cmd, exited chan error, log 
 	in.mu.Unlock()
 	pid := cmd.Process.Pid
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(m.cfg.StopTimeout):
-		log.Warn("tenant control plane did not stop in time; killing its process group", "pid", pid)
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-exited
+	deadline := time.After(m.cfg.StopTimeout)
+	// Until it has exited, close the direct connections (again: a client may reconnect
+	// while the apiserver still accepts).
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	in.direct.closeAll()
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case <-tick.C:
+			in.direct.closeAll()
+		case <-deadline:
+			log.Warn("tenant control plane did not stop in time; killing its process group", "pid", pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-exited
+			break wait
+		}
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	in.mu.Lock()
@@ -597,4 +695,53 @@ func (m *Manager) halt(in *instance) {
 	in.status.State = StateStopped
 	in.status.PID = 0
 	in.mu.Unlock()
+}
+
+// connTracker dials and remembers connections until they close, so that they can all be
+// closed at once.
+type connTracker struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (t *connTracker) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, t: t}
+	t.mu.Lock()
+	if t.conns == nil {
+		t.conns = map[net.Conn]struct{}{}
+	}
+	t.conns[tc] = struct{}{}
+	t.mu.Unlock()
+	return tc, nil
+}
+
+func (t *connTracker) closeAll() {
+	t.mu.Lock()
+	all := make([]net.Conn, 0, len(t.conns))
+	for c := range t.conns {
+		all = append(all, c)
+	}
+	t.mu.Unlock()
+	for _, c := range all {
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	t    *connTracker
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

@@ -3,11 +3,8 @@ package tenant
 import (
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -16,7 +13,6 @@ import (
 	"slices"
 	"time"
 
-	"socialweb.computer/internal/atomicfile"
 	"socialweb.computer/internal/certs"
 )
 
@@ -104,26 +100,11 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "sa.key")); errors.Is(err, os.ErrNotExist) {
-		// ECDSA P-256 (tokens signed ES256): an RSA-2048 key took 0.3-1.6 s to generate on a
-		// loaded 2-core machine, on the path of every new cluster's start.
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		if err := writeServiceAccountKey(dir); err != nil {
 			return nil, err
 		}
-		pub, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-		if err != nil {
-			return nil, err
-		}
-		keyPEM, err := certs.KeyPEM(k)
-		if err != nil {
-			return nil, err
-		}
-		if err := atomicfile.Write(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
-			return nil, err
-		}
-		if err := atomicfile.Write(filepath.Join(dir, "sa.key"), keyPEM, 0o600); err != nil {
-			return nil, err
-		}
+	} else if err := ensureServiceAccountPub(dir); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

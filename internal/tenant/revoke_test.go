@@ -36,7 +36,7 @@ func TestRevokeIdentity(t *testing.T) {
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine"}, Subjects: []rbacv1.Subject{acct(sa)}},
 	)
 	ctx := context.Background()
-	removed, err := RevokeIdentity(ctx, cs, did)
+	removed, err := RevokeIdentity(ctx, cs, did, Attribution{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestRevokeIdentity(t *testing.T) {
 	if _, err := cs.RbacV1().RoleBindings("default").Get(ctx, "mine", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a RoleBinding of only the revoked ServiceAccount: %v", err)
 	}
-	if again, err := RevokeIdentity(ctx, cs, did); err != nil || len(again) != 0 {
+	if again, err := RevokeIdentity(ctx, cs, did, Attribution{}); err != nil || len(again) != 0 {
 		t.Errorf("second revoke: %v %v, want nothing removed", again, err)
 	}
 }

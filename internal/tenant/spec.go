@@ -32,4 +32,8 @@ type ChildSpec struct {
 	APIServerStartGCPercent int   `json:"apiserverStartGCPercent,omitempty"`
 	IdleGCPercent           int   `json:"idleGCPercent,omitempty"`
 	IdleMemoryLimit         int64 `json:"idleMemoryLimit,omitempty"`
+
+	// TokenPolicy is checked after the apiserver verified a token: revoked credentials and
+	// tokens of retired service-account keys are refused (revocation.go).
+	TokenPolicy TokenPolicy `json:"tokenPolicy,omitempty"`
 }

@@ -135,7 +135,7 @@ func TestBuildSpecFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := BuildSpec(l, p, 4321, AdvertiseIP)
+	s := BuildSpec(l, p, 4321, AdvertiseIP, Revocations{}, "kid", time.Now())
 	api := strings.Join(s.APIServer, " ")
 	for _, want := range []string{
 		"--secure-port=4321", "--bind-address=127.0.0.1", "--advertise-address=10.77.0.1",

@@ -121,7 +121,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		setReady(&c, metav1.ConditionFalse, ReasonStopped, "the control plane is stopped (spec.running is false); its store is kept")
 
 	default:
-		s, err := r.Tenants.Start(key, tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity)})
+		// A revoked identity's tokens stop working before anything else runs: its tokens
+		// are denied and the signing key rotated, restarting a running control plane
+		// (tenant.Manager.ApplyRevocations); then the bootstrap removes what it made.
+		start := tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity)}
+		if _, err := r.Tenants.ApplyRevocations(key, c.Spec.RevokedDids(), start); err != nil {
+			c.Status.Phase = v1alpha1.ClusterInitializing
+			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not apply the revocations: "+err.Error())
+			result.RequeueAfter = 5 * time.Second
+			break
+		}
+		s, err := r.Tenants.Start(key, start)
 		if err != nil {
 			c.Status.Phase = v1alpha1.ClusterInitializing
 			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not prepare the control plane: "+err.Error())

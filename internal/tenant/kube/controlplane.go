@@ -47,13 +47,15 @@ import (
 const rbacPolicyMarker = "rbac-policy-version"
 
 // runAPIServer is kube-apiserver's app.Run with the bootstrap hooks of hooks.go in place of
-// upstream's, and the RBAC one left out when the stored policy is current.
-func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool) error {
+// upstream's, the RBAC one left out when the stored policy is current, and the cluster's
+// token policy after its authenticators (revocation.go).
+func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool, tokens tenant.TokenPolicy) error {
 	config, err := apiserverapp.NewConfig(opts)
 	if err != nil {
 		return err
 	}
 	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
+	applyTokenPolicy(config, tokens)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -172,7 +174,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		if errs := completed.Validate(); len(errs) != 0 {
 			return utilerrors.NewAggregate(errs)
 		}
-		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent) }()
+		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent, spec.TokenPolicy) }()
 		return nil
 	}(); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
