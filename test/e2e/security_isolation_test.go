@@ -79,7 +79,18 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		if err := c.Create(ctx, cc); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), cc) })
+		// Deleted and gone before up stops: its finalizer releases the guest, which would
+		// otherwise outlive up (guests survive their bidder's restarts).
+		t.Cleanup(func() {
+			if err := c.Delete(context.Background(), cc); client.IgnoreNotFound(err) != nil {
+				t.Error(err)
+				return
+			}
+			testenv.Eventually(t, 60*time.Second, "ComputeContract "+cc.Name+" released and gone", func() (bool, error) {
+				err := c.Get(context.Background(), client.ObjectKeyFromObject(cc), &v1alpha1.ComputeContract{})
+				return apierrors.IsNotFound(err), err
+			})
+		})
 		return cc
 	}
 	wait := func(name string, phases ...v1alpha1.ComputeContractPhase) v1alpha1.ComputeContract {
