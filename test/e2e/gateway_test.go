@@ -27,6 +27,7 @@ import (
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/atproto/cluster"
 	"socialweb.computer/internal/gateway"
+	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
 )
@@ -410,6 +411,11 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	if got := errName(a.call(cluster.ControlPlaneUpNSID, map[string]string{"name": "g1"}, nil)); got != gateway.ErrClusterNotFound {
 		t.Errorf("controlPlaneUp of a deleted cluster: %q", got)
 	}
+	// The node its Job rented is released too: no guest process of up's node bidder is left.
+	testenv.Eventually(t, 120*time.Second, "g1's node released", func() (bool, error) {
+		left := substratetest.Procs(filepath.Join(dir, "node-bidder", "guests"))
+		return len(left) == 0, fmt.Errorf("guest processes %v", left)
+	})
 }
 
 // `socialweb serve gateway` next to a running up: its own URL and DID, tokens from up's PDS,
