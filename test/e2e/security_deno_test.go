@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,24 +131,13 @@ func TestSEC_DenoGuestReachesNothingOfTheHost(t *testing.T) {
 	dir, marker := hostFiles(t)
 	const hostVar = "SOCIALWEB_E2E_HOST_SECRET"
 	t.Setenv(hostVar, marker)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			c.Close()
-			accepted <- struct{}{}
-		}
-	}()
+	port, accepted := substratetest.Listener(t)
 	written := filepath.Join(dir, "written-by-guest")
 	guests := map[string]string{
 		"static-json": fmt.Sprintf(`import x from %q with { type: "json" }; console.log("GOT " + JSON.stringify(x));`, filepath.Join(dir, "account.json")),
 		"static-js":   fmt.Sprintf(`import { marker } from %q; console.log("GOT " + marker);`, filepath.Join(dir, "module.js")),
 		"dynamic": fmt.Sprintf(denoEscapeGuest, filepath.Join(dir, "account.json"), filepath.Join(dir, "module.js"), written, hostVar,
-			l.Addr().(*net.TCPAddr).Port),
+			port),
 	}
 	for name, prog := range guests {
 		newContract(t, env, name, func(c *v1alpha1.ComputeContract) { c.Spec.UserData = prog })

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -167,19 +166,8 @@ func TestDeniedNetworkFailsInGuest(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	// A real listener on a port the guest is not granted: the guest must
 	// be refused by its permissions, not by the network.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			c.Close()
-			accepted <- struct{}{}
-		}
-	}()
-	denied := l.Addr().(*net.TCPAddr).Port
+	port, accepted := substratetest.Listener(t)
+	denied := port
 	prog := fmt.Sprintf(`
 const port = Number(Deno.env.get("SOCIALWEB_PORT_HTTP"));
 try {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/substratetest"
 )
 
 // hostMarker puts files holding a fresh marker in a temp dir of the host (outside every state
@@ -72,19 +72,8 @@ func TestGuestCannotReachTheHost(t *testing.T) {
 	dir, marker := hostMarker(t)
 	const hostVar = "SOCIALWEB_TEST_HOST_SECRET"
 	t.Setenv(hostVar, marker)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			c.Close()
-			accepted <- struct{}{}
-		}
-	}()
-	prog := fmt.Sprintf(attacks, dir, l.Addr().(*net.TCPAddr).Port, hostVar,
+	port, accepted := substratetest.Listener(t)
+	prog := fmt.Sprintf(attacks, dir, port, hostVar,
 		dir+"/secret.json", dir+"/secret.js", "file://"+dir+"/secret.json")
 	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "attacker", UserData: []byte(prog)}); err != nil {
 		t.Fatal(err)

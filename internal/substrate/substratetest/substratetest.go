@@ -6,6 +6,7 @@ package substratetest
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -76,4 +77,23 @@ func Cleanup(t *testing.T, s substrate.Substrate, stateDir string) {
 			t.Errorf("guest processes left after the test: %v", pids)
 		}
 	})
+}
+
+// Listener opens a loopback listener that a guest must not reach: its port, and a channel
+// that receives once if anything connected to it. It closes when the test ends.
+func Listener(t *testing.T) (port int, accepted <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+			ch <- struct{}{}
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port, ch
 }
