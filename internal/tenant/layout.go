@@ -1,6 +1,8 @@
 package tenant
 
 import (
+	"socialweb.computer/internal/clusternet"
+
 	"fmt"
 	"net"
 	"path/filepath"
@@ -42,7 +44,7 @@ func (l Layout) AdmissionConfig() string { return filepath.Join(l.Dir, "admissio
 
 // ServiceCIDR is every tenant cluster's service network; its first address is the
 // kubernetes service's cluster IP and is in the serving certificate.
-const ServiceCIDR = "10.43.0.0/16"
+const ServiceCIDR = clusternet.ServiceCIDR
 
 // firstServiceIP is the kubernetes service's cluster IP in ServiceCIDR.
 func firstServiceIP() net.IP {
