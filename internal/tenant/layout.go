@@ -1,13 +1,13 @@
 package tenant
 
 import (
-	"socialweb.computer/internal/clusternet"
-
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"socialweb.computer/internal/clusternet"
 )
 
 // Layout is a tenant cluster's directory under the tenants root:
