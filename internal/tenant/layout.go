@@ -59,12 +59,11 @@ var ServingDNSNames = []string{"kubernetes", "kubernetes.default", "kubernetes.d
 
 // disabledControllers are the kube-controller-manager controllers a cluster whose nodes come
 // and go on demand does not need: quotas and autoscalers (the tenant owns the whole cluster),
-// node IPAM (no pod CIDRs are allocated by the control plane), storage-version and
+// storage-version and
 // resource-claim machinery, and the alpha/beta publishers. Each costs informers, so memory.
 var disabledControllers = []string{
 	"resourcequota-controller",
 	"horizontal-pod-autoscaler-controller",
-	"node-ipam-controller",
 	"ttl-controller",
 	"bootstrap-signer-controller",
 	"token-cleaner-controller",
@@ -172,6 +171,13 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, cu
 		"--controllers=*,-"+strings.Join(disabledControllers, ",-"),
 		// Its default is a host path (/usr/libexec/kubernetes/...), which it creates.
 		"--flex-volume-plugin-dir="+filepath.Join(l.Dir, "flexvolume"),
+		// Node IPAM: each Node gets its own /24 of the pod network (spec.podCIDR); the
+		// node's network process writes its CNI config with it and routes the other nodes'
+		// through the overlay (docs/networking.md).
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr="+clusternet.ClusterCIDR,
+		fmt.Sprintf("--node-cidr-mask-size=%d", clusternet.NodeCIDRMaskSize),
+		"--service-cluster-ip-range="+ServiceCIDR,
 	)
 	sched := common("scheduler")
 	return ChildSpec{

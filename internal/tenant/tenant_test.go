@@ -163,6 +163,16 @@ func TestBuildSpecFlags(t *testing.T) {
 	if !strings.Contains(cm, "--cluster-signing-duration=24h0m0s") || strings.Contains(cm, "-csrsigning") || strings.Contains(cm, "-csrapproving") {
 		t.Errorf("controller-manager does not sign and approve day-long node certificates: %s", cm)
 	}
+	// Every Node gets its own /24 of the pod network: a cluster whose nodes all used one
+	// subnet gave two pods on two nodes the same address.
+	for _, want := range []string{"--allocate-node-cidrs=true", "--cluster-cidr=10.42.0.0/16", "--node-cidr-mask-size=24"} {
+		if !strings.Contains(cm, want) {
+			t.Errorf("controller-manager flags lack %s", want)
+		}
+	}
+	if strings.Contains(cm, "-node-ipam-controller") {
+		t.Error("controller-manager has node IPAM turned off")
+	}
 	if s.ReadyzURL != "https://127.0.0.1:4321/readyz" {
 		t.Errorf("readyz %s", s.ReadyzURL)
 	}
