@@ -1,0 +1,193 @@
+package podnet
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"socialweb.computer/internal/substrate/substratetest"
+)
+
+// overlayHost is a namespace standing for a node: its link to the internet namespace
+// (address addr/24, default route via gw), a pod address on lo, and its overlay.
+type overlayHost struct {
+	ns   substratetest.Netns
+	addr string
+	pod  string
+	cidr netip.Prefix
+	key  Key
+	ov   *Overlay
+}
+
+func requireNetns(t *testing.T) {
+	t.Helper()
+	_, ipErr := exec.LookPath("ip")
+	_, nsErr := exec.LookPath("nsenter")
+	_, tunErr := os.Stat("/dev/net/tun")
+	substratetest.Require(t, os.Geteuid() == 0 && ipErr == nil && nsErr == nil && tunErr == nil,
+		"root, iproute2, nsenter and /dev/net/tun", "run as root with hack/install-guest-deps.sh")
+}
+
+// overlayNet makes the internet namespace and one node namespace per address (each on a
+// link of its own to the internet, which forwards between them): nodes are joined only
+// through it, as nodes on different hosts are.
+func overlayNet(t *testing.T, nodes ...*overlayHost) {
+	inet := substratetest.NewNetns(t, "swtinet")
+	inet.Sysctl(t, "net.ipv4.ip_forward", "1")
+	for i, h := range nodes {
+		h.ns = substratetest.NewNetns(t, "swtnode")
+		a := netip.MustParseAddr(h.addr)
+		gw := a.As4()
+		gw[3] = 1
+		inetEnd := fmt.Sprintf("n%d", i)
+		substratetest.Link(t, h.ns, "eth0", inet, inetEnd)
+		h.ns.IP(t, "addr", "add", h.addr+"/24", "dev", "eth0")
+		h.ns.IP(t, "link", "set", "eth0", "up")
+		h.ns.IP(t, "route", "add", "default", "via", netip.AddrFrom4(gw).String())
+		h.ns.IP(t, "addr", "add", h.pod+"/32", "dev", "lo")
+		inet.IP(t, "addr", "add", netip.AddrFrom4(gw).String()+"/24", "dev", inetEnd)
+		inet.IP(t, "link", "set", inetEnd, "up")
+		k, err := NewPrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.key = k
+		var serr error
+		h.ns.In(t, func() {
+			h.ov, serr = Start(Config{PrivateKey: k, ListenPort: 51820, Address: h.cidr.Addr(), Logf: func(f string, args ...any) {
+				// wireguard-go reads the TUN's MTU through a socket of the calling thread's
+				// namespace: a test's threads are the host's. A node runs wholly inside.
+				if msg := fmt.Sprintf(f, args...); !strings.Contains(msg, "MTU") {
+					t.Log(msg)
+				}
+			}})
+		})
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		t.Cleanup(h.ov.Close)
+	}
+}
+
+func peerOf(h *overlayHost) Peer {
+	return Peer{Node: h.ns.Name, PublicKey: h.key.PublicKey(), Endpoint: netip.MustParseAddrPort(h.addr + ":51820"), AllowedIPs: []netip.Prefix{h.cidr}}
+}
+
+// echoServer listens on addr inside ns and answers each connection with its peer's address.
+func echoServer(t *testing.T, ns substratetest.Netns, addr string) {
+	var ln net.Listener
+	var err error
+	ns.In(t, func() { ln, err = net.Listen("tcp", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s\n", c.RemoteAddr())
+			c.Close()
+		}
+	}()
+}
+
+// dialFrom connects from local (an address of ns) to addr and reads one line.
+func dialFrom(t *testing.T, ns substratetest.Netns, local, addr string, timeout time.Duration) (string, error) {
+	var line string
+	var err error
+	ns.In(t, func() {
+		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		var c net.Conn
+		if c, err = d.Dial("tcp", addr); err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		line, err = bufio.NewReader(c).ReadString('\n')
+		if err == io.EOF && line != "" {
+			err = nil
+		}
+	})
+	return line, err
+}
+
+// TestOverlayJoinsPodSubnetsAndRefusesAnotherClustersNode: two nodes of a cluster, in
+// namespaces joined only through a third that stands for the internet, reach each other's
+// pod addresses by TCP through the overlay, with the pod address preserved; a node of
+// another cluster that knows the target's public key and endpoint and claims the first
+// node's pod range is refused, since the target only has the peers its own cluster lists.
+func TestOverlayJoinsPodSubnetsAndRefusesAnotherClustersNode(t *testing.T) {
+	requireNetns(t)
+	a := &overlayHost{addr: "203.0.113.2", pod: "10.42.1.10", cidr: netip.MustParsePrefix("10.42.1.0/24")}
+	b := &overlayHost{addr: "198.51.100.2", pod: "10.42.2.10", cidr: netip.MustParsePrefix("10.42.2.0/24")}
+	other := &overlayHost{addr: "192.0.2.2", pod: "10.42.1.10", cidr: netip.MustParsePrefix("10.42.1.0/24")}
+	overlayNet(t, a, b, other)
+
+	if err := a.ov.SetPeers([]Peer{peerOf(b)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ov.SetPeers([]Peer{peerOf(a)}); err != nil {
+		t.Fatal(err)
+	}
+	// The other cluster's node makes b its peer; b's cluster does not list it.
+	if err := other.ov.SetPeers([]Peer{peerOf(b)}); err != nil {
+		t.Fatal(err)
+	}
+	echoServer(t, b.ns, b.pod+":8080")
+	echoServer(t, a.ns, a.pod+":8080")
+
+	got, err := dialFrom(t, a.ns, a.pod, b.pod+":8080", 10*time.Second)
+	if err != nil {
+		t.Fatalf("pod on a -> pod on b through the overlay: %v", err)
+	}
+	if host, _, _ := net.SplitHostPort(got[:len(got)-1]); host != a.pod {
+		t.Errorf("b saw the connection from %q, want a's pod address %s (no NAT on the overlay)", got, a.pod)
+	}
+	if _, err := dialFrom(t, b.ns, b.pod, a.pod+":8080", 10*time.Second); err != nil {
+		t.Fatalf("pod on b -> pod on a: %v", err)
+	}
+
+	if got, err := dialFrom(t, other.ns, other.pod, b.pod+":8080", 4*time.Second); err == nil {
+		t.Fatalf("a node of another cluster reached b's pod through the overlay (b saw %q)", got)
+	}
+
+	// Removing a from b's peers ends a's access too (its session and its route go).
+	if err := b.ov.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialFrom(t, a.ns, a.pod, b.pod+":8080", 3*time.Second); err == nil {
+		t.Fatal("a still reaches b's pod after b dropped it as a peer")
+	}
+}
+
+func TestLoadOrCreateKey(t *testing.T) {
+	p := t.TempDir() + "/overlay.key"
+	k, err := LoadOrCreateKey(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v, %v: want 0600", fi.Mode().Perm(), err)
+	}
+	again, err := LoadOrCreateKey(p)
+	if err != nil || again != k {
+		t.Fatalf("second load: %v, same key %v", err, again == k)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(p); err == nil {
+		t.Fatal("a key file others may read was accepted")
+	}
+}
