@@ -10,6 +10,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/market/bidder"
@@ -103,7 +104,14 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
 	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourAuto, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
+	addEgressFlags(f, &nodes.EgressAllow, &nodes.EgressDeny)
 	return cmd
+}
+
+// addEgressFlags are the node egress policy's flags, for bidder and up alike.
+func addEgressFlags(f *pflag.FlagSet, allow, deny *[]string) {
+	f.StringSliceVar(deny, "node-egress-deny", nil, "with nodes: CIDRs (or addresses) pods may not reach, besides the defaults (private, shared, link-local, loopback, multicast and reserved ranges), repeatable or comma-separated")
+	f.StringSliceVar(allow, "node-egress-allow", nil, "with nodes: CIDRs (or addresses) pods may reach although the deny list holds them (a registry or DNS server on this provider's private network); never this host, its node links, or the pod, service and link-local ranges")
 }
 
 // UnknownSubstrateError is a --substrate the bidder command cannot run.

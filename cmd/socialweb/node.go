@@ -38,3 +38,19 @@ func newNodeRootCommand() *cobra.Command {
 		},
 	}
 }
+
+// newNodePodNetCommand is a node's pod network process (internal/substrate/node, podnet):
+// the Node's pod CIDR into the CNI config, and the overlay to the cluster's other nodes. The
+// node agent starts it inside the node's namespaces.
+func newNodePodNetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "node-podnet DIR",
+		Short:  "A node's pod network and overlay (started by the node agent)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			os.Exit(node.RunPodNet(args[0]))
+			return nil
+		},
+	}
+}

@@ -115,6 +115,10 @@ const OwnerBinding = "socialweb:owner"
 // kubelets (pki.go).
 const APIServerKubeletClientUser = "kube-apiserver-kubelet-client"
 
+// PodNetNodeReader names the ClusterRole (and its binding to every node) that lets a node
+// read the cluster's Nodes, for its pod network's overlay peers.
+const PodNetNodeReader = "socialweb:podnet-node-reader"
+
 // Bootstrap makes the owner an administrator of their cluster: a ClusterRoleBinding of
 // cluster-admin to the user named by the DID (the identity of minted kubeconfigs), and a
 // ServiceAccount for the account, bound likewise, for applies made on the owner's behalf.
@@ -178,6 +182,23 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string, revoked 
 			ObjectMeta: metav1.ObjectMeta{Name: "socialweb:apiserver-kubelet-client"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: APIServerKubeletClientUser}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	// Every node reads the cluster's Nodes: its pod network makes each other Node a peer
+	// of its overlay (their pod CIDRs, keys and endpoints). The Node authorizer alone lets
+	// a node read only its own Node.
+	objs = append(objs, func() error {
+		_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: PodNetNodeReader},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
+		}, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: PodNetNodeReader},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: PodNetNodeReader},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
 		}, metav1.CreateOptions{})
 		return err
 	})

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -87,6 +88,7 @@ type agent struct {
 	root       *exec.Cmd // process 1 of a contained node's namespaces
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
+	podnet     *exec.Cmd
 }
 
 func (a *agent) start() error {
@@ -146,8 +148,13 @@ func (a *agent) start() error {
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(ns.work("cni", "net.d", "10-socialweb.conflist"), []byte(cniConfig(ns)), 0o600); err != nil {
-		return err
+	// The CNI config names the node's pod subnet: the Node's spec.podCIDR, which the pod
+	// network process writes once the controller-manager has assigned it (the node is
+	// NotReady until then). A node booted before that has its fixed subnet.
+	if !ns.PodNet {
+		if err := writeCNIConfig(ns, ns.PodSubnet); err != nil {
+			return err
+		}
 	}
 	a.containerd, err = a.spawn("containerd", "containerd.log", "containerd", "--config", ns.work("containerd", "config.toml"))
 	if err != nil {
@@ -188,6 +195,16 @@ func (a *agent) start() error {
 		return err
 	}
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
+
+	// 6. The pod network: the Node's pod CIDR into the CNI config, the overlay to the
+	// cluster's other nodes (podnet), in the node's namespaces like containerd.
+	if ns.PodNet {
+		a.podnet, err = a.spawn("pod network", "podnet.log", ns.Binary, "node-podnet", ns.Dir)
+		if err != nil {
+			return err
+		}
+		a.logf("pod network started")
+	}
 	return nil
 }
 
@@ -252,6 +269,7 @@ func (a *agent) teardown() {
 		a.logf("%s did not stop within %v: SIGKILL", name, grace)
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	stop("pod network", a.podnet, 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
 		if n, err := removePods(ns); err != nil {
@@ -537,9 +555,23 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"))
 }
 
+// writeCNIConfig writes the node's CNI config for subnet through a rename, so containerd,
+// which watches the dir, never reads half of it.
+func writeCNIConfig(ns nodeState, subnet string) error {
+	dir := ns.work("cni", "net.d")
+	tmp := filepath.Join(dir, ".conflist.tmp")
+	if err := os.WriteFile(tmp, []byte(cniConfig(ns, subnet)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "10-socialweb.conflist"))
+}
+
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
-// node's own dir (not /var/lib/cni/networks, shared by every node on the host).
-func cniConfig(ns nodeState) string {
+// node's own dir (not /var/lib/cni/networks, shared by every node on the host). Pods get a
+// default route through the bridge (the node routes, masquerades and sends other nodes'
+// pod subnets through the overlay) and the overlay's MTU, so a packet to another node's pod
+// fits the tunnel without fragmenting.
+func cniConfig(ns nodeState, subnet string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "socialweb-node",
@@ -550,15 +582,17 @@ func cniConfig(ns nodeState) string {
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
+      "mtu": %d,
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": %q
       }
     }
   ]
 }
-`, ns.PodSubnet, ns.work("cni", "ipam"))
+`, podnet.MTU, subnet, ns.work("cni", "ipam"))
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,

@@ -62,7 +62,8 @@ var droppedCaps = []string{
 }
 
 // nodeDevices are the character devices of a node's /dev: null, zero, full, random,
-// urandom, tty and kmsg (the kubelet's OOM watcher reads it).
+// urandom, tty, kmsg (the kubelet's OOM watcher reads it) and net/tun (the pod network's
+// overlay device, made in the node's own network namespace).
 var nodeDevices = []struct {
 	name         string
 	major, minor uint32
@@ -70,6 +71,7 @@ var nodeDevices = []struct {
 }{
 	{"null", 1, 3, 0o666}, {"zero", 1, 5, 0o666}, {"full", 1, 7, 0o666}, {"random", 1, 8, 0o666},
 	{"urandom", 1, 9, 0o666}, {"tty", 5, 0, 0o666}, {"kmsg", 1, 11, 0o600},
+	{"net/tun", 10, 200, 0o600},
 }
 
 // deviceRules are the devices cgroup rules of a contained node, written after "a" is
@@ -221,7 +223,9 @@ func buildRoot(ns nodeState) error {
 	for _, d := range nodeDevices {
 		if m.err == nil {
 			p := filepath.Join(r, "dev", d.name)
-			if err := unix.Mknod(p, unix.S_IFCHR|d.mode, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				m.err = err
+			} else if err := unix.Mknod(p, unix.S_IFCHR|d.mode, int(unix.Mkdev(d.major, d.minor))); err != nil {
 				m.err = fmt.Errorf("mknod %s: %w", p, err)
 			} else {
 				m.err = os.Chmod(p, os.FileMode(d.mode))

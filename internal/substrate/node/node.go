@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/vm"
@@ -85,15 +86,20 @@ type Config struct {
 	// Progress, when set, hears of a FlavourAuto decision that takes more than a second (the
 	// accelerator probe's test boot, once per host boot).
 	Progress func(format string, args ...any)
+	// EgressAllow and EgressDeny are the operator's changes to what pods may reach beyond
+	// their cluster (podnet.ParseEgressPolicy: CIDRs; the deny list is podnet.DefaultDeny
+	// plus EgressDeny, and EgressAllow opens holes in it).
+	EgressAllow, EgressDeny []string
 }
 
 // Substrate runs nodes.
 type Substrate struct {
-	cfg   Config
-	store guestproc.Store
-	vm    *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
-	why   string        // why this flavour
-	mu    sync.Mutex    // guards address allocation
+	cfg    Config
+	egress podnet.EgressPolicy
+	store  guestproc.Store
+	vm     *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
+	why    string        // why this flavour
+	mu     sync.Mutex    // guards address allocation
 }
 
 // Flavour is the flavour of the nodes this substrate boots, and why.
@@ -124,6 +130,10 @@ func New(cfg Config) (*Substrate, error) {
 	default:
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "flavour %q: want %s, %s or %s", cfg.Flavour, FlavourNamespace, FlavourVM, FlavourAuto)
 	}
+	egress, err := podnet.ParseEgressPolicy(cfg.EgressAllow, cfg.EgressDeny)
+	if err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "%v", err)
+	}
 	if err := Prerequisites(); err != nil {
 		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
 	}
@@ -135,7 +145,7 @@ func New(cfg Config) (*Substrate, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}, why: "configured"}
+	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured"}
 	switch cfg.Flavour {
 	case FlavourVM:
 		if s.vm, err = newVM(cfg); err != nil {
@@ -197,18 +207,18 @@ func (s *Substrate) Kind() string { return Kind }
 type nodeState struct {
 	NodeName  string `json:"nodeName"`
 	Server    string `json:"server"`
-	Index     int    `json:"index"`     // the node's /30 in 10.78.0.0/16: 10.78.<i/64>.<(i%64)*4>
-	Netns     string `json:"netns"`     // name under /run/netns
-	HostLink  string `json:"hostLink"`  // host end of the veth pair
-	HostIP    string `json:"hostIP"`    // host end's address
-	NodeIP    string `json:"nodeIP"`    // the namespace end: the node's InternalIP
-	RunDir    string `json:"runDir"`    // short path for sockets and containerd state
-	Dir       string `json:"dir"`       // the guest dir
-	Binary    string `json:"binary"`    // socialweb
-	ImageDir  string `json:"imageDir"`  // user images
-	PauseTar  string `json:"pauseTar"`  // the sandbox image tarball
-	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
-	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
+	Index     int    `json:"index"`               // the node's /30 in 10.78.0.0/16: 10.78.<i/64>.<(i%64)*4>
+	Netns     string `json:"netns"`               // name under /run/netns
+	HostLink  string `json:"hostLink"`            // host end of the veth pair
+	HostIP    string `json:"hostIP"`              // host end's address
+	NodeIP    string `json:"nodeIP"`              // the namespace end: the node's InternalIP
+	RunDir    string `json:"runDir"`              // short path for sockets and containerd state
+	Dir       string `json:"dir"`                 // the guest dir
+	Binary    string `json:"binary"`              // socialweb
+	ImageDir  string `json:"imageDir"`            // user images
+	PauseTar  string `json:"pauseTar"`            // the sandbox image tarball
+	PodSubnet string `json:"podSubnet,omitempty"` // a node booted with a fixed bridge subnet; now the Node's spec.podCIDR
+	Cgroup    string `json:"cgroup"`              // the name of the node's cgroup in each hierarchy
 
 	// Contained: containerd and the kubelet run in the node's own mount, PID, IPC, UTS and
 	// cgroup namespaces under its own root (contain.go), and its cgroups carry CPUs and
@@ -217,6 +227,13 @@ type nodeState struct {
 	Contained bool `json:"contained,omitempty"`
 	CPUs      int  `json:"cpus,omitempty"`
 	MemMiB    int  `json:"memMiB,omitempty"`
+
+	// PodNet: the node's pod network is the cluster's (its Node's spec.podCIDR, the
+	// overlay, egress through the host's chains; docs/networking.md), with the bidder's
+	// egress policy at boot. False for a node booted before it.
+	PodNet      bool     `json:"podNet,omitempty"`
+	EgressAllow []string `json:"egressAllow,omitempty"`
+	EgressDeny  []string `json:"egressDeny,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -302,10 +319,12 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		NodeName: j.NodeName, Server: j.Server, Index: idx,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir,
-		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
+		PauseTar:  filepath.Join(s.cfg.StateDir, ".images", "pause.tar"),
 		Cgroup:    "socialweb-node-" + tag,
 		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
+		PodNet: true,
 	}
+	ns.EgressAllow, ns.EgressDeny = s.egress.Strings()
 	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
 	}
@@ -432,12 +451,39 @@ func run(name string, args ...string) error {
 // setupNetwork makes the namespace and the veth pair: host end HostIP/30, namespace end
 // (eth0) NodeIP/30 with the host end as its default route, lo up.
 func setupNetwork(ns nodeState) error {
-	return makeNamespace(ns, "/30",
+	if err := makeNamespace(ns, "/30",
 		[]string{"addr", "add", ns.NodeIP + "/30", "dev", "eth0"},
 		[]string{"link", "set", "eth0", "up"},
 		[]string{"link", "set", "lo", "up"},
 		[]string{"route", "add", "default", "via", ns.HostIP},
-	)
+	); err != nil {
+		return err
+	}
+	return setupEgress(ns)
+}
+
+// setupEgress lets the node's pods out: masquerade inside the node, the host's shared
+// chains, and the node's own chain with the egress policy (podnet).
+func setupEgress(ns nodeState) error {
+	if !ns.PodNet {
+		return nil
+	}
+	// The deny list kept in node.json already holds the defaults; parsing adds none twice.
+	p, err := podnet.ParseEgressPolicy(ns.EgressAllow, ns.EgressDeny)
+	if err != nil {
+		return err
+	}
+	if err := podnet.EnsureNodeMasq(ns.netnsPath()); err != nil {
+		return fmt.Errorf("masquerade in the node: %w", err)
+	}
+	host := podnet.Host{}
+	if err := host.Ensure(); err != nil {
+		return fmt.Errorf("the host's forwarding: %w", err)
+	}
+	if err := host.AddNode(ns.HostLink, p); err != nil {
+		return fmt.Errorf("the node's egress chain: %w", err)
+	}
+	return nil
 }
 
 // makeNamespace adds the node's namespace and its veth pair (the host end HostIP with the
@@ -543,6 +589,11 @@ func teardownHost(ns nodeState) error {
 		}
 		if err := hostFilter(false, ns.HostLink); err != nil {
 			errs = append(errs, err)
+		}
+		if ns.PodNet {
+			if err := (podnet.Host{}).RemoveNode(ns.HostLink); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
