@@ -14,7 +14,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/crypto/curve25519"
-	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -103,6 +102,7 @@ type Overlay struct {
 	name  string
 	dev   *device.Device
 	nl    *netlink.Handle
+	bind  *netnsBind
 	index int
 
 	mu     sync.Mutex
@@ -136,8 +136,14 @@ func Start(cfg Config) (*Overlay, error) {
 		Verbosef: func(string, ...any) {},
 		Errorf:   func(format string, args ...any) { cfg.Logf("overlay: "+format, args...) },
 	}
-	dev := device.NewDevice(td, conn.NewDefaultBind(), logger)
-	o := &Overlay{name: cfg.Name, dev: dev, nl: nl, peers: map[Key]Peer{}, routes: map[netip.Prefix]bool{}, src: cfg.Address}
+	bind, err := newNetnsBind()
+	if err != nil {
+		td.Close()
+		nl.Close()
+		return nil, err
+	}
+	dev := device.NewDevice(td, bind, logger)
+	o := &Overlay{name: cfg.Name, dev: dev, nl: nl, bind: bind, peers: map[Key]Peer{}, routes: map[netip.Prefix]bool{}, src: cfg.Address}
 	fail := func(err error) (*Overlay, error) {
 		o.Close()
 		return nil, err
@@ -253,5 +259,8 @@ func (o *Overlay) Close() {
 	}
 	if o.nl != nil {
 		o.nl.Close()
+	}
+	if o.bind != nil {
+		o.bind.ns.Close()
 	}
 }

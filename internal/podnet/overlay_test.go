@@ -26,7 +26,7 @@ type overlayHost struct {
 	ov   *Overlay
 }
 
-func requireNetns(t *testing.T) {
+func requireNetns(t testing.TB) {
 	t.Helper()
 	_, ipErr := exec.LookPath("ip")
 	_, nsErr := exec.LookPath("nsenter")
@@ -38,7 +38,7 @@ func requireNetns(t *testing.T) {
 // overlayNet makes the internet namespace and one node namespace per address (each on a
 // link of its own to the internet, which forwards between them): nodes are joined only
 // through it, as nodes on different hosts are.
-func overlayNet(t *testing.T, nodes ...*overlayHost) {
+func overlayNet(t testing.TB, nodes ...*overlayHost) {
 	inet := substratetest.NewNetns(t, "swtinet")
 	inet.Sysctl(t, "net.ipv4.ip_forward", "1")
 	for i, h := range nodes {
@@ -189,5 +189,59 @@ func TestLoadOrCreateKey(t *testing.T) {
 	}
 	if _, err := LoadOrCreateKey(p); err == nil {
 		t.Fatal("a key file others may read was accepted")
+	}
+}
+
+// BenchmarkOverlayTCP is the throughput of one TCP stream from a pod address of one node to
+// one of another, through the overlay (wireguard-go in this process for both ends; the
+// nodes joined through a third namespace): bytes per second is the figure.
+func BenchmarkOverlayTCP(b *testing.B) {
+	requireNetns(b)
+	a := &overlayHost{addr: "203.0.113.2", pod: "10.42.1.10", cidr: netip.MustParsePrefix("10.42.1.0/24")}
+	c := &overlayHost{addr: "198.51.100.2", pod: "10.42.2.10", cidr: netip.MustParsePrefix("10.42.2.0/24")}
+	overlayNet(b, a, c)
+	if err := a.ov.SetPeers([]Peer{peerOf(c)}); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.ov.SetPeers([]Peer{peerOf(a)}); err != nil {
+		b.Fatal(err)
+	}
+	var ln net.Listener
+	var err error
+	c.ns.In(b, func() { ln, err = net.Listen("tcp", c.pod+":9000") })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan int64, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- 0
+			return
+		}
+		n, _ := io.Copy(io.Discard, conn)
+		conn.Close()
+		done <- n
+	}()
+	var conn net.Conn
+	a.ns.In(b, func() {
+		d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(a.pod)}}
+		conn, err = d.Dial("tcp", c.pod+":9000")
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := conn.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn.Close()
+	if n := <-done; n != int64(b.N)*int64(len(buf)) {
+		b.Fatalf("received %d bytes, sent %d", n, int64(b.N)*int64(len(buf)))
 	}
 }
