@@ -43,15 +43,24 @@ func RunPodNet(dir string) int {
 		logf("error: the node's kubeconfig: %v", err)
 		return 2
 	}
-	// The kubelet renews the join bundle's day-long certificate into its cert dir; its
-	// current pair, once there, is this process's too.
-	if cur := ns.work("kubelet", "pki", "kubelet-client-current.pem"); fileExists(cur) {
-		cfg.CertData, cfg.KeyData = nil, nil
-		cfg.CertFile, cfg.KeyFile = cur, cur
+	// The join bundle's certificate lives a day; the kubelet renews it into its cert dir.
+	// This process reads its pair from a file client-go reloads: the bundle's pair at first,
+	// the kubelet's current one once there is one.
+	pair := ns.work("podnet-client.pem")
+	if len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 {
+		logf("error: the node's kubeconfig holds no client certificate and key")
+		return 2
 	}
+	if err := os.WriteFile(pair, append(append([]byte(nil), cfg.CertData...), cfg.KeyData...), 0o600); err != nil {
+		logf("error: %v", err)
+		return 1
+	}
+	cfg.CertData, cfg.KeyData = nil, nil
+	cfg.CertFile, cfg.KeyFile = pair, pair
 	cfg.UserAgent = "socialweb-node-podnet"
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	go followKubeletPair(ctx, ns.work("kubelet", "pki", "kubelet-client-current.pem"), pair, logf)
 	err = podnet.RunNode(ctx, podnet.NodeConfig{
 		Client: cfg, NodeName: ns.NodeName, NodeIP: nodeIP,
 		KeyFile: filepath.Join(ns.Dir, overlayKeyFile),
@@ -72,7 +81,25 @@ func RunPodNet(dir string) int {
 	return 0
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+// followKubeletPair makes pair a link to the kubelet's current client pair once it exists
+// (checked every 30 s), so a renewed certificate is the pod network's too.
+func followKubeletPair(ctx context.Context, current, pair string, logf func(string, ...any)) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(current); err == nil {
+			if target, _ := os.Readlink(pair); target != current {
+				tmp := pair + ".tmp"
+				_ = os.Remove(tmp)
+				if err := os.Symlink(current, tmp); err == nil && os.Rename(tmp, pair) == nil {
+					logf("client certificate: the kubelet's current pair")
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
