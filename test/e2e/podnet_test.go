@@ -128,24 +128,25 @@ spec:
 		t.Errorf("pod b -> pod a: %q %v", back, err)
 	}
 
-	// Throughput: 64 MiB from b to a, three times; the exec's own cost is measured with an
-	// empty command and taken off.
-	t0 := time.Now()
-	_, _ = inPod(kc, "a", "true")
-	overhead := time.Since(t0)
+	// Throughput: 64 MiB from b to a, three times, timed inside pod a (/proc/uptime, 10 ms).
 	var best float64
 	for i := 0; i < 3; i++ {
-		t1 := time.Now()
-		out, err := inPod(kc, "a", httpGet(ipB+":8080", "/big", 30)+" | /bin/busybox wc -c")
-		d := time.Since(t1) - overhead
-		if n, _ := strconv.Atoi(strings.TrimSpace(out)); err != nil || n < 64<<20 {
+		out, err := inPod(kc, "a", "read t0 x < /proc/uptime; n=$("+httpGet(ipB+":8080", "/big", 30)+" | /bin/busybox wc -c); read t1 x < /proc/uptime; echo $t0 $t1 $n")
+		f := strings.Fields(out)
+		if err != nil || len(f) != 3 {
 			t.Fatalf("64 MiB across nodes: %q %v", out, err)
 		}
-		if mibs := 64 / d.Seconds(); mibs > best {
+		t0, _ := strconv.ParseFloat(f[0], 64)
+		t1, _ := strconv.ParseFloat(f[1], 64)
+		n, _ := strconv.Atoi(f[2])
+		if n < 64<<20 || t1 <= t0 {
+			t.Fatalf("64 MiB across nodes: %q", out)
+		}
+		if mibs := float64(n) / (1 << 20) / (t1 - t0); mibs > best {
 			best = mibs
 		}
 	}
-	t.Logf("cross-node pod-to-pod throughput through the overlay: %.0f MiB/s (best of 3, 64 MiB over HTTP, exec overhead %.2fs taken off)", best, overhead.Seconds())
+	t.Logf("cross-node pod-to-pod throughput through the overlay: %.0f MiB/s (best of 3, 64 MiB over HTTP, timed in the pod)", best)
 }
 
 // testNetns is a namespace of the test reached from the host through a veth pair whose

@@ -153,7 +153,7 @@ func inNode(t *testing.T, pid int, script string) string {
 // node's cgroup carries the contract's limits and holds the node's containerd, kubelet and
 // the pod; and the pod reaches neither the host's listening ports (core API, PDS, gateway,
 // bidder, tenant apiservers, whatever listens) nor another cluster's node, while its own
-// node's kubelet answers it (the probe can succeed).
+// node's kubelet answers a process of the node (the probe can succeed).
 func TestSecurity_NodeContainment(t *testing.T) {
 	n := startNodeUp(t, "--node-bid-window", "1s")
 	core, pds, gw := n.up.phase(t, "core serving at "), n.up.phase(t, "PDS serving at "), n.up.phase(t, "gateway serving at ")
@@ -201,7 +201,10 @@ func TestSecurity_NodeContainment(t *testing.T) {
 	}
 	// The host's listening ports at the host end of the node's veth pair (the node's default
 	// route), another cluster's node's kubelet, and the same ports on the pod's own loopback.
-	targets := []string{ipB + ":10250", nsA.NodeIP + ":10250"}
+	// The pod's own node's kubelet is not a target: a pod reaches its node's address, as in
+	// every Kubernetes cluster, and the kubelet refuses a caller without the cluster's
+	// credentials (anonymous off, webhook authorization).
+	targets := []string{ipB + ":10250"}
 	for _, p := range ports {
 		targets = append(targets, fmt.Sprintf("%s:%d", nsA.HostIP, p), fmt.Sprintf("127.0.0.1:%d", p))
 	}
