@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"socialweb.computer/internal/clusternet"
 )
 
@@ -297,6 +299,11 @@ type Host struct {
 // unreachable routes, the shared chains and the jumps to them. Idempotent, and safe beside
 // another state dir's nodes: every one of them ensures the same.
 func (h Host) Ensure() error {
+	unlock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	netns := h.Netns
 	for _, c := range HostUnreachable {
 		if _, err := inNetns(netns, "ip", "route", "replace", "unreachable", c); err != nil {
@@ -328,8 +335,24 @@ func (h Host) Ensure() error {
 		}
 		return nil
 	}
-	_, err := inNetns(netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	_, err = inNetns(netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 	return err
+}
+
+// hostLockFile serializes changes to the shared chains between every process of the host
+// (bidders of several state dirs, tests): a chain is read, compared and refilled as one step.
+const hostLockFile = "/run/socialweb-podnet.lock"
+
+func lockHost() (unlock func(), err error) {
+	f, err := os.OpenFile(hostLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", hostLockFile, err)
+	}
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }
 
 // ensureEgressChain makes ChainEgress, which holds the nodes' jumps, when it is missing; it
@@ -347,6 +370,11 @@ func (h Host) AddNode(link string, p EgressPolicy) error {
 	if !strings.HasPrefix(link, LinkPrefix) || len(link) <= len(LinkPrefix) {
 		return fmt.Errorf("node link %q: want %s...", link, LinkPrefix)
 	}
+	unlock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := ensureEgressChain(h.Netns); err != nil {
 		return err
 	}
@@ -359,6 +387,11 @@ func (h Host) AddNode(link string, p EgressPolicy) error {
 // RemoveNode removes what AddNode added for link: every copy of its jump, then its chain.
 // Idempotent.
 func (h Host) RemoveNode(link string) error {
+	unlock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	for i := 0; i < 8; i++ {
 		if _, err := iptables(h.Netns, append([]string{"-C", ChainEgress}, EgressJump(link)...)...); err != nil {
 			break
@@ -374,7 +407,7 @@ func (h Host) RemoveNode(link string) error {
 	if _, err := iptables(h.Netns, "-F", chain); err != nil {
 		return err
 	}
-	_, err := iptables(h.Netns, "-X", chain)
+	_, err = iptables(h.Netns, "-X", chain)
 	return err
 }
 

@@ -260,3 +260,67 @@ func TestEgressReachesTheInternetAndNothingOfTheHost(t *testing.T) {
 		t.Errorf("a node link without its chain still forwards (%q)", body)
 	}
 }
+
+// TestHostChainsStayWholeUnderConcurrentNodes: nodes of several state dirs ensure the shared
+// chains and add their own at once; the shared chains hold their rules once, each node its
+// jump once, and removing some leaves the others'.
+func TestHostChainsStayWholeUnderConcurrentNodes(t *testing.T) {
+	requireNetns(t)
+	_, err := exec.LookPath("iptables")
+	substratetest.Require(t, err == nil, "iptables", "hack/install-guest-deps.sh")
+	host := Host{Netns: substratetest.NewNetns(t, "swthost").Path()}
+	p, err := ParseEgressPolicy(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		link := fmt.Sprintf("swnc%d", i)
+		go func() {
+			err := host.Ensure()
+			if err == nil {
+				err = host.AddNode(link, p)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 6; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if err := host.RemoveNode(fmt.Sprintf("swnc%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(table, chain, rule string) int {
+		out, err := iptables(host.Netns, "-t", table, "-S", chain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(out, rule+"\n")
+	}
+	for _, j := range ForwardJumps() {
+		if n := count("filter", "FORWARD", "-A FORWARD "+strings.Join(j, " ")); n != 1 {
+			t.Errorf("FORWARD holds %q %d times", j, n)
+		}
+	}
+	out, _ := iptables(host.Netns, "-S", ChainForward)
+	if !sameRules(out, ChainForward, ForwardRules()) {
+		t.Errorf("%s:\n%s", ChainForward, out)
+	}
+	for i := 0; i < 6; i++ {
+		link := fmt.Sprintf("swnc%d", i)
+		want := 1
+		if i < 3 {
+			want = 0
+		}
+		if n := count("filter", ChainEgress, "-A "+ChainEgress+" "+strings.Join(EgressJump(link), " ")); n != want {
+			t.Errorf("%s holds %s's jump %d times, want %d", ChainEgress, link, n, want)
+		}
+	}
+	if n := count("nat", "POSTROUTING", "-A POSTROUTING -j "+ChainHostNAT); n != 1 {
+		t.Errorf("nat POSTROUTING jumps to %s %d times", ChainHostNAT, n)
+	}
+}
