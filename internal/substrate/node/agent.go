@@ -598,7 +598,17 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns)
+}
+
+// kubeletReserved is the systemReserved stanza that leaves ns's contract allocatable
+// (allocatable.go); a host whose capacity cannot be read reserves nothing.
+func kubeletReserved(ns nodeState) string {
+	h, err := readHostCapacity()
+	if err != nil {
+		return ""
+	}
+	return systemReservedConfig(ns, h)
 }
 
 // deleteContainers force-deletes every container runc knows under the node's runc root
