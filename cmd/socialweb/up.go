@@ -50,6 +50,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().DurationVar(&o.NodeBidWindow, "node-bid-window", app.DefaultNodeBidWindow, "bid window of the node contracts a tenant cluster's scale-up declares; it closes early once every known bidder bid (0: the market's default, 30s)")
 	cmd.Flags().StringVar(&o.NodeFlavour, "node-flavour", node.FlavourAuto, "how the local node bidder runs tenant nodes: namespace (containerd and the kubelet in a network namespace of the host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	addEgressFlags(cmd.Flags(), &o.NodeEgressAllow, &o.NodeEgressDeny)
+	cmd.Flags().StringVar(&o.NodeRegistryConfig, "node-registry-config", "", "how the local node bidder's nodes reach image registries: a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md); default DATA_DIR/node-bidder/registries")
 	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", string(tenant.PodSecurityBaseline), "Pod Security level every tenant cluster enforces on every pod: baseline or restricted (an owner may choose restricted for their cluster, never less than this)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")

@@ -63,8 +63,15 @@ func rootDiskFiles(binary string) ([][2]string, error) {
 			}
 		}
 	}
+	// The host's CA bundle: containerd verifies registries' certificates with it.
+	if _, err := os.Stat(CABundle); err == nil {
+		files = append(files, [2]string{CABundle, CABundle})
+	}
 	return files, nil
 }
+
+// CABundle is where Debian's ca-certificates puts the bundle Go's TLS reads.
+const CABundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // sharedLibs lists the libraries ldd resolves for path (none for a static binary).
 func sharedLibs(path string) ([]string, error) {

@@ -107,7 +107,7 @@ func (s *Substrate) prepareVM(ctx context.Context, ns *nodeState, spec substrate
 		Upstream: net.JoinHostPort(ns.BridgeIP, u.Port()), HostIP: ns.HostIP, NodeIP: ns.NodeIP,
 		RunDir: "/run/swnode", Dir: guestStateDir + "/node", Binary: guestBinary,
 		ImageDir: guestStateDir + "/images", PauseTar: guestStateDir + "/pause.tar",
-		PodSubnet: ns.PodSubnet, Cgroup: "socialweb-node", Console: true,
+		PodSubnet: ns.PodSubnet, PodNet: ns.PodNet, Cgroup: "socialweb-node", Console: true,
 	}
 	// The seed is the state disk's root, the guest's /var/lib.
 	in := func(p string) string { return filepath.Join(seed, strings.TrimPrefix(p, guestVarLib)) }
