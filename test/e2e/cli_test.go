@@ -58,6 +58,9 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 		// name a flavour are written for namespace nodes.
 		args = append(args, "--node-flavour", "namespace")
 	}
+	// Pods of the rows reach nothing beyond their cluster but the namespace that stands for
+	// the internet (substratetest.NewInternet): no address off this machine.
+	args = append(args, "--node-egress-deny", strings.Join(testEgressDeny, ","), "--node-egress-allow", strings.Join(testEgressAllow, ","))
 	cmd := exec.Command(socialwebBin, append([]string{"up", "--data-dir", dir}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

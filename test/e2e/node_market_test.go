@@ -174,9 +174,7 @@ func startNodeUp(t *testing.T, args ...string) *nodeUp {
 		}
 		substratetest.Cleanup(t, s, n.state)
 	})
-	// Pods of the rows reach nothing beyond their cluster but the namespace that stands
-	// for the internet (substratetest.NewInternet): no address off this machine.
-	n.up = startUp(t, dir, append([]string{"--node-egress-deny", "0.0.0.0/0", "--node-egress-allow", substratetest.InternetCIDR}, args...)...)
+	n.up = startUp(t, dir, args...)
 	n.bidder = n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
 		t.Fatal(err)

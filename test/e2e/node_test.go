@@ -55,7 +55,7 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	tc := joinableCluster(t, "n1", nodeName, time.Minute)
 	dir, cl, kc, bundle, images := tc.dir, tc.cl, tc.kc, tc.bundle, tc.images
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	}
 
 	// A new value over the same state dir (a restarted bidder) finds the node and stops it.
-	s2, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images})
+	s2, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	const nodeName = "vm-node-a"
 	tc := joinableCluster(t, "v1", nodeName, time.Hour)
 	state := filepath.Join(t.TempDir(), "nodes")
-	cfg := node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images,
+	cfg := node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow,
 		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")}
 	s, err := node.New(cfg)
 	if err != nil {

@@ -18,6 +18,13 @@ import (
 	"socialweb.computer/internal/testenv"
 )
 
+// The egress policy of every node a row boots (through up, or a substrate of its own): the
+// namespace that stands for the internet and nothing else beyond the cluster.
+var (
+	testEgressDeny  = []string{"0.0.0.0/0"}
+	testEgressAllow = []string{substratetest.InternetCIDR}
+)
+
 // httpPod is a spread pod (one per node) serving on :8080 with busybox httpd: / says which
 // pod answered, /cgi-bin/ip the address it saw the request come from, /big 64 MiB of zeros.
 func httpPod(name string) string {
