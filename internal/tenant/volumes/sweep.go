@@ -1,0 +1,90 @@
+package volumes
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// SweepGrace is how long a directory of NodeDir must stay unlisted, seen so on two sweeps at
+// least that far apart, before the node removes it: a list the provisioner is rewriting
+// does not cost a volume its data.
+const SweepGrace = 30 * time.Second
+
+// DecideSweep returns the directories of present (names in NodeDir) that listed (the node's
+// NamesAnnotation) no longer names and that were first seen unlisted at least grace before
+// now; unlisted is updated: when each present, unlisted name was first seen so.
+func DecideSweep(present []string, listed map[string]bool, unlisted map[string]time.Time, now time.Time, grace time.Duration) []string {
+	var remove []string
+	seen := map[string]bool{}
+	for _, name := range present {
+		seen[name] = true
+		if listed[name] {
+			delete(unlisted, name)
+			continue
+		}
+		first, ok := unlisted[name]
+		if !ok {
+			unlisted[name] = now
+			continue
+		}
+		if now.Sub(first) >= grace {
+			remove = append(remove, name)
+		}
+	}
+	for name := range unlisted {
+		if !seen[name] {
+			delete(unlisted, name)
+		}
+	}
+	return remove
+}
+
+// RunSweeper removes, every period until ctx ends, the directories of dir that the node's
+// list (NamesAnnotation on Node node, read with client: a node may read its own Node) has
+// stopped naming: the data of deleted volumes. It runs in the node (the kubelet's process)
+// and touches only direct children of dir. A list it cannot read removes nothing.
+func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error), node, dir string, period time.Duration) {
+	unlisted := map[string]time.Time{}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil || len(ents) == 0 {
+			continue
+		}
+		c, err := client()
+		if err != nil {
+			klog.V(2).InfoS("volume sweep: no client", "err", err)
+			continue
+		}
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			klog.V(2).InfoS("volume sweep: reading the node", "node", node, "err", err)
+			continue
+		}
+		var present []string
+		for _, e := range ents {
+			present = append(present, e.Name())
+		}
+		for _, name := range DecideSweep(present, ParseNames(n.Annotations[NamesAnnotation]), unlisted, time.Now(), SweepGrace) {
+			// filepath.Join of a name read from the directory: one level, never "..".
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				klog.ErrorS(err, "volume sweep: removing a deleted volume's directory", "volume", name)
+				continue
+			}
+			delete(unlisted, name)
+			klog.InfoS("volume sweep: removed a deleted volume's directory", "volume", name)
+		}
+	}
+}
