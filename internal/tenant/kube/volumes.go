@@ -218,7 +218,9 @@ func startVolumeSweeper(ctx context.Context, args []string) {
 		return
 	}
 	client := func() (clientset.Interface, error) { return nodeClient(kubeconfig, certDir) }
-	go volumes.RunSweeper(ctx, client, node, volumes.NodeDir, 10*time.Second)
+	// Short: a listed volume's directory should be open to the pods' users before their
+	// first write (the kubelet makes it 0755 when it mounts it first).
+	go volumes.RunSweeper(ctx, client, node, volumes.NodeDir, 2*time.Second)
 }
 
 // nodeClient is a client with the node's identity: the kubeconfig's, or the kubelet's

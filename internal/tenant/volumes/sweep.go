@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -45,10 +46,28 @@ func DecideSweep(present []string, listed map[string]bool, unlisted map[string]t
 	return remove
 }
 
-// RunSweeper removes, every period until ctx ends, the directories of dir that the node's
-// list (NamesAnnotation on Node node, read with client: a node may read its own Node) has
-// stopped naming: the data of deleted volumes. It runs in the node (the kubelet's process)
-// and touches only direct children of dir. A list it cannot read removes nothing.
+// ListedNames are the names of list (NamesAnnotation) that can be a directory of NodeDir:
+// the annotation is the cluster admin's to write, so anything else in it is ignored.
+func ListedNames(list string) map[string]bool {
+	out := map[string]bool{}
+	for name := range ParseNames(list) {
+		if len(validation.IsDNS1123Subdomain(name)) == 0 {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// volumeDirMode is a volume directory's mode: any user of the pods may write (a hostPath
+// volume gets no fsGroup; the kubelet would make it 0755, root's alone).
+const volumeDirMode = 0o777
+
+// RunSweeper keeps dir (NodeDir, in the node) in step with the node's list (NamesAnnotation
+// on Node node, read with client: a node may read its own Node), every period until ctx
+// ends: each listed volume's directory exists, mode 0777; a directory the list has stopped
+// naming, the data of a deleted volume, is removed (DecideSweep). It runs in the node (the
+// kubelet's process) and touches only direct children of dir. A list it cannot read
+// changes nothing.
 func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error), node, dir string, period time.Duration) {
 	unlisted := map[string]time.Time{}
 	t := time.NewTicker(period)
@@ -58,10 +77,6 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		ents, err := os.ReadDir(dir)
-		if err != nil || len(ents) == 0 {
-			continue
 		}
 		c, err := client()
 		if err != nil {
@@ -73,11 +88,19 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 			klog.V(2).InfoS("volume sweep: reading the node", "node", node, "err", err)
 			continue
 		}
+		listed := ListedNames(n.Annotations[NamesAnnotation])
+		for name := range listed {
+			ensureVolumeDir(filepath.Join(dir, name))
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
 		var present []string
 		for _, e := range ents {
 			present = append(present, e.Name())
 		}
-		for _, name := range DecideSweep(present, ParseNames(n.Annotations[NamesAnnotation]), unlisted, time.Now(), SweepGrace) {
+		for _, name := range DecideSweep(present, listed, unlisted, time.Now(), SweepGrace) {
 			// filepath.Join of a name read from the directory: one level, never "..".
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				klog.ErrorS(err, "volume sweep: removing a deleted volume's directory", "volume", name)
@@ -86,5 +109,25 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 			delete(unlisted, name)
 			klog.InfoS("volume sweep: removed a deleted volume's directory", "volume", name)
 		}
+	}
+}
+
+// ensureVolumeDir makes p a directory of mode volumeDirMode; a symbolic link or a file there
+// is left alone.
+func ensureVolumeDir(p string) {
+	fi, err := os.Lstat(p)
+	if os.IsNotExist(err) {
+		if err := os.Mkdir(p, volumeDirMode); err != nil && !os.IsExist(err) {
+			klog.ErrorS(err, "volume sweep: making a volume's directory", "path", p)
+			return
+		}
+		fi, err = os.Lstat(p)
+	}
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() == volumeDirMode {
+		return
+	}
+	// Mkdir's mode passes the umask; a directory the kubelet made first is 0755.
+	if err := os.Chmod(p, volumeDirMode); err != nil {
+		klog.ErrorS(err, "volume sweep: opening a volume's directory to the pods' users", "path", p)
 	}
 }

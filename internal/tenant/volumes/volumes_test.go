@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"socialweb.computer/internal/substrate/node"
 )
 
 func TestCheckProvisioned(t *testing.T) {
@@ -200,5 +203,51 @@ func TestDecideSweep(t *testing.T) {
 	DecideSweep([]string{"pvc-keep"}, listed, unlisted, t0.Add(3*SweepGrace), SweepGrace)
 	if _, ok := unlisted["pvc-gone"]; ok {
 		t.Fatal("a directory no longer present is still tracked")
+	}
+}
+
+// The node's list is the cluster admin's to write: only names that can be a volume's
+// directory count.
+func TestListedNames(t *testing.T) {
+	got := ListedNames("pvc-1,..,.,../../etc,a/b,/abs,pvc-2,UPPER,")
+	if len(got) != 2 || !got["pvc-1"] || !got["pvc-2"] {
+		t.Fatalf("ListedNames = %v, want pvc-1 and pvc-2", got)
+	}
+}
+
+func TestEnsureVolumeDir(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/pvc-1"
+	ensureVolumeDir(p)
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() || fi.Mode().Perm() != volumeDirMode {
+		t.Fatalf("made %v %v", fi, err)
+	}
+	// One the kubelet made first (0755) is opened.
+	q := dir + "/pvc-2"
+	if err := os.Mkdir(q, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ensureVolumeDir(q)
+	if fi, _ := os.Stat(q); fi.Mode().Perm() != volumeDirMode {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	// A link is left alone, and so is what it points at.
+	target := t.TempDir()
+	if err := os.Chmod(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, dir+"/pvc-3"); err != nil {
+		t.Fatal(err)
+	}
+	ensureVolumeDir(dir + "/pvc-3")
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("followed a link: %v", fi.Mode())
+	}
+}
+
+// The node mounts its volumes where the provisioner's volumes point.
+func TestNodeDirIsTheNodesVolumesDir(t *testing.T) {
+	if node.VolumesDir != NodeDir {
+		t.Fatalf("node.VolumesDir %s, volumes.NodeDir %s", node.VolumesDir, NodeDir)
 	}
 }
