@@ -211,7 +211,8 @@ spec:
 	})
 	testenv.Eventually(t, volumes.SweepGrace+30*time.Second, "the deleted volume's directory removed on the node", func() (bool, error) {
 		_, err := os.Stat(onHost)
-		return os.IsNotExist(err), fmt.Errorf("%s: %v", onHost, err)
+		list, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.metadata.annotations.volumes\.socialweb\.computer/names}`)
+		return os.IsNotExist(err), fmt.Errorf("%s: %v; the node's list %q\n%s", onHost, err, list, dump())
 	})
 
 	// A volume whose node is released: the node's volumes go with its work dir, and once its

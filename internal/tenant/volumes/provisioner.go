@@ -138,6 +138,10 @@ func (p *Provisioner) enqueueNodeOf(obj any) {
 		obj = t.Obj
 	}
 	if pv, ok := obj.(*corev1.PersistentVolume); ok && Ours(pv) {
+		// Seen: from now on the node's list follows the informer.
+		p.mu.Lock()
+		delete(p.pending, pv.Name)
+		p.mu.Unlock()
 		p.queue.Add(keyNode + pv.Annotations[NodeAnnotation])
 	}
 }

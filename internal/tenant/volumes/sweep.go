@@ -70,6 +70,15 @@ const volumeDirMode = 0o777
 // changes nothing.
 func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error), node, dir string, period time.Duration) {
 	unlisted := map[string]time.Time{}
+	// Each failure is logged when it differs from the last: a node that cannot read its
+	// Node for a while would otherwise log every period.
+	lastErr := ""
+	fail := func(what string, err error) {
+		if msg := what + ": " + err.Error(); msg != lastErr {
+			lastErr = msg
+			klog.InfoS("volume sweep: "+what, "node", node, "err", err)
+		}
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -80,14 +89,15 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 		}
 		c, err := client()
 		if err != nil {
-			klog.V(2).InfoS("volume sweep: no client", "err", err)
+			fail("no client", err)
 			continue
 		}
 		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			klog.V(2).InfoS("volume sweep: reading the node", "node", node, "err", err)
+			fail("reading the node", err)
 			continue
 		}
+		lastErr = ""
 		listed := ListedNames(n.Annotations[NamesAnnotation])
 		for name := range listed {
 			ensureVolumeDir(filepath.Join(dir, name))
