@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -57,6 +58,19 @@ func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, p
 	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	applyTokenPolicy(config, tokens)
 	applyProvisionerAuth(config, provisioner)
+	// The Metrics API's types in the OpenAPI documents (metrics.go); the configurations
+	// may share one OpenAPI configuration, wrapped once.
+	wrapped := map[any]bool{}
+	for _, g := range []*genericapiserver.Config{config.KubeAPIs.ControlPlane.Generic, &config.ApiExtensions.GenericConfig.Config, &config.Aggregator.GenericConfig.Config} {
+		if c := g.OpenAPIConfig; c != nil && !wrapped[c] {
+			wrapped[c] = true
+			c.GetDefinitions = withMetricsDefinitions(c.GetDefinitions)
+		}
+		if c := g.OpenAPIV3Config; c != nil && !wrapped[c] {
+			wrapped[c] = true
+			c.GetDefinitions = withMetricsDefinitions(c.GetDefinitions)
+		}
+	}
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -66,6 +80,9 @@ func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, p
 		return err
 	}
 	if err := addBootstrapHooks(server.GenericAPIServer, !policyCurrent); err != nil {
+		return err
+	}
+	if err := installMetricsAPI(server.GenericAPIServer); err != nil {
 		return err
 	}
 	prepared, err := server.PrepareRun()
