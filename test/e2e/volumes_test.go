@@ -36,6 +36,7 @@ spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
   securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  nodeSelector: {kubernetes.io/hostname: node-v}
   containers:
   - name: c
     image: ` + node.BusyboxImage + `
