@@ -218,8 +218,6 @@ func startVolumeSweeper(ctx context.Context, args []string) {
 		return
 	}
 	client := func() (clientset.Interface, error) { return nodeClient(kubeconfig, certDir) }
-	// Short: a listed volume's directory should be open to the pods' users before their
-	// first write (the kubelet makes it 0755 when it mounts it first).
 	go volumes.RunSweeper(ctx, client, node, volumes.NodeDir, 2*time.Second)
 }
 

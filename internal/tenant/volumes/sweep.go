@@ -6,8 +6,12 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -79,32 +83,17 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 			klog.InfoS("volume sweep: "+what, "node", node, "err", err)
 		}
 	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	var listed map[string]bool // nil until the list is read
+	apply := func() {
+		if listed == nil {
 			return
-		case <-t.C:
 		}
-		c, err := client()
-		if err != nil {
-			fail("no client", err)
-			continue
-		}
-		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			fail("reading the node", err)
-			continue
-		}
-		lastErr = ""
-		listed := ListedNames(n.Annotations[NamesAnnotation])
 		for name := range listed {
 			ensureVolumeDir(filepath.Join(dir, name))
 		}
 		ents, err := os.ReadDir(dir)
 		if err != nil {
-			continue
+			return
 		}
 		var present []string
 		for _, e := range ents {
@@ -119,6 +108,61 @@ func RunSweeper(ctx context.Context, client func() (kubernetes.Interface, error)
 			delete(unlisted, name)
 			klog.InfoS("volume sweep: removed a deleted volume's directory", "volume", name)
 		}
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	// The Node is watched, so a new volume's directory is made (and opened to the pods'
+	// users) as soon as it is listed, before the volume exists and well before a pod mounts
+	// it; the ticker applies the list again, for the removals' grace.
+	for ctx.Err() == nil {
+		c, err := client()
+		if err != nil {
+			fail("no client", err)
+			wait()
+			continue
+		}
+		w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String()})
+		if err != nil {
+			fail("watching the node", err)
+			wait()
+			continue
+		}
+		lastErr = ""
+	events:
+		for {
+			select {
+			case <-ctx.Done():
+				w.Stop()
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					break events
+				}
+				if ev.Type == watch.Error {
+					fail("watching the node", apierrors.FromObject(ev.Object))
+					w.Stop()
+					if !wait() {
+						return
+					}
+					break events
+				}
+				if n, isNode := ev.Object.(*corev1.Node); isNode && ev.Type != watch.Deleted {
+					listed = ListedNames(n.Annotations[NamesAnnotation])
+					apply()
+				}
+			case <-t.C:
+				apply()
+			}
+		}
+		w.Stop()
 	}
 }
 
