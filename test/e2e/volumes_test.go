@@ -170,7 +170,7 @@ spec:
 			return out == "Succeeded/"+nodeName, fmt.Errorf("%q\n%s", out, dump())
 		})
 	}
-	tkubectl(t, kc, volumePod("writer", "data", "echo kept-across-pods > /data/note; id -u"), "apply", "-f", "-")
+	tkubectl(t, kc, volumePod("writer", "data", "set -e; echo kept-across-pods > /data/note; id -u"), "apply", "-f", "-")
 	podDone("writer")
 
 	claim, err := ts.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
@@ -219,7 +219,7 @@ spec:
 	// A volume whose node is released: the node's volumes go with its work dir, and once its
 	// Node is gone the volume and the claim carry an event saying the data is gone.
 	tkubectl(t, kc, volumeClaim("kept"), "apply", "-f", "-")
-	tkubectl(t, kc, volumePod("keeper", "kept", "echo x > /data/x"), "apply", "-f", "-")
+	tkubectl(t, kc, volumePod("keeper", "kept", "set -e; echo x > /data/x"), "apply", "-f", "-")
 	podDone("keeper")
 	kept, err := ts.CoreV1().PersistentVolumeClaims("default").Get(ctx, "kept", metav1.GetOptions{})
 	if err != nil || kept.Spec.VolumeName == "" {
