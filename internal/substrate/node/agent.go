@@ -91,7 +91,13 @@ type agent struct {
 
 func (a *agent) start() error {
 	ns := a.ns
-	for _, d := range []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")} {
+	dirs := []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")}
+	if ns.Flavour == FlavourVM && ns.Netns == "" {
+		// In a vm guest /var/lib is the node's state disk: the local-path volumes' directory
+		// is made there (a contained node mounts its own work/volumes, contain.go).
+		dirs = append(dirs, VolumesDir)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}

@@ -47,6 +47,10 @@ func Main(component string, args []string, stderr io.Writer) int {
 	}
 	cmd := mk()
 	cmd.SetArgs(args)
+	if component == "kubelet" {
+		// In the node, beside the kubelet: the sweep of deleted volumes' directories.
+		startVolumeSweeper(context.Background(), args)
+	}
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintf(stderr, "socialweb kube %s: %v\n", component, err)
 		return 1
