@@ -191,8 +191,8 @@ func (a *agent) start() error {
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
 
 	// 6. NetworkPolicy, as the node (internal/netpol), once the kubelet holds its
-	// renewable client certificate. Not yet in a vm node: its kernel's initramfs does not
-	// load the nfqueue module (docs/networking.md).
+	// renewable client certificate. Not yet in a vm node: its image's initramfs carries no
+	// nf_tables or br_netfilter module (docs/networking.md).
 	if ns.Netns == "" {
 		return nil
 	}
@@ -207,7 +207,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	a.logf("NetworkPolicy engine started")
+	a.logf("NetworkPolicy enforcement started")
 	return nil
 }
 
