@@ -2,6 +2,7 @@ package netpol
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -318,5 +319,28 @@ func TestDecide(t *testing.T) {
 				t.Errorf("Decide (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The pods the informer keeps are decided as the pods the apiserver sends.
+func TestPodForDecisionKeepsWhatDecideReads(t *testing.T) {
+	full := pod("default", "web", self, "10.88.0.2", map[string]string{"app": "web"}, withPort("http", corev1.ProtocolTCP, 8080))
+	full.Annotations = map[string]string{"big": strings.Repeat("x", 1000)}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	full.Spec.Containers = append(full.Spec.Containers, corev1.Container{Name: "sidecar", Image: "x", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}})
+	kept, err := podForDecision(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kept.(*corev1.Pod)
+	if k.Annotations != nil || k.ManagedFields != nil || len(k.Spec.Containers) != 1 {
+		t.Errorf("kept more than Decide reads: %+v", k)
+	}
+	policies := []*networkingv1.NetworkPolicy{policy("default", "named", nil, ingressOnly(
+		networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{named("http")}}))}
+	want := Decide(Input{NodeName: self, Pods: []*corev1.Pod{full}, Namespaces: baseNS, Policies: policies})
+	got := Decide(Input{NodeName: self, Pods: []*corev1.Pod{k}, Namespaces: baseNS, Policies: policies})
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("decided otherwise on the kept pod (-full +kept):\n%s", diff)
 	}
 }

@@ -25,6 +25,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -89,6 +91,10 @@ func Run(ctx context.Context, o Options) error {
 		AddFunc:    func(any) { mark() },
 		UpdateFunc: func(any, any) { mark() },
 		DeleteFunc: func(any) { mark() },
+	}
+	// Every node keeps every pod of the cluster: only what Decide reads.
+	if err := pods.Informer().SetTransform(podForDecision); err != nil {
+		return err
 	}
 	for _, inf := range []cache.SharedIndexInformer{policies.Informer(), pods.Informer(), namespaces.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
@@ -199,4 +205,27 @@ func NewCommand() *cobra.Command {
 	cmd.Flags().DurationVar(&o.MinInterval, "min-interval", 200*time.Millisecond, "the least time between two rewrites of the rules")
 	cmd.Flags().DurationVar(&o.Resync, "resync", time.Minute, "rewrite the rules this often even without a change")
 	return cmd
+}
+
+// podForDecision keeps of a pod what Decide reads: its name, namespace and labels, node,
+// host networking, container ports, phase and addresses.
+func podForDecision(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, Labels: p.Labels,
+			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+	for _, c := range p.Spec.Containers {
+		if len(c.Ports) > 0 {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	return out, nil
 }
