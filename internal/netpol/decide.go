@@ -139,14 +139,13 @@ type podView struct {
 }
 
 type view struct {
-	pods      []podView // sorted by key
-	nsLabels  map[string]labels.Set
-	policies  []*networkingv1.NetworkPolicy // sorted by namespace/name
-	byNSCache map[string][]podView
+	pods     []podView // sorted by key
+	nsLabels map[string]labels.Set
+	policies []*networkingv1.NetworkPolicy // sorted by namespace/name
 }
 
 func newView(in Input) *view {
-	v := &view{nsLabels: map[string]labels.Set{}, byNSCache: map[string][]podView{}}
+	v := &view{nsLabels: map[string]labels.Set{}}
 	for _, ns := range in.Namespaces {
 		v.nsLabels[ns.Name] = labels.Set(ns.Labels)
 	}
