@@ -100,7 +100,7 @@ func Decide(in Input) Decision {
 		}
 		pr := PodRules{Pod: p.key, IPs: p.ips}
 		for _, pol := range v.policies {
-			if pol.Namespace != p.pod.Namespace || !selects(&pol.Spec.PodSelector, p.pod.Labels) {
+			if pol.Namespace != p.pod.Namespace || !v.selects(&pol.Spec.PodSelector, p.pod.Labels) {
 				continue
 			}
 			ingress, egress := policyTypes(pol)
@@ -119,8 +119,8 @@ func Decide(in Input) Decision {
 					pr.Egress = &Rules{}
 				}
 				pr.Egress.Policies = append(pr.Egress.Policies, name)
-				for _, r := range pol.Spec.Egress {
-					pr.Egress.Allow = append(pr.Egress.Allow, v.egressAllows(pol, r.To, r.Ports)...)
+				for i := range pol.Spec.Egress {
+					pr.Egress.Allow = append(pr.Egress.Allow, v.egressAllows(pol, &pol.Spec.Egress[i])...)
 				}
 			}
 		}
@@ -142,10 +142,27 @@ type view struct {
 	pods     []podView // sorted by key
 	nsLabels map[string]labels.Set
 	policies []*networkingv1.NetworkPolicy // sorted by namespace/name
+	// Parsed selectors and each rule's peers, made once per decision: a rule's peers do
+	// not depend on which of the node's pods it is decided for.
+	selectors map[*metav1.LabelSelector]labels.Selector
+	peerCache map[*networkingv1.NetworkPolicyPeer]peersAndPods
+	// An egress rule's allows are the same for every pod it applies to.
+	egressCache map[*networkingv1.NetworkPolicyEgressRule][]Allow
+}
+
+type peersAndPods struct {
+	peers Peers
+	pods  []podView
 }
 
 func newView(in Input) *view {
-	v := &view{nsLabels: map[string]labels.Set{}}
+	v := &view{
+		nsLabels:  map[string]labels.Set{},
+		selectors: map[*metav1.LabelSelector]labels.Selector{},
+		peerCache: map[*networkingv1.NetworkPolicyPeer]peersAndPods{},
+
+		egressCache: map[*networkingv1.NetworkPolicyEgressRule][]Allow{},
+	}
 	for _, ns := range in.Namespaces {
 		v.nsLabels[ns.Name] = labels.Set(ns.Labels)
 	}
@@ -209,10 +226,14 @@ func policyTypes(pol *networkingv1.NetworkPolicy) (ingress, egress bool) {
 
 // selects reports whether sel matches set. A selector that does not parse matches
 // nothing: for a policy's podSelector that isolates nothing, for a peer it allows nothing.
-func selects(sel *metav1.LabelSelector, set map[string]string) bool {
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return false
+func (v *view) selects(sel *metav1.LabelSelector, set map[string]string) bool {
+	s, ok := v.selectors[sel]
+	if !ok {
+		var err error
+		if s, err = metav1.LabelSelectorAsSelector(sel); err != nil {
+			s = labels.Nothing()
+		}
+		v.selectors[sel] = s
 	}
 	return s.Matches(labels.Set(set))
 }
@@ -228,10 +249,10 @@ func (v *view) peerPods(pol *networkingv1.NetworkPolicy, peer networkingv1.Netwo
 			if p.pod.Namespace != pol.Namespace {
 				continue
 			}
-		} else if !selects(peer.NamespaceSelector, v.nsLabels[p.pod.Namespace]) {
+		} else if !v.selects(peer.NamespaceSelector, v.nsLabels[p.pod.Namespace]) {
 			continue
 		}
-		if peer.PodSelector != nil && !selects(peer.PodSelector, p.pod.Labels) {
+		if peer.PodSelector != nil && !v.selects(peer.PodSelector, p.pod.Labels) {
 			continue
 		}
 		out = append(out, p)
@@ -245,6 +266,9 @@ func (v *view) peerPods(pol *networkingv1.NetworkPolicy, peer networkingv1.Netwo
 func (v *view) peers(pol *networkingv1.NetworkPolicy, list []networkingv1.NetworkPolicyPeer) (Peers, []podView) {
 	if len(list) == 0 {
 		return Peers{All: true}, v.pods
+	}
+	if c, ok := v.peerCache[&list[0]]; ok {
+		return c.peers, c.pods
 	}
 	var ps Peers
 	seen := map[string]bool{}
@@ -284,6 +308,7 @@ func (v *view) peers(pol *networkingv1.NetworkPolicy, list []networkingv1.Networ
 	}
 	ps.Addrs = sortedAddrs(ps.Addrs)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].key < pods[j].key })
+	v.peerCache[&list[0]] = peersAndPods{ps, pods}
 	return ps, pods
 }
 
@@ -395,7 +420,16 @@ func (v *view) ingressAllows(pol *networkingv1.NetworkPolicy, from []networkingv
 
 // egressAllows compiles one egress rule of pol: named ports are the destinations' own, so
 // each is resolved per peer pod, and the pods are grouped by the number it resolves to.
-func (v *view) egressAllows(pol *networkingv1.NetworkPolicy, to []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) []Allow {
+func (v *view) egressAllows(pol *networkingv1.NetworkPolicy, r *networkingv1.NetworkPolicyEgressRule) []Allow {
+	if a, ok := v.egressCache[r]; ok {
+		return a
+	}
+	a := v.compileEgress(pol, r.To, r.Ports)
+	v.egressCache[r] = a
+	return a
+}
+
+func (v *view) compileEgress(pol *networkingv1.NetworkPolicy, to []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) []Allow {
 	peers, pods := v.peers(pol, to)
 	nums, named, every := numericPorts(ports)
 	if every {

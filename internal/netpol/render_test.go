@@ -1,13 +1,18 @@
 package netpol
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestChainRules(t *testing.T) {
@@ -144,5 +149,73 @@ func TestScriptLoads(t *testing.T) {
 	}
 	if strings.Contains(string(out), "chain ingress-") {
 		t.Errorf("a chain of a pod no longer isolated is left:\n%s", out)
+	}
+}
+
+// largeCluster is 1,000 pods (110 on this node, the kubelet's default maximum) in 20
+// namespaces, each namespace with a deny-all policy and two allowing ones.
+func largeCluster() Input {
+	in := Input{NodeName: self}
+	for n := 0; n < 20; n++ {
+		ns := fmt.Sprintf("ns%d", n)
+		in.Namespaces = append(in.Namespaces, namespace(ns, map[string]string{"team": fmt.Sprint(n % 4)}))
+		in.Policies = append(in.Policies,
+			policy(ns, "deny", nil, func(s *networkingv1.NetworkPolicySpec) {
+				s.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+			}),
+			policy(ns, "web", map[string]string{"app": "web"}, ingressOnly(networkingv1.NetworkPolicyIngressRule{
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: labelSel(map[string]string{"team": "1"}), PodSelector: labelSel(map[string]string{"role": "client"})}},
+				Ports: []networkingv1.NetworkPolicyPort{named("http")},
+			})),
+			policy(ns, "clients", map[string]string{"role": "client"}, egressOnly(networkingv1.NetworkPolicyEgressRule{
+				To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: labelSel(map[string]string{"app": "web"})}},
+				Ports: []networkingv1.NetworkPolicyPort{named("http")},
+			})))
+	}
+	for i := 0; i < 1000; i++ {
+		node := "node-b"
+		if i < 110 {
+			node = self
+		}
+		lbl := map[string]string{"role": "client"}
+		if i%2 == 0 {
+			lbl = map[string]string{"app": "web"}
+		}
+		in.Pods = append(in.Pods, pod(fmt.Sprintf("ns%d", i%20), fmt.Sprintf("p%d", i), node,
+			fmt.Sprintf("10.%d.%d.%d", 88+i/65536, (i/256)%256, i%256+0), lbl, withPort("http", corev1.ProtocolTCP, 8080)))
+	}
+	return in
+}
+
+func BenchmarkDecideAndRender(b *testing.B) {
+	in := largeCluster()
+	for b.Loop() {
+		_ = script(Decide(in))
+	}
+}
+
+// TestLargeClusterLoads: the rules of a full node in a large cluster load, and how long nft
+// takes to swap them in.
+func TestLargeClusterLoads(t *testing.T) {
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := "swnetpol-large"
+	_ = exec.Command("ip", "netns", "del", ns).Run()
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	t0 := time.Now()
+	s := script(Decide(largeCluster()))
+	decided := time.Since(t0)
+	for i := 0; i < 3; i++ {
+		t1 := time.Now()
+		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(s)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft -f: %v: %s", err, out)
+		}
+		t.Logf("decided and rendered in %v (%d lines), written in %v", decided, strings.Count(s, "\n"), time.Since(t1))
 	}
 }
