@@ -49,6 +49,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringArrayVar(&o.MarketFollow, "market-follow", nil, "firehose of another PDS (or relay) URL the market follows, repeatable: bidders and requesters there")
 	cmd.Flags().DurationVar(&o.NodeBidWindow, "node-bid-window", app.DefaultNodeBidWindow, "bid window of the node contracts a tenant cluster's scale-up declares; it closes early once every known bidder bid (0: the market's default, 30s)")
 	cmd.Flags().StringVar(&o.NodeFlavour, "node-flavour", node.FlavourAuto, "how the local node bidder runs tenant nodes: namespace (containerd and the kubelet in a network namespace of the host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
+	cmd.Flags().StringVar(&o.NodeDNSUpstream, "node-dns-upstream", "", "where the local node bidder's nodes forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", string(tenant.PodSecurityBaseline), "Pod Security level every tenant cluster enforces on every pod: baseline or restricted (an owner may choose restricted for their cluster, never less than this)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")

@@ -49,6 +49,9 @@ type UpOptions struct {
 	// NodeFlavour is how the local node bidder runs nodes (node.FlavourNamespace, the
 	// default, or node.FlavourVM with the image in NodeVMImage).
 	NodeFlavour, NodeVMImage string
+	// NodeDNSUpstream is where the local node bidder's nodes forward names outside their
+	// cluster (node.Config.DNSUpstream).
+	NodeDNSUpstream string
 	// PodSecurity is the Pod Security level every tenant cluster enforces at least
 	// (tenant.PodSecurityBaseline, the default, or tenant.PodSecurityRestricted).
 	PodSecurity string
@@ -166,7 +169,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage}, o.MarketFollow, log, phase); err != nil {
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, DNSUpstream: o.NodeDNSUpstream}, o.MarketFollow, log, phase); err != nil {
 			return err
 		}
 		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -60,7 +61,7 @@ func RunAgent(dir string) int {
 	if ns.Flavour == FlavourVM && ns.Netns != "" {
 		return runVMHost(ns, logf, sigs)
 	}
-	a := &agent{ns: ns, logf: logf, ended: make(chan string, 3)}
+	a := &agent{ns: ns, logf: logf, ended: make(chan string, 8)}
 	err := a.start()
 	if err == nil {
 		select {
@@ -87,6 +88,12 @@ type agent struct {
 	root       *exec.Cmd // process 1 of a contained node's namespaces
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
+
+	// Services and DNS (services.go): kube-proxy, the DNS server, the forwarder of the
+	// kubernetes Service's endpoint.
+	proxy, dns   *exec.Cmd
+	apiFwd       *apiForwarder
+	stopServices func()
 }
 
 func (a *agent) start() error {
@@ -188,6 +195,13 @@ func (a *agent) start() error {
 		return err
 	}
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
+
+	// 6. Services and DNS. A vm node has neither yet (docs/networking.md).
+	if ns.Flavour != FlavourVM {
+		if err := a.startServices(); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -252,6 +266,9 @@ func (a *agent) teardown() {
 		a.logf("%s did not stop within %v: SIGKILL", name, grace)
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	a.stopServicesForwarder()
+	stop("kube-proxy", a.proxy, 5*time.Second)
+	stop("node-dns", a.dns, 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
 		if n, err := removePods(ns); err != nil {
@@ -538,7 +555,9 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 }
 
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
-// node's own dir (not /var/lib/cni/networks, shared by every node on the host).
+// node's own dir (not /var/lib/cni/networks, shared by every node on the host); the bridge
+// is each pod's default gateway, so Service addresses (routed nowhere else) reach the
+// node's kube-proxy rules.
 func cniConfig(ns nodeState) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -548,6 +567,7 @@ func cniConfig(ns nodeState) string {
       "type": "bridge",
       "bridge": "cni0",
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
@@ -562,7 +582,8 @@ func cniConfig(ns nodeState) string {
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
-// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host,
+// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host
+// (a pod's DNS is the node's own server on NodeLocalDNS, services.go),
 // no read-only port, the API on the node's address, pod logs in the node's dir, evictions
 // at thresholds a shared host does not trip. The join bundle's client certificate lives a
 // day: the kubelet renews it through a CertificateSigningRequest (into its cert dir) before
@@ -576,6 +597,8 @@ cgroupDriver: cgroupfs
 enforceNodeAllocatable: []
 failSwapOn: false
 resolvConf: ""
+clusterDNS: [%s]
+clusterDomain: %s
 address: %s
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -598,7 +621,7 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
+`, clusternet.NodeLocalDNS, clusternet.ClusterDomain, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
 }
 
 // deleteContainers force-deletes every container runc knows under the node's runc root
