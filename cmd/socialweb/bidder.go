@@ -101,6 +101,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
 	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
+	f.StringVar(&nodes.RegistryConfigDir, "registry-config", "", "with --substrate node: how nodes reach image registries, a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md)")
 	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourAuto, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	f.StringVar(&nodes.DNSUpstream, "node-dns-upstream", "", "with --substrate node: where nodes' DNS servers forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
@@ -118,8 +119,8 @@ func (e *UnknownSubstrateError) Error() string {
 func newSubstrate(kind, stateDir string, nodes node.Config) (substrate.Substrate, error) {
 	switch kind {
 	case deno.Kind:
-		if nodes.ImageDir != "" {
-			return nil, errors.New("--image-dir is for --substrate node")
+		if nodes.ImageDir != "" || nodes.RegistryConfigDir != "" {
+			return nil, errors.New("--image-dir and --registry-config are for --substrate node")
 		}
 		return deno.New(deno.Config{StateDir: stateDir})
 	case node.Kind:

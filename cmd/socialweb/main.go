@@ -17,6 +17,9 @@ import (
 	"github.com/spf13/pflag"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	// The Kubernetes version in every build, `go run` included (hack/build.sh also stamps
+	// it at link time).
+	_ "socialweb.computer/internal/kubeversion"
 	"socialweb.computer/internal/substrate/jail"
 )
 

@@ -43,7 +43,8 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 // startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids) until
 // ctx ends: a second account on srv (DATA_DIR/node-bidder/account.json) whose guests are
 // nodes of the tenant clusters this process serves, kept in DATA_DIR/node-bidder/guests and
-// given the image tarballs of DATA_DIR/node-bidder/images at boot. A bidder serves one
+// given the image tarballs of DATA_DIR/node-bidder/images at boot and the registry
+// configuration of DATA_DIR/node-bidder/registries (or nodes.RegistryConfigDir). A bidder serves one
 // substrate, so nodes get their own account rather than a second substrate in the deno
 // bidder. It runs only beside tenant control planes (a node joins a gate on this host) and
 // when the node substrate's prerequisites hold (root, containerd, runc, the CNI plugins);
@@ -55,6 +56,12 @@ func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nod
 		return err
 	}
 	nodes.StateDir, nodes.ImageDir, nodes.Progress = filepath.Join(dir, "guests"), images, phase
+	if nodes.RegistryConfigDir == "" {
+		nodes.RegistryConfigDir = filepath.Join(dir, "registries")
+		if err := os.MkdirAll(nodes.RegistryConfigDir, 0o700); err != nil {
+			return err
+		}
+	}
 	sub, err := node.New(nodes)
 	if errors.Is(err, substrate.ErrUnavailable) {
 		phase("local node bidder not started: %v", err)

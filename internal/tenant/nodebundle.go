@@ -126,6 +126,12 @@ func (m *Manager) DeleteNode(ctx context.Context, k Key, name string) error {
 	if err != nil {
 		return err
 	}
+	return DeleteNodeAndPods(ctx, cs, name)
+}
+
+// DeleteNodeAndPods deletes node name's object through cs, then the pods still bound to it
+// (see Manager.DeleteNode); a node already gone is no error.
+func DeleteNodeAndPods(ctx context.Context, cs kubernetes.Interface, name string) error {
 	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}

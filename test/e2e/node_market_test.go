@@ -16,6 +16,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -410,6 +411,7 @@ func scaleUpOne(t *testing.T, n *nodeUp, flavour string) {
 	if len(ids) != 1 || guestproc.ReadJSON(ids[0], &ns) != nil || (ns.Flavour != flavour && !(ns.Flavour == "" && flavour == node.FlavourNamespace)) {
 		t.Errorf("the node guest's flavour is %q (%v), want %s", ns.Flavour, ids, flavour)
 	}
+	nodeAdvertisesItsContract(t, kc, claim.Spec.NodeName, ids[0])
 
 	tkubectl(t, kc, "", "delete", "pod", "hello")
 	t1 := time.Now()
@@ -842,5 +844,34 @@ func TestACC31_LostNodeIsReplaced(t *testing.T) {
 	t.Logf("node killed -> keeper Running on a new node in %.2fs", time.Since(t0).Seconds())
 	if r := nodesReady(kc); len(r) != 1 || r[second.Spec.NodeName] != "True" {
 		t.Errorf("tenant nodes %v, want only %s Ready", r, second.Spec.NodeName)
+	}
+}
+
+// nodeAdvertisesItsContract: the Node's allocatable CPU and memory are its contract's cpus
+// and mem (node.json, as the substrate booted it), not its host's.
+func nodeAdvertisesItsContract(t *testing.T, kc, nodeName, nodeJSON string) {
+	t.Helper()
+	var contract struct {
+		CPUs   int `json:"cpus"`
+		MemMiB int `json:"memMiB"`
+	}
+	if err := guestproc.ReadJSON(nodeJSON, &contract); err != nil || contract.CPUs == 0 || contract.MemMiB == 0 {
+		t.Errorf("node.json holds no contract figures: %+v %v", contract, err)
+		return
+	}
+	out := tkubectl(t, kc, "", "get", "node", nodeName, "-o", `jsonpath={.status.allocatable.cpu} {.status.allocatable.memory} {.status.capacity.cpu}`)
+	f := strings.Fields(out)
+	if len(f) != 3 {
+		t.Errorf("node %s allocatable/capacity: %q", nodeName, out)
+		return
+	}
+	cpu, mem := resource.MustParse(f[0]), resource.MustParse(f[1])
+	capCPU := resource.MustParse(f[2])
+	wantCPU := int64(contract.CPUs) * 1000
+	if capCPU.MilliValue() < wantCPU {
+		wantCPU = capCPU.MilliValue() // a node never advertises more than its host has
+	}
+	if cpu.MilliValue() != wantCPU || mem.Value() != int64(contract.MemMiB)<<20 {
+		t.Errorf("node %s advertises cpu %s memory %s; its contract is %d cpus, %d MiB", nodeName, f[0], f[1], contract.CPUs, contract.MemMiB)
 	}
 }

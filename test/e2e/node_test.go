@@ -339,7 +339,9 @@ type tenantToJoin struct {
 }
 
 // joinableCluster starts up, makes the Cluster default/name Ready at zero nodes and mints a
-// bundle for nodeName that lives ttl.
+// bundle for nodeName that lives ttl. The Cluster's maxNodes is 0: its nodes are the ones
+// the test boots, and a pod pending before they are Ready must not make up's node bidder
+// rent one (a node up rents outlives up, as every guest does).
 func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) tenantToJoin {
 	t.Helper()
 	requireNodeHost(t)
@@ -349,7 +351,7 @@ func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) ten
 	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: `+name+`, namespace: default}
-spec: {account: "`+tenantOwner+`", name: `+name+`, running: true}
+spec: {account: "`+tenantOwner+`", name: `+name+`, running: true, maxNodes: 0}
 `, "apply", "-f", "-")
 	cl := waitPhase(t, c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
 	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: name}, nodeName, cl.Status.Server, ttl)

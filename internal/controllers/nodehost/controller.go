@@ -151,9 +151,9 @@ type outcome struct {
 }
 
 // Reconcile: read the Cluster and its claims; a Cluster not running or deleted releases
-// every claim (release.go); a Ready one has its tenant watched (watch.go), its claims that
-// ended deleted, the decision taken (input.go) and applied (apply.go); the status is written
-// once (status.go).
+// every claim (release.go); a Ready one has its tenant watched (watch.go), its claimed Nodes
+// labelled and its ghost Nodes removed (ghosts.go), its claims that ended deleted, the
+// decision taken (input.go) and applied (apply.go); the status is written once (status.go).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := tenant.Key{Namespace: req.Namespace, Name: req.Name}
 	var c v1alpha1.Cluster
@@ -244,6 +244,9 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		if NodeJoined(n) {
 			p.joined[n.Name] = true
 		}
+	}
+	if err := r.upkeep(ctx, p, w, nodes); err != nil {
+		return scale.Decision{}, err
 	}
 	retry, err := r.deleteEnded(ctx, p)
 	if err != nil {

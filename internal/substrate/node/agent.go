@@ -150,6 +150,9 @@ func (a *agent) start() error {
 	}
 
 	// 3. containerd in the node.
+	if err := copyRegistryConfig(ns.Registry, ns.registryDir()); err != nil {
+		return err
+	}
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
 		return err
 	}
@@ -511,7 +514,8 @@ func unescapeMount(s string) string {
 // containerdConfig: own root, state, socket and runc root; CRI with the local sandbox image,
 // restrict_oom_score_adj (root here lacks CAP_SYS_RESOURCE: without it every sandbox fails
 // "can't get final child's PID from pipe"), cgroupfs, the pods' network namespaces mounted
-// under the state dir, CNI config and plugins from our dirs; no metrics or debug listeners.
+// under the state dir, CNI config and plugins from our dirs, registries from the node's copy
+// of the operator's hosts directory; no metrics or debug listeners.
 func containerdConfig(ns nodeState) string {
 	return fmt.Sprintf(`version = 2
 root = %q
@@ -550,8 +554,10 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
     bin_dir = %q
     conf_dir = %q
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
 `, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
-		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"))
+		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
 }
 
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
@@ -621,7 +627,17 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, clusternet.NodeLocalDNS, clusternet.ClusterDomain, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA))
+`, clusternet.NodeLocalDNS, clusternet.ClusterDomain, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns)
+}
+
+// kubeletReserved is the systemReserved stanza that leaves ns's contract allocatable
+// (allocatable.go); a host whose capacity cannot be read reserves nothing.
+func kubeletReserved(ns nodeState) string {
+	h, err := readHostCapacity()
+	if err != nil {
+		return ""
+	}
+	return systemReservedConfig(ns, h)
 }
 
 // deleteContainers force-deletes every container runc knows under the node's runc root

@@ -78,6 +78,12 @@ type Config struct {
 	// Flavour is FlavourNamespace (the default), FlavourVM or FlavourAuto (decided once, in
 	// New: Substrate.Flavour says what it chose and why).
 	Flavour string
+	// RegistryConfigDir is how nodes reach image registries, in containerd's hosts
+	// directory layout (docs/images.md): one directory per registry host (docker.io,
+	// 203.0.113.5:5000, _default) holding a hosts.toml with its mirrors, CA, client
+	// certificates and headers (credentials). Copied into every node at boot. Empty: pulls
+	// go to each registry's own https endpoint with the host's CA bundle.
+	RegistryConfigDir string
 	// VMImageDir is the vm substrate's image (kernel and initramfs, `socialweb image build`)
 	// that vm nodes boot.
 	VMImageDir string
@@ -226,6 +232,8 @@ type nodeState struct {
 	// SERVFAIL); DNSUpstreamWhy says where they came from, for the agent's log.
 	DNSUpstreams   []string `json:"dnsUpstreams,omitempty"`
 	DNSUpstreamWhy string   `json:"dnsUpstreamWhy,omitempty"`
+	// Registry is Config.RegistryConfigDir, copied into the node at its start.
+	Registry string `json:"registry,omitempty"`
 
 	// Contained: containerd and the kubelet run in the node's own mount, PID, IPC, UTS and
 	// cgroup namespaces under its own root (contain.go), and its cgroups carry CPUs and
@@ -318,7 +326,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	ns := nodeState{
 		NodeName: j.NodeName, Server: j.Server, Index: idx,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
-		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir,
+		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
 		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
 		Cgroup:    "socialweb-node-" + tag,
 		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,

@@ -80,6 +80,10 @@ func rootDiskFiles(binary string) ([][2]string, error) {
 			}
 		}
 	}
+	// The host's CA bundle: containerd verifies registries' certificates with it.
+	if _, err := os.Stat(CABundle); err == nil {
+		files = append(files, [2]string{CABundle, CABundle})
+	}
 	return files, nil
 }
 
@@ -103,6 +107,9 @@ func xtablesDir() (string, error) {
 	}
 	return "", fmt.Errorf("iptables extensions (libxt_standard.so) not found under /usr/lib/*/xtables: install iptables")
 }
+
+// CABundle is where Debian's ca-certificates puts the bundle Go's TLS reads.
+const CABundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // sharedLibs lists the libraries ldd resolves for path (none for a static binary).
 func sharedLibs(path string) ([]string, error) {
