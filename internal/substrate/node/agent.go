@@ -560,6 +560,9 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
 }
 
+// podBridge is the node's pod bridge.
+const podBridge = "cni0"
+
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
 // node's own dir (not /var/lib/cni/networks, shared by every node on the host); the bridge
 // is each pod's default gateway, so Service addresses (routed nowhere else) reach the
@@ -571,7 +574,7 @@ func cniConfig(ns nodeState) string {
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": %q,
       "isGateway": true,
       "isDefaultGateway": true,
       "ipMasq": false,
@@ -584,7 +587,7 @@ func cniConfig(ns nodeState) string {
     }
   ]
 }
-`, ns.PodSubnet, ns.work("cni", "ipam"))
+`, podBridge, ns.PodSubnet, ns.work("cni", "ipam"))
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,

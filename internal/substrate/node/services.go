@@ -96,6 +96,28 @@ conntrack:
 `, clusternet.ClusterCIDR, ns.NodeName, ns.NodeIP, ns.NodeIP, ns.servicesPath("kubeconfig"))
 }
 
+// podsToNodeChain filters, in the node's namespace, what pods open to the node itself.
+const podsToNodeChain = "SOCIALWEB-PODS-TO-NODE"
+
+// podsToNodeRules are iptables commands (the filter table of the node's namespace) that let
+// a pod open connections to its node only for the node's DNS server and the kubernetes
+// Service's forwarder: the pods' default route is the node's bridge, and without them a pod
+// reaches everything listening on the node's addresses (its kubelet's API, kube-proxy's
+// health port on the node address). Replies to what the node opened (the kubelet's probes)
+// pass; a Service or NodePort is DNATed before INPUT and forwarded to its pod, untouched.
+func podsToNodeRules() [][]string {
+	c := podsToNodeChain
+	return [][]string{
+		{"-N", c},
+		{"-A", c, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"},
+		{"-A", c, "-d", clusternet.NodeLocalDNS + "/32", "-p", "udp", "--dport", "53", "-j", "RETURN"},
+		{"-A", c, "-d", clusternet.NodeLocalDNS + "/32", "-p", "tcp", "--dport", "53", "-j", "RETURN"},
+		{"-A", c, "-d", tenant.AdvertiseIP.String() + "/32", "-p", "tcp", "-j", "RETURN"},
+		{"-A", c, "-j", "DROP"},
+		{"-I", "INPUT", "1", "-i", podBridge, "-j", c},
+	}
+}
+
 // startServices gives the node its local addresses, starts kube-proxy and the DNS server,
 // and the forwarder of the `kubernetes` Service's endpoint.
 func (a *agent) startServices() error {
@@ -105,6 +127,11 @@ func (a *agent) startServices() error {
 	}
 	for _, ip := range []string{clusternet.NodeLocalDNS, tenant.AdvertiseIP.String()} {
 		if err := run("ip", "-n", ns.Netns, "addr", "replace", ip+"/32", "dev", "lo"); err != nil {
+			return err
+		}
+	}
+	for _, r := range podsToNodeRules() {
+		if err := run("nsenter", append([]string{"--net=" + ns.netnsPath(), "--", "iptables", "-w"}, r...)...); err != nil {
 			return err
 		}
 	}
