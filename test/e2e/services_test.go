@@ -4,15 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -248,10 +252,131 @@ ports: [{name: https, port: `+otherPort+`, protocol: TCP}]
 	}
 }
 
-// Names outside the cluster are forwarded to the bidder's upstream. Forwarding needs the
-// node's egress through the host (the pod network's part, with a namespace standing for the
-// internet that serves DNS); until it exists the row says so and skips.
+// Names outside the cluster are forwarded to the bidder's upstream: a DNS server in a
+// namespace standing for the internet (203.0.113.153, reached from the host through a veth
+// pair in 198.51.100.52/30). Forwarding needs the nodes' egress through the host; where the
+// binary has none (no --node-egress-deny) the row says so and skips, after checking its own
+// fixture answers from the host.
 func TestServices_DNSForwards(t *testing.T) {
-	t.Skip("SKIP-NODE-EGRESS: nodes have no egress through the host yet, so no upstream is reachable from a node; " +
-		"internal/nodedns TestChooseUpstreams and TestCorefile cover the decision and the configuration")
+	requireNodeHost(t)
+	upstream := internetDNS(t, "probe.example.test.", "192.0.2.80")
+	m := new(dns.Msg)
+	m.SetQuestion("probe.example.test.", dns.TypeA)
+	if r, err := dns.Exchange(m, upstream); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("the internet namespace's DNS server from the host: %v %v", r, err)
+	}
+	help, _ := exec.Command(socialwebBin, "up", "--help").CombinedOutput()
+	if !strings.Contains(string(help), "--node-egress-deny") {
+		t.Skip("SKIP-NODE-EGRESS: this binary gives nodes no egress through the host (no --node-egress-deny), so no upstream is reachable from a node; " +
+			"internal/nodedns TestChooseUpstreams and TestCorefile cover the decision and the configuration")
+	}
+
+	tc := joinableCluster(t, "dnsf", "node-f", 10*time.Minute)
+	writeProbeImage(t, tc.images)
+	state := filepath.Join(t.TempDir(), "nodes")
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: upstream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, s, state)
+	bootNode(t, s, "dnsf-a", "node-f", tc.bundle)
+	dump := func() string {
+		var b strings.Builder
+		for _, f := range []string{"log", "node-dns.log"} {
+			out, _ := guestproc.Tail(filepath.Join(state, "dnsf-a", f), 25)
+			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
+		}
+		return b.String()
+	}
+	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
+		out, _ := tkubectlErr(tc.kc, "get", "node", "node-f", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", fmt.Errorf("%q\n%s", out, dump())
+	})
+	tkubectl(t, tc.kc, `apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: default}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: `+probeImage+`, imagePullPolicy: Never, args: [sleep]}
+`, "apply", "-f", "-")
+	testenv.Eventually(t, 60*time.Second, "a name outside the cluster resolves through the bidder's upstream", func() (bool, error) {
+		out, err := tkubectlErr(tc.kc, "exec", "client", "--", "/svcprobe", "resolve", "probe.example.test.")
+		return err == nil && strings.TrimSpace(out) == "192.0.2.80", fmt.Errorf("%q %v\n%s", out, err, dump())
+	})
+}
+
+// internetDNS makes a network namespace standing for the internet, routed from the host
+// through a veth pair, with a DNS server on 203.0.113.153:53 answering name with addr (A)
+// and NXDOMAIN to anything else; it returns the server's address.
+func internetDNS(t *testing.T, name, addr string) string {
+	t.Helper()
+	tag := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+	netns, link := "swdns-"+tag, "swd"+tag
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", netns)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "route", "del", "203.0.113.153/32").Run()
+		_ = exec.Command("ip", "link", "del", link).Run()
+		_ = exec.Command("ip", "netns", "del", netns).Run()
+	})
+	run("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns)
+	run("addr", "add", "198.51.100.53/30", "dev", link)
+	run("link", "set", link, "up")
+	run("-n", netns, "addr", "add", "198.51.100.54/30", "dev", "eth0")
+	run("-n", netns, "link", "set", "eth0", "up")
+	run("-n", netns, "link", "set", "lo", "up")
+	run("-n", netns, "addr", "add", "203.0.113.153/32", "dev", "lo")
+	run("-n", netns, "route", "add", "default", "via", "198.51.100.53")
+	run("route", "add", "203.0.113.153/32", "via", "198.51.100.54")
+
+	pc, err := listenUDPInNetns("/run/netns/"+netns, "203.0.113.153:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		switch {
+		case len(r.Question) != 1 || !strings.EqualFold(r.Question[0].Name, name):
+			m.Rcode = dns.RcodeNameError
+		case r.Question[0].Qtype == dns.TypeA:
+			rr, _ := dns.NewRR(name + " 30 IN A " + addr)
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return "203.0.113.153:53"
+}
+
+// listenUDPInNetns opens a UDP socket inside the network namespace at nsPath.
+func listenUDPInNetns(nsPath, addr string) (net.PacketConn, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, err
+	}
+	pc, lerr := net.ListenPacket("udp", addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		panic(fmt.Sprintf("setns back: %v", err)) // the thread would serve the test from the wrong namespace
+	}
+	return pc, lerr
 }
