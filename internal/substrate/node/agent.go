@@ -606,8 +606,6 @@ cgroupDriver: cgroupfs
 enforceNodeAllocatable: []
 failSwapOn: false
 resolvConf: ""
-clusterDNS: [%s]
-clusterDomain: %s
 address: %s
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -630,7 +628,16 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, clusternet.NodeLocalDNS, clusternet.ClusterDomain, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns)
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns)
+}
+
+// kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);
+// a vm node has none yet, and its pods get no nameserver rather than one that never answers.
+func kubeletDNS(ns nodeState) string {
+	if ns.Flavour == FlavourVM {
+		return ""
+	}
+	return fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", clusternet.NodeLocalDNS, clusternet.ClusterDomain)
 }
 
 // kubeletReserved is the systemReserved stanza that leaves ns's contract allocatable
