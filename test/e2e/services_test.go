@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -237,6 +238,27 @@ ports: [{name: https, port: `+otherPort+`, protocol: TCP}]
 `, "apply", "-f", "-")
 	eventuallyIn("the owner's slice naming the other cluster's port leads to this cluster", "200 {",
 		"get", "https://10.77.0.1:"+otherPort+"/api", saDir+"/ca.crt", saDir+"/token")
+
+	// What Services and DNS cost a node: the resident memory of its kube-proxy and DNS
+	// server.
+	for _, word := range []string{"proxy", "node-dns"} {
+		for _, pid := range procsWithArg(filepath.Join(state, "svc1-a")) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			args := strings.Split(string(b), "\x00")
+			if filepath.Base(args[0]) != filepath.Base(socialwebBin) || !slices.Contains(args, word) {
+				continue
+			}
+			// RssFile is mostly the binary's text, shared with every other process of it.
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			var rss []string
+			for _, l := range strings.Split(string(st), "\n") {
+				if strings.HasPrefix(l, "VmRSS:") || strings.HasPrefix(l, "RssAnon:") || strings.HasPrefix(l, "RssFile:") {
+					rss = append(rss, strings.Join(strings.Fields(l), " "))
+				}
+			}
+			t.Logf("bench: %s %s", word, strings.Join(rss, ", "))
+		}
+	}
 
 	// Figures: a Service request (new connection each, by ClusterIP) and a DNS lookup of a
 	// Service name (the pod's resolver has no cache), from a pod.
