@@ -183,6 +183,11 @@ func TestServices_OneNode(t *testing.T) {
 	eventuallyIn("the Service by name", "200 server-", "get", "http://probe.default.svc.cluster.local/")
 	eventuallyIn("the headless Service's name resolves to its pods", strings.Join(podIPs, ","), "resolve", "probe-headless")
 	eventuallyIn("kubernetes.default resolves to the first service address", "10.43.0.1", "resolve", "kubernetes.default")
+	// With no upstream (this node's operator set none), a name outside the cluster is
+	// SERVFAIL ("server misbehaving" to Go's resolver), answered inside the node.
+	if out, err := in("resolve", "outside.example."); err == nil || !strings.Contains(err.Error(), "server misbehaving") {
+		t.Errorf("a name outside the cluster with no upstream: %q %v, want SERVFAIL (server misbehaving)", out, err)
+	}
 
 	// The NodePort, from the bidder host, on the node's address.
 	testenv.Eventually(t, 30*time.Second, "the NodePort from the host", func() (bool, error) {
