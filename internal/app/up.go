@@ -49,6 +49,9 @@ type UpOptions struct {
 	// NodeFlavour is how the local node bidder runs nodes (node.FlavourNamespace, the
 	// default, or node.FlavourVM with the image in NodeVMImage).
 	NodeFlavour, NodeVMImage string
+	// NodeDNSUpstream is where the local node bidder's nodes forward names outside their
+	// cluster (node.Config.DNSUpstream).
+	NodeDNSUpstream string
 	// NodeRegistryConfig is the local node bidder's registry configuration
 	// (node.Config.RegistryConfigDir); "" means DATA_DIR/node-bidder/registries.
 	NodeRegistryConfig string
@@ -169,7 +172,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig}, o.MarketFollow, log, phase); err != nil {
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, DNSUpstream: o.NodeDNSUpstream}, o.MarketFollow, log, phase); err != nil {
 			return err
 		}
 		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {

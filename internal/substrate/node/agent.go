@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -60,7 +61,7 @@ func RunAgent(dir string) int {
 	if ns.Flavour == FlavourVM && ns.Netns != "" {
 		return runVMHost(ns, logf, sigs)
 	}
-	a := &agent{ns: ns, logf: logf, ended: make(chan string, 4)}
+	a := &agent{ns: ns, logf: logf, ended: make(chan string, 8)}
 	err := a.start()
 	if err == nil {
 		select {
@@ -88,6 +89,12 @@ type agent struct {
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
 	netpol     *exec.Cmd
+
+	// Services and DNS (services.go): kube-proxy, the DNS server, the forwarder of the
+	// kubernetes Service's endpoint.
+	proxy, dns   *exec.Cmd
+	apiFwd       *apiForwarder
+	stopServices func()
 }
 
 func (a *agent) start() error {
@@ -199,20 +206,20 @@ func (a *agent) start() error {
 	}
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
 
-	// 6. NetworkPolicy, as the node (internal/netpol), once the kubelet holds its
-	// renewable client certificate. Not yet in a vm node: its image's initramfs carries no
-	// nf_tables or br_netfilter module (docs/networking.md).
+	// 6. Services and DNS. A vm node has neither yet (docs/networking.md).
+	if ns.Flavour != FlavourVM {
+		if err := a.startServices(); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
+	}
+	// 7. NetworkPolicy, as the node (internal/netpol), with the services' kubeconfig (the
+	// node's renewed client certificate). Not yet in a vm node: its image's initramfs carries
+	// no nf_tables or br_netfilter module (docs/networking.md).
 	if ns.Netns == "" {
 		return nil
 	}
-	if err := writeClientKubeconfig(ns); err != nil {
-		return err
-	}
-	if err := waitClientPair(ns, 30*time.Second); err != nil {
-		return err
-	}
 	a.netpol, err = a.spawn("netpol", "netpol.log", ns.Binary, "kube", "netpol",
-		"--kubeconfig", ns.clientKubeconfig(), "--node-name", ns.NodeName)
+		"--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName)
 	if err != nil {
 		return err
 	}
@@ -282,6 +289,9 @@ func (a *agent) teardown() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	stop("netpol", a.netpol, 5*time.Second)
+	a.stopServicesForwarder()
+	stop("kube-proxy", a.proxy, 5*time.Second)
+	stop("node-dns", a.dns, 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
 		if n, err := removePods(ns); err != nil {
@@ -570,8 +580,13 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
 }
 
+// podBridge is the node's pod bridge.
+const podBridge = "cni0"
+
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
-// node's own dir (not /var/lib/cni/networks, shared by every node on the host).
+// node's own dir (not /var/lib/cni/networks, shared by every node on the host); the bridge
+// is each pod's default gateway, so Service addresses (routed nowhere else) reach the
+// node's kube-proxy rules.
 func cniConfig(ns nodeState) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -579,8 +594,9 @@ func cniConfig(ns nodeState) string {
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": %q,
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
@@ -591,11 +607,12 @@ func cniConfig(ns nodeState) string {
     }
   ]
 }
-`, ns.PodSubnet, ns.work("cni", "ipam"))
+`, podBridge, ns.PodSubnet, ns.work("cni", "ipam"))
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
-// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host,
+// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host
+// (a pod's DNS is the node's own server on NodeLocalDNS, services.go),
 // no read-only port, the API on the node's address, pod logs in the node's dir, evictions
 // at thresholds a shared host does not trip. The join bundle's client certificate lives a
 // day: the kubelet renews it through a CertificateSigningRequest (into its cert dir) before
@@ -631,7 +648,16 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns)
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns)
+}
+
+// kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);
+// a vm node has none yet, and its pods get no nameserver rather than one that never answers.
+func kubeletDNS(ns nodeState) string {
+	if ns.Flavour == FlavourVM {
+		return ""
+	}
+	return fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", clusternet.NodeLocalDNS, clusternet.ClusterDomain)
 }
 
 // kubeletReserved is the systemReserved stanza that leaves ns's contract allocatable

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"socialweb.computer/internal/nodedns"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/vm"
@@ -88,6 +89,10 @@ type Config struct {
 	VMImageDir string
 	// QEMU and Accelerator are as in vm.Config, for vm nodes.
 	QEMU, Accelerator string
+	// DNSUpstream is where nodes' DNS servers forward names outside their cluster: IP or
+	// IP:port, comma-separated, nodedns.UpstreamNone, or empty for the first nameserver of
+	// the host's /etc/resolv.conf that is not a loopback address (none if there is none).
+	DNSUpstream string
 	// Progress, when set, hears of a FlavourAuto decision that takes more than a second (the
 	// accelerator probe's test boot, once per host boot).
 	Progress func(format string, args ...any)
@@ -99,7 +104,10 @@ type Substrate struct {
 	store guestproc.Store
 	vm    *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
 	why   string        // why this flavour
-	mu    sync.Mutex    // guards address allocation
+	// dnsUpstreams, dnsWhy: Config.DNSUpstream decided once, in New.
+	dnsUpstreams []string
+	dnsWhy       string
+	mu           sync.Mutex // guards address allocation
 }
 
 // Flavour is the flavour of the nodes this substrate boots, and why.
@@ -142,6 +150,10 @@ func New(cfg Config) (*Substrate, error) {
 		return nil, err
 	}
 	s := &Substrate{cfg: cfg, store: guestproc.Store{Root: abs}, why: "configured"}
+	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
+	if s.dnsUpstreams, s.dnsWhy, err = nodedns.ChooseUpstreams(cfg.DNSUpstream, resolvConf); err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "DNS upstream: %v", err)
+	}
 	switch cfg.Flavour {
 	case FlavourVM:
 		if s.vm, err = newVM(cfg); err != nil {
@@ -216,6 +228,10 @@ type nodeState struct {
 	PodSubnet string `json:"podSubnet"` // the bridge's subnet inside the namespace
 	Cgroup    string `json:"cgroup"`    // the name of the node's cgroup in each hierarchy
 
+	// DNSUpstreams get the names outside the cluster from the node's DNS server (none:
+	// SERVFAIL); DNSUpstreamWhy says where they came from, for the agent's log.
+	DNSUpstreams   []string `json:"dnsUpstreams,omitempty"`
+	DNSUpstreamWhy string   `json:"dnsUpstreamWhy,omitempty"`
 	// Registry is Config.RegistryConfigDir, copied into the node at its start.
 	Registry string `json:"registry,omitempty"`
 
@@ -314,6 +330,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		PauseTar: filepath.Join(s.cfg.StateDir, ".images", "pause.tar"), PodSubnet: "10.88.0.0/24",
 		Cgroup:    "socialweb-node-" + tag,
 		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
+		DNSUpstreams: s.dnsUpstreams, DNSUpstreamWhy: s.dnsWhy,
 	}
 	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
