@@ -104,6 +104,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
 	f.StringVar(&nodes.RegistryConfigDir, "registry-config", "", "with --substrate node: how nodes reach image registries, a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md)")
 	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourAuto, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
+	f.StringVar(&nodes.DNSUpstream, "node-dns-upstream", "", "with --substrate node: where nodes' DNS servers forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	addEgressFlags(f, &nodes.EgressAllow, &nodes.EgressDeny)
 	return cmd

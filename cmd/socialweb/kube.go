@@ -12,7 +12,7 @@ import (
 // newKubeCommand is the multi-call entry for the Kubernetes components a tenant cluster
 // runs: `socialweb kube controlplane --spec FILE` (all of them in one process, what the
 // Cluster controller starts), or one of apiserver, controller-manager, scheduler with its
-// upstream flags, or the kubelet a node substrate starts. It is the only import of k8s.io/kubernetes in this binary.
+// upstream flags, or the kubelet and kube-proxy a node substrate starts. It is the only import of k8s.io/kubernetes in this binary.
 // componentFlags is pflag's global flag set as the linked-in components registered it at
 // init (main replaces the global one for cobra).
 var componentFlags *pflag.FlagSet

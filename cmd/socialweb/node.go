@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"socialweb.computer/internal/nodedns"
 	"socialweb.computer/internal/substrate/node"
 )
 
@@ -51,6 +52,20 @@ func newNodePodNetCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			os.Exit(node.RunPodNet(args[0]))
 			return nil
+		},
+	}
+}
+
+// newNodeDNSCommand is the DNS server of a node (internal/nodedns: CoreDNS), serving the
+// Corefile the node agent wrote, inside the node's namespaces. The agent starts it.
+func newNodeDNSCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "node-dns COREFILE",
+		Short:  "Run a node's DNS server (started by the node agent)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return nodedns.Run(args[0])
 		},
 	}
 }

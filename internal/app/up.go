@@ -52,6 +52,9 @@ type UpOptions struct {
 	// NodeEgressAllow and NodeEgressDeny change what the local node bidder's pods may
 	// reach beyond their cluster (node.Config.EgressAllow, EgressDeny).
 	NodeEgressAllow, NodeEgressDeny []string
+	// NodeDNSUpstream is where the local node bidder's nodes forward names outside their
+	// cluster (node.Config.DNSUpstream).
+	NodeDNSUpstream string
 	// NodeRegistryConfig is the local node bidder's registry configuration
 	// (node.Config.RegistryConfigDir); "" means DATA_DIR/node-bidder/registries.
 	NodeRegistryConfig string
@@ -172,7 +175,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig,
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, DNSUpstream: o.NodeDNSUpstream,
 			EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny}, o.MarketFollow, log, phase); err != nil {
 			return err
 		}

@@ -56,6 +56,10 @@ type EgressPolicy struct {
 	Allow []netip.Prefix
 	// Deny are destinations dropped: DefaultDeny and the operator's own.
 	Deny []netip.Prefix
+	// DNS are the bidder's DNS upstreams the node's DNS server forwards to: UDP and TCP to
+	// each address and port pass before any range is dropped (a provider's resolver is
+	// often on its private network, or link-local), nothing else to them.
+	DNS []netip.AddrPort
 }
 
 // ParseEgressPolicy is DefaultDeny plus deny, with allow let through; each a CIDR (a bare
@@ -146,12 +150,17 @@ func EgressJump(link string) []string {
 
 // NodeChainRules are a node's own chain, in order: the overlay's UDP to another node link;
 // nothing addressed to the host itself (its INPUT filter sees those; this is for a
-// forwarded one); the always-denied ranges; the operator's allows; the deny list; the rest
+// forwarded one); the DNS upstreams' port; the always-denied ranges; the operator's allows; the deny list; the rest
 // is accepted (and masqueraded out of the host by HostNATRules).
 func NodeChainRules(p EgressPolicy) [][]string {
 	rules := [][]string{
 		{"-o", LinkPrefix + "+", "-d", clusternet.NodeNetwork, "-p", "udp", "--dport", strconv.Itoa(clusternet.OverlayPort), "-j", "ACCEPT"},
 		{"-m", "addrtype", "--dst-type", "LOCAL", "-j", "DROP"},
+	}
+	for _, d := range p.DNS {
+		for _, proto := range []string{"udp", "tcp"} {
+			rules = append(rules, []string{"-d", d.Addr().String() + "/32", "-p", proto, "--dport", strconv.Itoa(int(d.Port())), "-j", "ACCEPT"})
+		}
 	}
 	for _, c := range alwaysDenied {
 		rules = append(rules, []string{"-d", c, "-j", "DROP"})

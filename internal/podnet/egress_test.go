@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -52,6 +53,7 @@ func TestNodeChainRulesOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.DNS = []netip.AddrPort{netip.MustParseAddrPort("10.255.255.53:53")}
 	var lines []string
 	for _, r := range NodeChainRules(p) {
 		lines = append(lines, strings.Join(r, " "))
@@ -70,6 +72,7 @@ func TestNodeChainRulesOrder(t *testing.T) {
 	order := []string{
 		"-o swn+ -d 10.78.0.0/16 -p udp --dport 51820 -j ACCEPT",
 		"--dst-type LOCAL -j DROP",
+		"-d 10.255.255.53/32 -p udp --dport 53 -j ACCEPT", "-d 10.255.255.53/32 -p tcp --dport 53 -j ACCEPT",
 		"-d 10.78.0.0/16 -j DROP", "-d 169.254.0.0/16 -j DROP",
 		"-d 10.1.0.0/16 -j ACCEPT",
 		"-d 10.0.0.0/8 -j DROP", "-d 8.8.8.8/32 -j DROP",
@@ -148,6 +151,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	e.private.IP(t, "route", "add", "default", "via", "172.16.77.1")
 	h.IP(t, "route", "add", "169.254.169.254/32", "via", "172.16.77.2")
 	serveHTTP(t, e.private, "0.0.0.0:80", "private")
+	serveHTTP(t, e.private, "172.16.77.2:53", "a resolver on the private network")
 	serveHTTP(t, e.other, "10.78.200.6:10250", "another cluster's node")
 	serveHTTP(t, e.node, "10.78.200.2:10250", "this node")
 	return e
@@ -212,6 +216,7 @@ func TestEgressReachesTheInternetAndNothingOfTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.DNS = []netip.AddrPort{netip.MustParseAddrPort("172.16.77.2:53")}
 	for _, l := range []string{e.nodeLink, e.otherLink} {
 		if err := host.AddNode(l, p); err != nil {
 			t.Fatal(err)
@@ -227,6 +232,10 @@ func TestEgressReachesTheInternetAndNothingOfTheHost(t *testing.T) {
 
 	if body, err := get(t, e.node, pod, e.internet.HTTP); err != nil || body != e.internet.Body {
 		t.Fatalf("pod -> internet %s: %q, %v", e.internet.HTTP, body, err)
+	}
+	// The bidder's DNS upstream on its private network: its DNS port only.
+	if body, err := get(t, e.node, pod, "172.16.77.2:53"); err != nil {
+		t.Errorf("pod -> the DNS upstream's port 53: %q, %v", body, err)
 	}
 	for _, target := range []string{"172.16.77.2:80", "169.254.169.254:80", "10.78.200.6:10250"} {
 		if body, err := get(t, e.node, pod, target); err == nil {

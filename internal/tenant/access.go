@@ -123,7 +123,8 @@ const PodNetNodeReader = "socialweb:podnet-node-reader"
 // cluster-admin to the user named by the DID (the identity of minted kubeconfigs), and a
 // ServiceAccount for the account, bound likewise, for applies made on the owner's behalf.
 // It also binds system:kubelet-api-admin to the apiserver's kubelet client, so logs and
-// exec reach the nodes. Idempotent.
+// exec reach the nodes, and gives nodes what their kube-proxy and DNS server read
+// (nodeServicesAccess). Idempotent.
 //
 // revoked are the identities the Cluster denies (spec.members Revoked): their ServiceAccount
 // and bindings are removed (RevokeIdentity) and, for a revoked owner, not made again, so a
@@ -202,12 +203,52 @@ func (m *Manager) Bootstrap(ctx context.Context, k Key, account string, revoked 
 		}, metav1.CreateOptions{})
 		return err
 	})
+	objs = append(objs, nodeServicesAccess(ctx, cs)...)
 	for _, create := range objs {
 		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("bootstrapping cluster %s: %w", k, err)
 		}
 	}
 	return nil
+}
+
+// Names of the access every node's kube-proxy and DNS server have, with the node's own
+// credentials (group system:nodes), as k3s gives its agents.
+const (
+	NodeProxierBinding = "socialweb:node-proxier"
+	NodeDNSRole        = "socialweb:node-dns"
+)
+
+// nodeServicesAccess makes what kube-proxy and the DNS server of a node read: the upstream
+// ClusterRole system:node-proxier (Services, EndpointSlices, Nodes; events) and list and
+// watch of Namespaces (CoreDNS's kubernetes plugin follows them), bound to system:nodes.
+func nodeServicesAccess(ctx context.Context, cs kubernetes.Interface) []func() error {
+	nodes := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}
+	return []func() error{
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: NodeProxierBinding},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+				Subjects:   nodes,
+			}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{Name: NodeDNSRole},
+				Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}}},
+			}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: NodeDNSRole},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: NodeDNSRole},
+				Subjects:   nodes,
+			}, metav1.CreateOptions{})
+			return err
+		},
+	}
 }
 
 // OnBehalfOf is a rest.Config that acts in the cluster as the account's ServiceAccount (the

@@ -58,6 +58,11 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 		// name a flavour are written for namespace nodes.
 		args = append(args, "--node-flavour", "namespace")
 	}
+	if !slices.Contains(args, "--node-dns-upstream") {
+		// Nodes' DNS servers forward nothing off this machine: a row that forwards names
+		// names its own upstream, a server in a namespace standing for the internet.
+		args = append(args, "--node-dns-upstream", "none")
+	}
 	// Pods of the rows reach nothing beyond their cluster but the namespace that stands for
 	// the internet (substratetest.NewInternet): no address off this machine.
 	args = append(args, "--node-egress-deny", strings.Join(testEgressDeny, ","), "--node-egress-allow", strings.Join(testEgressAllow, ","))

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate/guestproc"
 )
@@ -61,7 +62,7 @@ func RunAgent(dir string) int {
 	if ns.Flavour == FlavourVM && ns.Netns != "" {
 		return runVMHost(ns, logf, sigs)
 	}
-	a := &agent{ns: ns, logf: logf, ended: make(chan string, 4)}
+	a := &agent{ns: ns, logf: logf, ended: make(chan string, 8)}
 	err := a.start()
 	if err == nil {
 		select {
@@ -90,6 +91,12 @@ type agent struct {
 	kubelet    *exec.Cmd
 	podnet     *exec.Cmd
 	netpol     *exec.Cmd
+
+	// Services and DNS (services.go): kube-proxy, the DNS server, the forwarder of the
+	// kubernetes Service's endpoint.
+	proxy, dns   *exec.Cmd
+	apiFwd       *apiForwarder
+	stopServices func()
 }
 
 func (a *agent) start() error {
@@ -216,20 +223,20 @@ func (a *agent) start() error {
 		a.logf("pod network started")
 	}
 
-	// 7. NetworkPolicy, as the node (internal/netpol), once the kubelet holds its
-	// renewable client certificate. Not yet in a vm node: its image's initramfs carries no
-	// nf_tables or br_netfilter module (docs/networking.md).
+	// 7. Services and DNS. A vm node has neither yet (docs/networking.md).
+	if ns.Flavour != FlavourVM {
+		if err := a.startServices(); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
+	}
+	// 8. NetworkPolicy, as the node (internal/netpol), with the services' kubeconfig (the
+	// node's renewed client certificate). Not yet in a vm node: its image's initramfs carries
+	// no nf_tables or br_netfilter module (docs/networking.md).
 	if ns.Netns == "" {
 		return nil
 	}
-	if err := writeClientKubeconfig(ns); err != nil {
-		return err
-	}
-	if err := waitClientPair(ns, 30*time.Second); err != nil {
-		return err
-	}
 	a.netpol, err = a.spawn("netpol", "netpol.log", ns.Binary, "kube", "netpol",
-		"--kubeconfig", ns.clientKubeconfig(), "--node-name", ns.NodeName)
+		"--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName)
 	if err != nil {
 		return err
 	}
@@ -299,6 +306,9 @@ func (a *agent) teardown() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	stop("netpol", a.netpol, 5*time.Second)
+	a.stopServicesForwarder()
+	stop("kube-proxy", a.proxy, 5*time.Second)
+	stop("node-dns", a.dns, 5*time.Second)
 	stop("pod network", a.podnet, 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
@@ -588,6 +598,9 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
 }
 
+// podBridge is the node's pod bridge.
+const podBridge = "cni0"
+
 // writeCNIConfig writes the node's CNI config for subnet through a rename, so containerd,
 // which watches the dir, never reads half of it.
 func writeCNIConfig(ns nodeState, subnet string) error {
@@ -600,10 +613,11 @@ func writeCNIConfig(ns nodeState, subnet string) error {
 }
 
 // cniConfig: a bridge inside the node's namespace with host-local addresses kept in the
-// node's own dir (not /var/lib/cni/networks, shared by every node on the host). Pods get a
-// default route through the bridge (the node routes, masquerades and sends other nodes'
-// pod subnets through the overlay) and the overlay's MTU, so a packet to another node's pod
-// fits the tunnel without fragmenting.
+// node's own dir (not /var/lib/cni/networks, shared by every node on the host). The bridge
+// is each pod's default gateway: Service addresses (routed nowhere else) reach the node's
+// kube-proxy rules, other nodes' pod subnets the overlay, the rest the node's masquerade.
+// Pods get the overlay's MTU, so a packet to another node's pod fits the tunnel without
+// fragmenting.
 func cniConfig(ns nodeState, subnet string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -611,25 +625,26 @@ func cniConfig(ns nodeState, subnet string) string {
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": %q,
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "mtu": %d,
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": %q
       }
     }
   ]
 }
-`, podnet.MTU, subnet, ns.work("cni", "ipam"))
+`, podBridge, podnet.MTU, subnet, ns.work("cni", "ipam"))
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
-// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host,
+// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host
+// (a pod's DNS is the node's own server on NodeLocalDNS, services.go),
 // no read-only port, the API on the node's address, pod logs in the node's dir, evictions
 // at thresholds a shared host does not trip. The join bundle's client certificate lives a
 // day: the kubelet renews it through a CertificateSigningRequest (into its cert dir) before
@@ -665,7 +680,16 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns)
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns)
+}
+
+// kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);
+// a vm node has none yet, and its pods get no nameserver rather than one that never answers.
+func kubeletDNS(ns nodeState) string {
+	if ns.Flavour == FlavourVM {
+		return ""
+	}
+	return fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", clusternet.NodeLocalDNS, clusternet.ClusterDomain)
 }
 
 // kubeletReserved is the systemReserved stanza that leaves ns's contract allocatable

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"socialweb.computer/internal/nodedns"
 	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
@@ -89,6 +91,10 @@ type Config struct {
 	VMImageDir string
 	// QEMU and Accelerator are as in vm.Config, for vm nodes.
 	QEMU, Accelerator string
+	// DNSUpstream is where nodes' DNS servers forward names outside their cluster: IP or
+	// IP:port, comma-separated, nodedns.UpstreamNone, or empty for the first nameserver of
+	// the host's /etc/resolv.conf that is not a loopback address (none if there is none).
+	DNSUpstream string
 	// Progress, when set, hears of a FlavourAuto decision that takes more than a second (the
 	// accelerator probe's test boot, once per host boot).
 	Progress func(format string, args ...any)
@@ -105,7 +111,10 @@ type Substrate struct {
 	store  guestproc.Store
 	vm     *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
 	why    string        // why this flavour
-	mu     sync.Mutex    // guards address allocation
+	// dnsUpstreams, dnsWhy: Config.DNSUpstream decided once, in New.
+	dnsUpstreams []string
+	dnsWhy       string
+	mu           sync.Mutex // guards address allocation
 }
 
 // Flavour is the flavour of the nodes this substrate boots, and why.
@@ -152,6 +161,10 @@ func New(cfg Config) (*Substrate, error) {
 		return nil, err
 	}
 	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured"}
+	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
+	if s.dnsUpstreams, s.dnsWhy, err = nodedns.ChooseUpstreams(cfg.DNSUpstream, resolvConf); err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "DNS upstream: %v", err)
+	}
 	switch cfg.Flavour {
 	case FlavourVM:
 		if s.vm, err = newVM(cfg); err != nil {
@@ -226,6 +239,10 @@ type nodeState struct {
 	PodSubnet string `json:"podSubnet,omitempty"` // a node booted with a fixed bridge subnet; now the Node's spec.podCIDR
 	Cgroup    string `json:"cgroup"`              // the name of the node's cgroup in each hierarchy
 
+	// DNSUpstreams get the names outside the cluster from the node's DNS server (none:
+	// SERVFAIL); DNSUpstreamWhy says where they came from, for the agent's log.
+	DNSUpstreams   []string `json:"dnsUpstreams,omitempty"`
+	DNSUpstreamWhy string   `json:"dnsUpstreamWhy,omitempty"`
 	// Registry is Config.RegistryConfigDir, copied into the node at its start.
 	Registry string `json:"registry,omitempty"`
 
@@ -331,7 +348,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		PauseTar:  filepath.Join(s.cfg.StateDir, ".images", "pause.tar"),
 		Cgroup:    "socialweb-node-" + tag,
 		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
-		PodNet: true,
+		PodNet:       true,
+		DNSUpstreams: s.dnsUpstreams, DNSUpstreamWhy: s.dnsWhy,
 	}
 	ns.EgressAllow, ns.EgressDeny = s.egress.Strings()
 	if err := os.MkdirAll(filepath.Dir(ns.PauseTar), 0o700); err != nil {
@@ -481,6 +499,15 @@ func setupEgress(ns nodeState) error {
 	p, err := podnet.ParseEgressPolicy(ns.EgressAllow, ns.EgressDeny)
 	if err != nil {
 		return err
+	}
+	// The node's DNS server forwards to the bidder's upstreams: their DNS port is let
+	// through whatever the deny list holds.
+	for _, u := range ns.DNSUpstreams {
+		ap, err := netip.ParseAddrPort(u)
+		if err != nil {
+			return fmt.Errorf("DNS upstream %q: %w", u, err)
+		}
+		p.DNS = append(p.DNS, ap)
 	}
 	if err := podnet.EnsureNodeMasq(ns.netnsPath()); err != nil {
 		return fmt.Errorf("masquerade in the node: %w", err)

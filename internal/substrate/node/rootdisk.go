@@ -51,6 +51,23 @@ func rootDiskFiles(binary string) ([][2]string, error) {
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
 		files = append(files, [2]string{filepath.Join(CNIBinDir, p), filepath.Join(CNIBinDir, p)})
 	}
+	// kube-proxy's iptables (iptables-restore and iptables-save are the same multi-call
+	// binary under their names) and the extensions its rules load (dlopen: ldd does not
+	// see them).
+	for _, b := range []string{"iptables", "iptables-restore", "iptables-save"} {
+		p, err := exec.LookPath(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b, err)
+		}
+		files = append(files, [2]string{p, p})
+	}
+	xt, err := xtablesDir()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range xtablesExtensions {
+		files = append(files, [2]string{filepath.Join(xt, e), filepath.Join(xt, e)})
+	}
 	seen := map[string]bool{}
 	for _, f := range files[:len(files):len(files)] {
 		libs, err := sharedLibs(f[0])
@@ -69,6 +86,27 @@ func rootDiskFiles(binary string) ([][2]string, error) {
 		files = append(files, [2]string{CABundle, CABundle})
 	}
 	return files, nil
+}
+
+// xtablesExtensions are the iptables extensions kube-proxy's rules use (k8s.io/kubernetes
+// pkg/proxy/iptables: matches, targets, the protocols of Services).
+var xtablesExtensions = []string{
+	"libxt_standard.so", "libxt_tcp.so", "libxt_udp.so", "libxt_sctp.so", "libxt_multiport.so",
+	"libxt_addrtype.so", "libxt_comment.so", "libxt_conntrack.so", "libxt_state.so",
+	"libxt_mark.so", "libxt_MARK.so", "libxt_nfacct.so", "libxt_recent.so", "libxt_statistic.so",
+	"libxt_NAT.so", "libxt_DNAT.so", "libxt_SNAT.so", "libxt_MASQUERADE.so", "libipt_REJECT.so",
+}
+
+// xtablesDir is where this host's iptables finds its extensions.
+func xtablesDir() (string, error) {
+	cands, _ := filepath.Glob("/usr/lib/*/xtables")
+	cands = append(cands, "/usr/lib/xtables", "/usr/libexec/xtables")
+	for _, d := range cands {
+		if _, err := os.Stat(filepath.Join(d, "libxt_standard.so")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("iptables extensions (libxt_standard.so) not found under /usr/lib/*/xtables: install iptables")
 }
 
 // CABundle is where Debian's ca-certificates puts the bundle Go's TLS reads.

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 
@@ -27,6 +28,9 @@ var components = map[string]func() *cobra.Command{
 	"controlplane":       newControlPlaneCommand,
 	"kubelet":            func() *cobra.Command { return kubeletapp.NewKubeletCommand(context.Background()) },
 	"netpol":             netpol.NewCommand,
+	// kube-proxy runs in every node beside the kubelet (iptables mode, the node's own
+	// credentials): Services' ClusterIPs and NodePorts are its rules in the node's namespace.
+	"proxy": proxyapp.NewProxyCommand,
 }
 
 // Names lists the components in order.
