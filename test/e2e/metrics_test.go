@@ -29,7 +29,7 @@ func TestMetrics_KubectlTop(t *testing.T) {
 	}
 
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestNode_NetworkPolicyEnforced(t *testing.T) {
 	const nodeName = "node-np"
 	tc := joinableCluster(t, "np1", nodeName, 10*time.Minute)
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestServices_OneNode(t *testing.T) {
 	tc := joinableCluster(t, "svc1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: "none"})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: "none", EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}

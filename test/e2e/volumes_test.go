@@ -139,7 +139,7 @@ spec:
 
 	// A node: the claim's pod lands there and its volume is made there.
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}
