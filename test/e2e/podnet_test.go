@@ -68,8 +68,9 @@ func httpBody(resp string) string {
 
 // Two pods of one cluster on two nodes: each node has its own pod CIDR, its overlay key
 // and endpoint on its Node, the pods' addresses are distinct and in their nodes' CIDRs (the
-// EndpointSlice of a Service over them lists both), and a pod reaches the other node's pod
-// by its IP, seen there with its own address (no NAT between nodes). The cross-node
+// EndpointSlice of a Service over them lists both), a pod reaches the other node's pod by its
+// IP, seen there with its own address (no NAT between nodes), and through the Service's
+// ClusterIP. The cross-node
 // throughput through the overlay is logged.
 func TestPodNet_CrossNodePodToPod(t *testing.T) {
 	n := startNodeUp(t, "--node-bid-window", "1s")
@@ -134,6 +135,18 @@ spec:
 	if back, err := inPod(kc, "b", httpGet(ipA+":8080", "/", 3)); err != nil || httpBody(back) != "served by a" {
 		t.Errorf("pod b -> pod a: %q %v", back, err)
 	}
+
+	// The Service's ClusterIP from pod a reaches both pods, the one on the other node
+	// through kube-proxy's DNAT and the overlay.
+	clusterIP := tkubectl(t, kc, "", "get", "service", "spread", "-o", "jsonpath={.spec.clusterIP}")
+	served := map[string]bool{}
+	testenv.Eventually(t, 60*time.Second, "the Service reaches the pods on both nodes", func() (bool, error) {
+		out, err := inPod(kc, "a", httpGet(clusterIP+":8080", "/", 3))
+		if b := httpBody(out); strings.HasPrefix(b, "served by ") {
+			served[b] = true
+		}
+		return served["served by a"] && served["served by b"], fmt.Errorf("served so far %v; last %q %v", served, out, err)
+	})
 
 	// Throughput: 64 MiB from b to a, three times, timed inside pod a (/proc/uptime, 10 ms).
 	var best float64
