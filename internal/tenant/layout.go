@@ -58,12 +58,12 @@ func firstServiceIP() net.IP {
 var ServingDNSNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
 // disabledControllers are the kube-controller-manager controllers a cluster whose nodes come
-// and go on demand does not need: quotas and autoscalers (the tenant owns the whole cluster),
-// storage-version and
-// resource-claim machinery, and the alpha/beta publishers. Each costs informers, so memory.
+// and go on demand does not need: storage-version and resource-claim machinery, and the
+// alpha/beta publishers. Each costs informers, so memory. ResourceQuota, the
+// HorizontalPodAutoscaler (the Metrics API is served), EndpointSlice mirroring and generic
+// ephemeral volumes run: they are Kubernetes a tenant's workloads and the conformance suite
+// expect.
 var disabledControllers = []string{
-	"resourcequota-controller",
-	"horizontal-pod-autoscaler-controller",
 	"ttl-controller",
 	"bootstrap-signer-controller",
 	"token-cleaner-controller",
@@ -77,8 +77,6 @@ var disabledControllers = []string{
 	"kube-apiserver-serving-clustertrustbundle-publisher-controller",
 	"podcertificaterequest-cleaner-controller",
 	"volumeattributesclass-protection-controller",
-	"endpointslice-mirroring-controller",
-	"ephemeral-volume-controller",
 	"persistentvolume-expander-controller",
 }
 

@@ -157,8 +157,15 @@ func TestBuildSpecFlags(t *testing.T) {
 		}
 	}
 	cm := strings.Join(s.ControllerManager, " ")
-	if !strings.Contains(cm, "-resourcequota-controller") {
-		t.Error("controller-manager keeps the resource quota controller")
+	// What tenants' workloads and the conformance suite expect runs; what a cluster of
+	// on-demand nodes does not need stays off.
+	for _, c := range []string{"resourcequota-controller", "horizontal-pod-autoscaler-controller", "endpointslice-mirroring-controller", "ephemeral-volume-controller", "node-ipam-controller"} {
+		if strings.Contains(cm, "-"+c) {
+			t.Errorf("controller-manager disables %s", c)
+		}
+	}
+	if !strings.Contains(cm, "-ttl-controller") {
+		t.Error("controller-manager runs the TTL controller")
 	}
 	if !strings.Contains(cm, "--cluster-signing-duration=24h0m0s") || strings.Contains(cm, "-csrsigning") || strings.Contains(cm, "-csrapproving") {
 		t.Errorf("controller-manager does not sign and approve day-long node certificates: %s", cm)

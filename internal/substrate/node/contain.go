@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -177,9 +178,11 @@ func buildRoot(ns nodeState) error {
 		"passwd":        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
 		"group":         "root:x:0:\nnogroup:x:65534:\n",
 		"hosts":         "127.0.0.1 localhost\n",
-		"nsswitch.conf": "hosts: files\n",
-		"resolv.conf":   "",
-		"hostname":      hostname(ns.NodeName) + "\n",
+		"nsswitch.conf": "hosts: files dns\n",
+		// The node's own DNS server (services.go): containerd resolves registry names
+		// through it, and it forwards them to the bidder's upstream.
+		"resolv.conf": "nameserver " + clusternet.NodeLocalDNS + "\n",
+		"hostname":    hostname(ns.NodeName) + "\n",
 	} {
 		m.writeFile("etc/"+name, body, 0o644)
 	}
