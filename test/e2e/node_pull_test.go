@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,12 +17,13 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
@@ -64,23 +68,40 @@ func startTestRegistry(t *testing.T, in *substratetest.Internet) *testRegistry {
 	return r
 }
 
-// push writes a busybox image with extra files (name -> size in bytes of random-looking
-// data) to repo:tag and returns its reference.
+// push writes a busybox image with extra files (name -> size in bytes of random data) to
+// repo:tag and returns its reference.
 func (r *testRegistry) push(t *testing.T, repo string, extra map[string]int) string {
 	t.Helper()
 	bb, err := os.ReadFile(node.BusyboxStatic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{"bin/busybox": bb}
-	for f, n := range extra {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(i*7919 + i>>8)
+	// One layer: busybox executable, the extra files readable.
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	add := func(name string, mode int64, data []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
 		}
-		files[f] = b
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
 	}
-	img, err := crane.Image(files)
+	add("bin/busybox", 0o755, bb)
+	for f, n := range extra {
+		// Random: a layer is gzip'd, and the figure is of n bytes on the wire.
+		b := make([]byte, n)
+		_, _ = rand.NewChaCha8([32]byte{1}).Read(b)
+		add(f, 0o644, b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,3 +191,28 @@ stringData:
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// TestBench_NodeImagePull100MB prints how long a node takes to pull a 100 MB image from a
+// registry in the internet namespace (the kubelet's own figure, from its Pulled event), and
+// the pod's create-to-Succeeded time with that pull in it.
+func TestBench_NodeImagePull100MB(t *testing.T) {
+	in := substratetest.NewInternet(t)
+	reg := startTestRegistry(t, in)
+	big := reg.push(t, "public/big:v1", map[string]int{"data/blob": 100 << 20})
+	n := startNodeUp(t, "--node-registry-config", reg.hostsConfig(t))
+	kc := n.cluster("b1", "maxNodes: 1, scaleHold: 30s")
+	// A node first, so the figure is the pull and not the node's boot.
+	tkubectl(t, kc, spreadPod("holder"), "apply", "-f", "-")
+	var nodeName string
+	for name := range n.waitClaimsRunning("b1", 1, 120*time.Second) {
+		nodeName = name
+	}
+	waitPod(t, kc, "holder", "Running", nodeName, 90*time.Second)
+	t0 := time.Now()
+	tkubectl(t, kc, pulledPod("big", big, ""), "apply", "-f", "-")
+	waitPod(t, kc, "big", "Succeeded", nodeName, 180*time.Second)
+	total := time.Since(t0)
+	ev := tkubectl(t, kc, "", "get", "events", "--field-selector", "involvedObject.name=big,reason=Pulled", "-o", "jsonpath={.items[0].message}")
+	t.Logf("bench: 100 MB image pull: %s", ev)
+	t.Logf("bench: pod created -> Succeeded with the pull: %.2fs", total.Seconds())
+}
