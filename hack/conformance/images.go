@@ -259,8 +259,13 @@ func buildImages(agnhostBinary, agnhostSrc string) (map[string]v1.Image, error) 
 	if err != nil {
 		return nil, fmt.Errorf("agnhost layer: %w", err)
 	}
-	layers := map[string]v1.Layer{"userland": ul, "agnhost": al}
+	return buildImagesFrom(map[string]v1.Layer{"userland": ul, "agnhost": al})
+}
+
+// buildImagesFrom assembles every image of conformanceImages from the named layers.
+func buildImagesFrom(layers map[string]v1.Layer) (map[string]v1.Image, error) {
 	out := map[string]v1.Image{}
+	var err error
 	for _, s := range conformanceImages {
 		img := empty.Image
 		for _, l := range s.Layers {

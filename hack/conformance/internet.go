@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -21,15 +22,16 @@ import (
 
 // The images are served from a network namespace that stands for the internet: the host
 // reaches it through a veth pair and one host route, as nodes' egress reaches any public
-// address. Its addresses are from TEST-NET-1 (192.0.2.0/24, RFC 5737), which no real host
-// holds, and differ from the 198.51.100.0/24 and 203.0.113.0/24 the tests' internet
-// namespace uses, so a run and the tests can share a host.
+// address. Its addresses are from TEST-NET-2 (198.51.100.0/24, RFC 5737), which no real host
+// holds: 198.51.100.8/30 for the link and 198.51.100.20 for the registry, apart from the
+// 198.51.100.0/30 and 203.0.113.0/24 the tests' internet namespace uses, so a run and the
+// tests can share a host. (TEST-NET-1 is this machine's own network here.)
 const (
 	internetNetns = "swconf-inet"
 	internetLink  = "swconfi0" // the host's end
-	hostIP        = "192.0.2.1"
-	peerIP        = "192.0.2.2"
-	registryIP    = "192.0.2.10"
+	hostIP        = "198.51.100.9"
+	peerIP        = "198.51.100.10"
+	registryIP    = "198.51.100.20"
 	registryAddr  = registryIP + ":5000"
 )
 
@@ -45,13 +47,61 @@ func ipCmd(args ...string) error {
 // previous run's leftovers too); absent parts are not an error.
 func removeInternet() {
 	_ = exec.Command("ip", "route", "del", registryIP+"/32").Run()
+	_ = exec.Command("ip", "route", "del", "unreachable", registryIP+"/32").Run()
 	_ = exec.Command("ip", "link", "del", internetLink).Run()
 	_ = exec.Command("ip", "netns", "del", internetNetns).Run()
+}
+
+// clashes says which of ours lie in a network the host is on (an address of one of its
+// interfaces with its prefix): a documentation range can be a lab's own LAN, and taking its
+// gateway's address would cut the host off.
+func clashes(hostNets []netip.Prefix, ours []netip.Addr) []string {
+	var out []string
+	for _, a := range ours {
+		for _, n := range hostNets {
+			if n.Contains(a) {
+				out = append(out, fmt.Sprintf("%s is in the host's network %s", a, n))
+			}
+		}
+	}
+	return out
+}
+
+// hostNetworks are the networks of the host's interfaces, ours excepted.
+func hostNetworks() ([]netip.Prefix, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, i := range ifs {
+		if i.Name == internetLink {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out, nil
 }
 
 // makeInternet creates the namespace, its link and the host route to registryIP.
 func makeInternet() error {
 	removeInternet()
+	nets, err := hostNetworks()
+	if err != nil {
+		return err
+	}
+	ours := []netip.Addr{netip.MustParseAddr(hostIP), netip.MustParseAddr(peerIP), netip.MustParseAddr(registryIP)}
+	if c := clashes(nets, ours); len(c) > 0 {
+		return fmt.Errorf("the internet namespace's addresses clash with this host's: %s", strings.Join(c, "; "))
+	}
 	for _, args := range [][]string{
 		{"netns", "add", internetNetns},
 		{"-n", internetNetns, "link", "set", "lo", "up"},

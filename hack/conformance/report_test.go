@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
@@ -100,9 +101,9 @@ func TestDefaultSkipsCompileAndSelect(t *testing.T) {
 }
 
 func TestRepoListRemapsEveryRegistry(t *testing.T) {
-	l := repoList("192.0.2.10:5000")
+	l := repoList("198.51.100.20:5000")
 	for _, key := range []string{"promoterE2eRegistry", "gcRegistry", "gcEtcdRegistry", "invalidRegistry", "privateRegistry", "dockerLibraryRegistry", "sigStorageRegistry", "buildImageRegistry", "cloudProviderGcpRegistry"} {
-		if !strings.Contains(l, key+": 192.0.2.10:5000/") {
+		if !strings.Contains(l, key+": 198.51.100.20:5000/") {
 			t.Errorf("%s is not remapped:\n%s", key, l)
 		}
 	}
@@ -126,5 +127,25 @@ func TestLayerIsReproducible(t *testing.T) {
 	db, _ := b.Digest()
 	if da != db {
 		t.Errorf("digests differ: %s %s", da, db)
+	}
+}
+
+func TestClashes(t *testing.T) {
+	host := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("10.78.0.4/30"), netip.MustParsePrefix("127.0.0.0/8")}
+	for _, c := range []struct {
+		ours []string
+		want int
+	}{
+		{[]string{hostIP, peerIP, registryIP}, 0},
+		{[]string{"192.0.2.1", "192.0.2.2", "192.0.2.10"}, 3}, // this machine's LAN and gateway
+		{[]string{"198.51.100.9", "10.78.0.6"}, 1},
+	} {
+		var ours []netip.Addr
+		for _, a := range c.ours {
+			ours = append(ours, netip.MustParseAddr(a))
+		}
+		if got := clashes(host, ours); len(got) != c.want {
+			t.Errorf("clashes(%v) = %v, want %d", c.ours, got, c.want)
+		}
 	}
 }
