@@ -22,7 +22,7 @@ import (
 )
 
 // The conformance images, made from source and from this host's Debian packages rather than
-// pulled. Two layers serve them all: a userland layer (busybox-static applets, dash as /bin/sh
+// pulled. Two layers serve them all: a userland layer (busybox-static applets, bash as /bin/sh
 // so commands are found through PATH, netcat-openbsd, dig, curl, with the shared libraries
 // they load) and a layer holding the agnhost binary built from k8s.io/kubernetes.
 
@@ -93,7 +93,7 @@ type hostTool struct {
 
 var userlandTools = []hostTool{
 	{"/bin/busybox", "bin/busybox", "busybox-static"},
-	{"/bin/dash", "bin/dash", "dash"},
+	{"/bin/bash", "bin/bash", "bash"},
 	{"/bin/nc.openbsd", "usr/bin/nc", "netcat-openbsd"},
 	{"/usr/bin/dig", "usr/bin/dig", "bind9-dnsutils"},
 	{"/usr/bin/nslookup", "usr/bin/nslookup", "bind9-dnsutils"},
@@ -133,7 +133,7 @@ user-defined-in-image:x:1000:
 group-defined-in-image:x:50000:user-defined-in-image
 `
 
-// userlandLayer is the shared userland: busybox applets (every one but sh), dash as
+// userlandLayer is the shared userland: busybox applets (every one but sh), bash as
 // /bin/sh, nc, dig, nslookup, host and curl with their libraries, and /etc basics.
 func userlandLayer() (v1.Layer, error) {
 	var entries []layerEntry
@@ -168,15 +168,17 @@ func userlandLayer() (v1.Layer, error) {
 		have[e.Path] = true
 	}
 	for _, a := range strings.Fields(string(applets)) {
-		// sh stays dash: busybox's own sh runs its applets before PATH, so an image's nc or
-		// dig would never be the one a spec's `sh -c` runs.
+		// sh is bash: busybox's own sh runs its applets before PATH (so an image's nc or dig
+		// would never be the one a spec's `sh -c` runs), and it and dash drop environment
+		// variables whose names are not shell names ("data-1", set by envFrom) from what
+		// they pass on, which the ConfigMap and Secret env specs read back with `sh -c env`.
 		if a == "sh" || a == "busybox" || have["usr/bin/"+a] {
 			continue
 		}
 		entries = append(entries, layerEntry{Path: "bin/" + a, Link: "busybox"})
 	}
 	entries = append(entries,
-		layerEntry{Path: "bin/sh", Link: "dash"},
+		layerEntry{Path: "bin/sh", Link: "bash"},
 		layerEntry{Path: "etc/passwd", Mode: 0o644, Data: []byte(passwd)},
 		layerEntry{Path: "etc/group", Mode: 0o644, Data: []byte(group)},
 		layerEntry{Path: "etc/nsswitch.conf", Mode: 0o644, Data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")},
@@ -231,7 +233,7 @@ var conformanceImages = []imageSpec{
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 		How: "agnhost built from source; the userland is Debian's (glibc) where upstream's is Alpine's (musl); 2.55 is the same build"},
 	{Repo: "e2e-test-images/busybox", Tags: []string{"1.37.0-2"}, Layers: []string{"userland"}, Cmd: []string{"sh"},
-		How: "Debian busybox-static applets, /bin/sh is dash"},
+		How: "Debian busybox-static applets, /bin/sh is bash"},
 	{Repo: "k8s/pause", Tags: []string{"3.10.2"}, Layers: []string{"agnhost"}, Entrypoint: []string{"/agnhost", "pause"},
 		How: "agnhost pause (waits for a signal) instead of the C pause binary"},
 	{Repo: "e2e-test-images/nginx", Tags: []string{"1.27.0-2", "1.28.0-2"}, Layers: []string{"userland", "agnhost"},

@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// The userland runs as the specs use it: `sh -c` finds the image's nc through PATH (not a
-// busybox applet), nc takes -v -t -u -z -w, and every dynamic program finds its libraries.
+// The userland runs as the specs use it: `sh -c env` passes on every variable, `sh -c`
+// finds the image's nc through PATH (not a busybox applet), nc takes -v -t -u -z -w, and
+// every dynamic program finds its libraries.
 // Run in a chroot of the unpacked layer.
 func TestUserlandRunsTheSpecsCommands(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -55,12 +56,17 @@ func TestUserlandRunsTheSpecsCommands(t *testing.T) {
 	run := func(script string) string {
 		t.Helper()
 		cmd := exec.Command("chroot", root, "/bin/sh", "-c", script)
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "data-1=value-1", "p.data-1=value-1"}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("sh -c %q: %v\n%s", script, err, out)
 		}
 		return string(out)
+	}
+	// envFrom may set names that are not shell names; the ConfigMap and Secret specs read
+	// them back with `sh -c env`.
+	if out := run("env"); !strings.Contains(out, "\ndata-1=value-1") && !strings.HasPrefix(out, "data-1=value-1") || !strings.Contains(out, "p.data-1=value-1") {
+		t.Errorf("sh -c env dropped the variables whose names are not shell names:\n%s", out)
 	}
 	if got := strings.TrimSpace(run("command -v nc")); got != "/usr/bin/nc" {
 		t.Errorf("sh finds nc at %q, want /usr/bin/nc (the image's, through PATH)", got)

@@ -149,13 +149,6 @@ func run(o options) error {
 		return err
 	}
 	dataDir := filepath.Join(runDir, "data")
-	if o.images != "registry" {
-		t := time.Now()
-		if err := preload(filepath.Join(dataDir, "node-bidder", "images", "conformance.tar"), refs); err != nil {
-			return err
-		}
-		say("images written to the node bidder's images dir in %s (nodes import them at boot)", since(t))
-	}
 
 	// up, the Cluster, a node kept rented.
 	up, err := startUp(ctx, o.binary, dataDir, regDir)
@@ -169,6 +162,14 @@ func run(o options) error {
 		}
 		up.stop(dataDir)
 	}()
+	// After up made its data dir (it refuses one it did not make), before the first node.
+	if o.images != "registry" {
+		t := time.Now()
+		if err := preload(filepath.Join(dataDir, "node-bidder", "images", "conformance.tar"), refs); err != nil {
+			return err
+		}
+		say("images written to the node bidder's images dir in %s (nodes import them at boot)", since(t))
+	}
 	kc, err := makeCluster(ctx, o, up, dataDir, refs)
 	if err != nil {
 		return err
