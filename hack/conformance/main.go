@@ -207,17 +207,23 @@ func since(t time.Time) string { return time.Since(t).Round(time.Second).String(
 // buildTools builds (or finds cached) e2e.test, ginkgo and agnhost from the module's
 // k8s.io/kubernetes. They build against a copy of go.mod and go.sum in the cache, so the
 // test dependencies they add never touch the project's own; a stamp of go.mod's hash says
-// when to build again.
+// when to build again (with the version ldflags: a change of either).
 func buildTools(ctx context.Context) (e2eTest, ginkgo, agnhost string, err error) {
 	gomod, err := os.ReadFile("go.mod")
 	if err != nil {
 		return "", "", "", fmt.Errorf("run from the repository's root: %w", err)
 	}
-	sum := sha256.Sum256(gomod)
+	// e2e.test carries the Kubernetes version as the binary does: some specs read their own
+	// version (a Pod Security level's "restricted/v1.37"), and without it they read v0.0.
+	ldflags, err := exec.CommandContext(ctx, "bash", "hack/kube-ldflags.sh").Output()
+	if err != nil {
+		return "", "", "", fmt.Errorf("hack/kube-ldflags.sh: %w", err)
+	}
+	sum := sha256.Sum256(append(gomod, ldflags...))
 	stamp := hex.EncodeToString(sum[:])
 	abs, _ := filepath.Abs(cacheDir)
 	e2eTest, ginkgo, agnhost = filepath.Join(abs, "e2e.test"), filepath.Join(abs, "ginkgo"), filepath.Join(abs, "agnhost")
-	stampFile := filepath.Join(abs, "tools.gomod-sha256")
+	stampFile := filepath.Join(abs, "tools.stamp")
 	if old, _ := os.ReadFile(stampFile); strings.TrimSpace(string(old)) == stamp && exists(e2eTest) && exists(ginkgo) && exists(agnhost) {
 		say("e2e.test, ginkgo and agnhost are current (go.mod unchanged)")
 		return e2eTest, ginkgo, agnhost, nil
@@ -239,7 +245,7 @@ func buildTools(ctx context.Context) (e2eTest, ginkgo, agnhost string, err error
 		env  []string
 	}{
 		// -vet=off: vet over the whole e2e tree takes far longer than the compile.
-		{"e2e.test", []string{"test", "-modfile=" + modfile, "-vet=off", "-c", "-o", e2eTest, "k8s.io/kubernetes/test/e2e"}, nil},
+		{"e2e.test", []string{"test", "-modfile=" + modfile, "-vet=off", "-ldflags", strings.TrimSpace(string(ldflags)), "-c", "-o", e2eTest, "k8s.io/kubernetes/test/e2e"}, nil},
 		{"ginkgo", []string{"build", "-modfile=" + modfile, "-o", ginkgo, "github.com/onsi/ginkgo/v2/ginkgo"}, nil},
 		{"agnhost", []string{"build", "-modfile=" + modfile, "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost"}, []string{"CGO_ENABLED=0"}},
 	} {
