@@ -60,7 +60,7 @@ func RunAgent(dir string) int {
 	if ns.Flavour == FlavourVM && ns.Netns != "" {
 		return runVMHost(ns, logf, sigs)
 	}
-	a := &agent{ns: ns, logf: logf, ended: make(chan string, 3)}
+	a := &agent{ns: ns, logf: logf, ended: make(chan string, 4)}
 	err := a.start()
 	if err == nil {
 		select {
@@ -87,11 +87,18 @@ type agent struct {
 	root       *exec.Cmd // process 1 of a contained node's namespaces
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
+	netpol     *exec.Cmd
 }
 
 func (a *agent) start() error {
 	ns := a.ns
-	for _, d := range []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")} {
+	dirs := []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")}
+	if ns.Flavour == FlavourVM && ns.Netns == "" {
+		// In a vm guest /var/lib is the node's state disk: the local-path volumes' directory
+		// is made there (a contained node mounts its own work/volumes, contain.go).
+		dirs = append(dirs, VolumesDir)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -191,6 +198,25 @@ func (a *agent) start() error {
 		return err
 	}
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
+
+	// 6. NetworkPolicy, as the node (internal/netpol), once the kubelet holds its
+	// renewable client certificate. Not yet in a vm node: its image's initramfs carries no
+	// nf_tables or br_netfilter module (docs/networking.md).
+	if ns.Netns == "" {
+		return nil
+	}
+	if err := writeClientKubeconfig(ns); err != nil {
+		return err
+	}
+	if err := waitClientPair(ns, 30*time.Second); err != nil {
+		return err
+	}
+	a.netpol, err = a.spawn("netpol", "netpol.log", ns.Binary, "kube", "netpol",
+		"--kubeconfig", ns.clientKubeconfig(), "--node-name", ns.NodeName)
+	if err != nil {
+		return err
+	}
+	a.logf("NetworkPolicy enforcement started")
 	return nil
 }
 
@@ -255,6 +281,7 @@ func (a *agent) teardown() {
 		a.logf("%s did not stop within %v: SIGKILL", name, grace)
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	stop("netpol", a.netpol, 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
 		if n, err := removePods(ns); err != nil {

@@ -31,6 +31,13 @@ import (
 // rootReadyFile, in the node's run dir, says process 1 has pivoted into the node's root.
 const rootReadyFile = "root.ready"
 
+// VolumesDir is where, inside a contained node, the tenant cluster's local-path volumes are
+// (internal/tenant/volumes.NodeDir, the same path).
+const VolumesDir = "/var/lib/socialweb/volumes"
+
+// volumesDir is the node's own dir that backs VolumesDir.
+func (ns nodeState) volumesDir() string { return ns.work("volumes") }
+
 // rootfs is where process 1 mounts the node's root before pivoting into it.
 func (ns nodeState) rootfs() string { return filepath.Join(ns.RunDir, "rootfs") }
 
@@ -182,6 +189,15 @@ func buildRoot(ns nodeState) error {
 		m.mkdir(d, 0o700)
 		m.mount(d, d, "", unix.MS_BIND, "")
 	}
+
+	// The node's volumes (docs/volumes.md): its own dir work/volumes, read-write at the one
+	// path the cluster's local-path volumes name. It goes with the work dir when the node is
+	// released.
+	if m.err == nil {
+		m.err = os.MkdirAll(ns.volumesDir(), 0o700)
+	}
+	m.mkdir(VolumesDir, 0o755)
+	m.mount(ns.volumesDir(), VolumesDir, "", unix.MS_BIND, "")
 
 	// proc of the node's PID namespace; /proc/sys read-only but for net (the node's own
 	// network namespace: the CNI bridge sets its forwarding there).

@@ -17,9 +17,10 @@ import (
 
 // The vm flavour's root disk: one read-only ext4 file system shared by every vm node of a
 // state dir, holding what a node runs (the socialweb binary, containerd and its runc shim,
-// runc, ctr, the CNI plugins, busybox) with the shared libraries they load, at the paths the
-// host has them. It is built from the host's own files with mkfs.ext4 -d (no mount, no loop
-// device) and kept under a name that hashes those files, so a new binary makes a new disk.
+// runc, ctr, nft for the NetworkPolicy rules, the CNI plugins, busybox) with the shared
+// libraries they load, at the paths the host has them. It is built from the host's own files
+// with mkfs.ext4 -d (no mount, no loop device) and kept under a name that hashes those
+// files, so a new binary makes a new disk.
 
 // Labels of the vm flavour's disks: the guest finds them by label, not by probe order.
 const (
@@ -40,7 +41,7 @@ const (
 // rootDiskFiles are the host files a vm node runs; each dynamic one brings its libraries.
 func rootDiskFiles(binary string) ([][2]string, error) {
 	files := [][2]string{{binary, guestBinary}, {BusyboxStatic, "/bin/busybox"}}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nft"} {
 		p, err := exec.LookPath(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", b, err)

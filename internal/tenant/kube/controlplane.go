@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -49,13 +50,27 @@ const rbacPolicyMarker = "rbac-policy-version"
 // runAPIServer is kube-apiserver's app.Run with the bootstrap hooks of hooks.go in place of
 // upstream's, the RBAC one left out when the stored policy is current, and the cluster's
 // token policy after its authenticators (revocation.go).
-func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool, tokens tenant.TokenPolicy) error {
+func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool, tokens tenant.TokenPolicy, provisioner provisionerSecrets) error {
 	config, err := apiserverapp.NewConfig(opts)
 	if err != nil {
 		return err
 	}
 	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	applyTokenPolicy(config, tokens)
+	applyProvisionerAuth(config, provisioner)
+	// The Metrics API's types in the OpenAPI documents (metrics.go); the configurations
+	// may share one OpenAPI configuration, wrapped once.
+	wrapped := map[any]bool{}
+	for _, g := range []*genericapiserver.Config{config.KubeAPIs.ControlPlane.Generic, &config.ApiExtensions.GenericConfig.Config, &config.Aggregator.GenericConfig.Config} {
+		if c := g.OpenAPIConfig; c != nil && !wrapped[c] {
+			wrapped[c] = true
+			c.GetDefinitions = withMetricsDefinitions(c.GetDefinitions)
+		}
+		if c := g.OpenAPIV3Config; c != nil && !wrapped[c] {
+			wrapped[c] = true
+			c.GetDefinitions = withMetricsDefinitions(c.GetDefinitions)
+		}
+	}
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -65,6 +80,9 @@ func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, p
 		return err
 	}
 	if err := addBootstrapHooks(server.GenericAPIServer, !policyCurrent); err != nil {
+		return err
+	}
+	if err := installMetricsAPI(server.GenericAPIServer); err != nil {
 		return err
 	}
 	prepared, err := server.PrepareRun()
@@ -151,11 +169,15 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		policyCurrent = true
 	}
 
+	provisioner, err := newProvisionerSecrets()
+	if err != nil {
+		return err
+	}
 	apiDone := make(chan error, 1)
 	if err := func() error {
 		s := apiserveroptions.NewServerRunOptions()
 		ga := s.Admission.GenericAdmission
-		ga.RecommendedPluginOrder = registerFloor(ga.Plugins, ga.RecommendedPluginOrder)
+		ga.RecommendedPluginOrder = registerFloor(ga.Plugins, ga.RecommendedPluginOrder, provisioner.proof)
 		fg := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 		nfs := s.Flags()
 		if err := parse("kube-apiserver", nfs.FlagSets, spec.APIServer); err != nil {
@@ -174,7 +196,7 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		if errs := completed.Validate(); len(errs) != 0 {
 			return utilerrors.NewAggregate(errs)
 		}
-		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent, spec.TokenPolicy) }()
+		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent, spec.TokenPolicy, provisioner) }()
 		return nil
 	}(); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
@@ -191,11 +213,14 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		}
 	}
 
-	ctrlDone := make(chan error, 2)
+	ctrlDone := make(chan error, 3)
 	go func() {
 		ctrlDone <- wrap("kube-controller-manager", runControllerManager(ctrlCtx, spec.ControllerManager))
 	}()
 	go func() { ctrlDone <- wrap("kube-scheduler", runScheduler(ctrlCtx, spec.Scheduler)) }()
+	// The local-path provisioner: part of the control plane, so it serves with zero nodes
+	// and runs nothing of the tenant's.
+	go func() { ctrlDone <- wrap("local-path provisioner", runProvisioner(ctrlCtx, spec, provisioner)) }()
 
 	if spec.IdleGCPercent > 0 || spec.IdleMemoryLimit > 0 {
 		idleAfter, _ := time.ParseDuration(spec.IdleAfter)

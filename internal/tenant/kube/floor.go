@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -22,13 +23,20 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"socialweb.computer/internal/tenant"
+	"socialweb.computer/internal/tenant/volumes"
 )
 
 // registerFloor registers the tenant Pod Security floor (tenant.FloorPluginName) with the
-// apiserver's admission plugins, ordered right after PodSecurity.
-func registerFloor(plugins *admission.Plugins, order []string) []string {
+// apiserver's admission plugins, ordered right after PodSecurity. proof is the local-path
+// provisioner's (provisionerSecrets): the node-filesystem volumes it makes pass the floor.
+func registerFloor(plugins *admission.Plugins, order []string, proof string) []string {
 	plugins.Register(tenant.FloorPluginName, func(config io.Reader) (admission.Interface, error) {
-		return newFloor(config)
+		f, err := newFloor(config)
+		if err != nil {
+			return nil, err
+		}
+		f.provisionerProof = proof
+		return f, nil
 	})
 	out := make([]string, 0, len(order)+1)
 	for _, name := range order {
@@ -45,11 +53,15 @@ func registerFloor(plugins *admission.Plugins, order []string) []string {
 // unlabelled and nothing is exempt, so neither a namespace label nor any object the
 // cluster's admin can write loosens it. It also refuses PersistentVolumes that mount a
 // node's own filesystem (hostPath, local): a pod using such a volume through a claim passes
-// every Pod Security level.
+// every Pod Security level. The one exception is the local-path provisioner's own volumes
+// (volumes.CheckProvisioned), made under its in-process identity.
 type floor struct {
 	*admission.Handler
 	level    podsecurityapi.Level
 	delegate *podsecurityadmission.Admission
+	// provisionerProof is the value the local-path provisioner's requests carry; "" lets
+	// no node-filesystem volume through.
+	provisionerProof string
 }
 
 var _ admission.ValidationInterface = (*floor)(nil)
@@ -124,11 +136,35 @@ func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admissio
 		if !ok || a.GetSubresource() != "" {
 			return nil
 		}
-		if source := nodeFilesystemSource(pv); source != "" {
-			return admission.NewForbidden(a, fmt.Errorf("spec.%s mounts a node's own filesystem, which a tenant cluster's volumes may not: use a StorageClass", source))
+		source := nodeFilesystemSource(pv)
+		if source == "" {
+			return nil
+		}
+		// The volume source cannot change after creation: an update that keeps it (the
+		// controller-manager binding the claim, a label) concerns a volume admitted before.
+		if old, ok := a.GetOldObject().(*core.PersistentVolume); ok && a.GetOperation() == admission.Update &&
+			nodeFilesystemSource(old) == source && apiequality.Semantic.DeepEqual(old.Spec.PersistentVolumeSource, pv.Spec.PersistentVolumeSource) {
+			return nil
+		}
+		if err := provisionedVolume(pv, hasProof(a.GetUserInfo(), f.provisionerProof)); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("spec.%s mounts a node's own filesystem, which a tenant cluster's volumes may not (%v): use a claim of StorageClass %s", source, err, volumes.StorageClassName))
 		}
 	}
 	return nil
+}
+
+// provisionedVolume is nil when pv is exactly a volume the local-path provisioner makes and
+// the request is the provisioner's.
+func provisionedVolume(pv *core.PersistentVolume, fromProvisioner bool) error {
+	hp := pv.Spec.HostPath
+	if hp == nil || pv.Spec.Local != nil {
+		return fmt.Errorf("%w: a local volume", volumes.ErrNotProvisioned)
+	}
+	typ := ""
+	if hp.Type != nil {
+		typ = string(*hp.Type)
+	}
+	return volumes.CheckProvisioned(pv.Name, hp.Path, typ, fromProvisioner)
 }
 
 // nodeFilesystemSource names the volume source of pv that is a path on the node, or "".

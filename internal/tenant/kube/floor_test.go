@@ -10,6 +10,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/kubernetes/pkg/apis/core"
+
+	"socialweb.computer/internal/tenant/volumes"
 )
 
 func floorFor(t *testing.T, level string) *floor {
@@ -140,6 +142,64 @@ func TestFloor_PersistentVolumes(t *testing.T) {
 	}
 }
 
+// The local-path provisioner's own volume passes; the very same volume from the cluster's
+// admin, from someone impersonating the provisioner's user (no proof, or a wrong one), or a
+// volume of the provisioner's that leaves its directory, is refused.
+func TestFloor_ProvisionedVolumes(t *testing.T) {
+	f := floorFor(t, "baseline")
+	f.provisionerProof = "the-proof"
+	doc := core.HostPathDirectoryOrCreate
+	hostPath := func(name, path string) *core.PersistentVolume {
+		return &core.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: core.PersistentVolumeSpec{
+			PersistentVolumeSource: core.PersistentVolumeSource{HostPath: &core.HostPathVolumeSource{Path: path, Type: &doc}}}}
+	}
+	provisioner := &user.DefaultInfo{Name: volumes.ProvisionerUser, Extra: map[string][]string{volumes.ProofExtraKey: {"the-proof"}}}
+	for _, tc := range []struct {
+		name  string
+		pv    *core.PersistentVolume
+		old   *core.PersistentVolume
+		user  user.Info
+		allow bool
+	}{
+		{"the provisioner's volume", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil, provisioner, true},
+		{"the same volume from the owner", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil, &user.DefaultInfo{Name: "did:plc:owner"}, false},
+		{"the provisioner's name without the proof", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil, &user.DefaultInfo{Name: volumes.ProvisionerUser}, false},
+		{"the provisioner's name with a wrong proof", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil,
+			&user.DefaultInfo{Name: volumes.ProvisionerUser, Extra: map[string][]string{volumes.ProofExtraKey: {"guess"}}}, false},
+		{"the proof under another name", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil,
+			&user.DefaultInfo{Name: "did:plc:owner", Extra: map[string][]string{volumes.ProofExtraKey: {"the-proof"}}}, false},
+		{"the provisioner, out of the directory", hostPath("pvc-1", volumes.NodeDir+"/../pvc-1"), nil, provisioner, false},
+		{"the provisioner, the host's root", hostPath("pvc-1", "/"), nil, provisioner, false},
+		{"the provisioner, a local volume", &core.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}, Spec: core.PersistentVolumeSpec{
+			PersistentVolumeSource: core.PersistentVolumeSource{Local: &core.LocalVolumeSource{Path: volumes.NodeDir + "/pvc-1"}}}}, nil, provisioner, false},
+		{"an update keeping the source (binding)", hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), hostPath("pvc-1", volumes.NodeDir+"/pvc-1"),
+			&user.DefaultInfo{Name: "system:kube-controller-manager"}, true},
+		{"an update changing the source", hostPath("pvc-1", "/"), hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), &user.DefaultInfo{Name: "did:plc:owner"}, false},
+	} {
+		op := admission.Create
+		var old runtime.Object
+		if tc.old != nil {
+			op, old = admission.Update, tc.old
+		}
+		a := admission.NewAttributesRecord(tc.pv, old, core.Kind("PersistentVolume").WithVersion("v1"), "", tc.pv.Name,
+			core.Resource("persistentvolumes").WithVersion("v1"), "", op, nil, false, tc.user)
+		err := f.Validate(context.Background(), a, nil)
+		if tc.allow && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		if !tc.allow && (err == nil || !strings.Contains(err.Error(), "node's own filesystem")) {
+			t.Errorf("%s: %v, want refused", tc.name, err)
+		}
+	}
+	// A floor without a proof (none configured) lets no node-filesystem volume through.
+	f.provisionerProof = ""
+	a := admission.NewAttributesRecord(hostPath("pvc-1", volumes.NodeDir+"/pvc-1"), nil, core.Kind("PersistentVolume").WithVersion("v1"), "", "pvc-1",
+		core.Resource("persistentvolumes").WithVersion("v1"), "", admission.Create, nil, false, &user.DefaultInfo{Name: volumes.ProvisionerUser, Extra: map[string][]string{volumes.ProofExtraKey: {""}}})
+	if err := f.Validate(context.Background(), a, nil); err == nil {
+		t.Error("an empty proof let a volume through")
+	}
+}
+
 func TestFloor_Config(t *testing.T) {
 	for _, bad := range []string{"level: privileged", "levl: baseline", "level: [x]"} {
 		if _, err := newFloor(strings.NewReader(bad)); err == nil {
@@ -153,7 +213,7 @@ func TestFloor_Config(t *testing.T) {
 
 func TestRegisterFloor_OrderedAfterPodSecurity(t *testing.T) {
 	plugins := admission.NewPlugins()
-	order := registerFloor(plugins, []string{"NamespaceLifecycle", "PodSecurity", "Priority"})
+	order := registerFloor(plugins, []string{"NamespaceLifecycle", "PodSecurity", "Priority"}, "proof")
 	if strings.Join(order, ",") != "NamespaceLifecycle,PodSecurity,TenantPodSecurityFloor,Priority" {
 		t.Errorf("order %v", order)
 	}

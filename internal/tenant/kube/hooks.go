@@ -67,6 +67,12 @@ func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
 	if err := s.AddPostStartHook(nodeClientRenewalHook, ensureNodeClientRenewal); err != nil {
 		return err
 	}
+	if err := s.AddPostStartHook(localPathHook, ensureLocalPathStorage); err != nil {
+		return err
+	}
+	if err := s.AddPostStartHook(nodeNetworkPolicyHook, ensureNodeNetworkPolicyReader); err != nil {
+		return err
+	}
 	if rbac {
 		return s.AddPostStartHook(rbacPolicyHook, ensureRBACPolicy)
 	}

@@ -15,6 +15,8 @@ import (
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
+
+	"socialweb.computer/internal/netpol"
 )
 
 // Components are the names `socialweb kube` answers to.
@@ -24,6 +26,7 @@ var components = map[string]func() *cobra.Command{
 	"scheduler":          func() *cobra.Command { return schedulerapp.NewSchedulerCommand() },
 	"controlplane":       newControlPlaneCommand,
 	"kubelet":            func() *cobra.Command { return kubeletapp.NewKubeletCommand(context.Background()) },
+	"netpol":             netpol.NewCommand,
 }
 
 // Names lists the components in order.
@@ -47,6 +50,10 @@ func Main(component string, args []string, stderr io.Writer) int {
 	}
 	cmd := mk()
 	cmd.SetArgs(args)
+	if component == "kubelet" {
+		// In the node, beside the kubelet: the sweep of deleted volumes' directories.
+		startVolumeSweeper(context.Background(), args)
+	}
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintf(stderr, "socialweb kube %s: %v\n", component, err)
 		return 1
