@@ -85,6 +85,9 @@ func run(o options) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fmt.Errorf("another conformance run holds %s (its namespace and registry address are fixed)", lock.Name())
 	}
+	// Closed at the end, not before: an unreachable *os.File is closed by its finalizer, and
+	// the lock would go with it in the middle of a run.
+	defer lock.Close()
 
 	e2eTest, ginkgo, agnhost, err := buildTools(ctx)
 	if err != nil {
@@ -225,7 +228,7 @@ func buildTools(ctx context.Context) (e2eTest, ginkgo, agnhost string, err error
 	e2eTest, ginkgo, agnhost = filepath.Join(abs, "e2e.test"), filepath.Join(abs, "ginkgo"), filepath.Join(abs, "agnhost")
 	stampFile := filepath.Join(abs, "tools.stamp")
 	if old, _ := os.ReadFile(stampFile); strings.TrimSpace(string(old)) == stamp && exists(e2eTest) && exists(ginkgo) && exists(agnhost) {
-		say("e2e.test, ginkgo and agnhost are current (go.mod unchanged)")
+		say("e2e.test, ginkgo and agnhost are current (go.mod and the version flags unchanged)")
 		return e2eTest, ginkgo, agnhost, nil
 	}
 	modfile := filepath.Join(abs, "go.mod")
