@@ -162,14 +162,25 @@ func failureMessage(c junitCase) string {
 	if m == "" {
 		m = strings.TrimSpace(c.Failure.Text)
 	}
-	if i := strings.IndexByte(m, '\n'); i >= 0 {
-		m = m[:i]
+	first, rest, _ := strings.Cut(m, "\n")
+	if len(first) > 300 {
+		first = first[:300] + "..."
 	}
-	if len(m) > 300 {
-		m = m[:300] + "..."
+	// A pod's failure is in its container's termination message, deep in the dumped
+	// status: bring it to the line (StartError's runc error, say).
+	if cm := containerMessage.FindStringSubmatch(rest); cm != nil {
+		msg := strings.Join(strings.Fields(cm[1]), " ")
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		first += " (container: " + msg + ")"
 	}
-	return m
+	return first
 }
+
+// containerMessage is a terminated container's message in a dumped v1.PodStatus (YAML, its
+// value quoted and folded over lines).
+var containerMessage = regexp.MustCompile(`(?s)terminated:.*?message: '(.*?)'\n`)
 
 var ranRe = regexp.MustCompile(`Ran (\d+) of (\d+) Specs`)
 

@@ -46,6 +46,20 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+func TestFailureMessageBringsUpTheContainersMessage(t *testing.T) {
+	c := junitCase{Status: "failed"}
+	c.Failure = &struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	}{Message: "expected pod \"downward-api-1\" success: Told to stop trying after 4.0s.\npod failed with status:\n" +
+		"    state:\n      terminated:\n        exitCode: 128\n        message: 'failed to create containerd task: failed to write \"125000\":\n          cpu.cfs_quota_us: invalid argument: unknown'\n        reason: StartError\n"}
+	got := failureMessage(c)
+	want := `expected pod "downward-api-1" success: Told to stop trying after 4.0s. (container: failed to create containerd task: failed to write "125000": cpu.cfs_quota_us: invalid argument: unknown)`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
 func TestRanOf(t *testing.T) {
 	for _, c := range []struct {
 		out        string
