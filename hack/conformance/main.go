@@ -39,6 +39,7 @@ type options struct {
 	timeout        time.Duration
 	binary         string
 	dryRun         bool
+	report         string
 }
 
 func main() {
@@ -54,7 +55,19 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the suite's timeout")
 	flag.StringVar(&o.binary, "binary", "bin/socialweb", "the socialweb binary (hack/build.sh)")
 	flag.BoolVar(&o.dryRun, "dry-run", false, "list the specs the focus and skips select, and stop")
+	flag.StringVar(&o.report, "report", "", "print the figures of a JUnit report of an earlier run (e.g. .cache/conformance/junit.xml) and stop")
 	flag.Parse()
+	if o.report != "" {
+		b, err := os.ReadFile(o.report)
+		if err == nil {
+			err = printSummary(b, o.report)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
@@ -187,7 +200,17 @@ func run(o options) error {
 	if err != nil {
 		return errors.Join(runErr, fmt.Errorf("no junit report: %w", err))
 	}
-	s, err := summarize(b)
+	if err := printSummary(b, report); err != nil {
+		return err
+	}
+	fmt.Printf("wall time %s (suite %s)\n", since(t0), since(ts))
+	return runErr
+}
+
+// printSummary prints a FAILED line per failed spec, a SKIPPED line per spec that skipped
+// itself, and the figures.
+func printSummary(report []byte, path string) error {
+	s, err := summarize(report)
 	if err != nil {
 		return err
 	}
@@ -197,11 +220,7 @@ func run(o options) error {
 	for _, sk := range s.Skips {
 		fmt.Printf("SKIPPED %s: %s\n", sk.Name, sk.Message)
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped in %s (suite %s; junit %s)\n", s.Passed, s.Failed, s.Skipped,
-		since(t0), since(ts), report)
-	if s.Failed > 0 {
-		return fmt.Errorf("%d specs failed", s.Failed)
-	}
+	fmt.Printf("%d passed, %d failed, %d skipped (junit %s)\n", s.Passed, s.Failed, s.Skipped, path)
 	return nil
 }
 

@@ -170,8 +170,9 @@ func failureMessage(c junitCase) string {
 	// status: bring it to the line (StartError's runc error, say).
 	if cm := containerMessage.FindStringSubmatch(rest); cm != nil {
 		msg := strings.Join(strings.Fields(cm[1]), " ")
-		if len(msg) > 300 {
-			msg = msg[:300] + "..."
+		if len(msg) > 200 {
+			// runc's errors wrap outside in: the end is the specific part.
+			msg = "..." + msg[len(msg)-200:]
 		}
 		first += " (container: " + msg + ")"
 	}
