@@ -60,7 +60,7 @@ func main() {
 	if o.report != "" {
 		b, err := os.ReadFile(o.report)
 		if err == nil {
-			err = printSummary(b, o.report)
+			err = printSummary(b, o.report, 0)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "conformance:", err)
@@ -200,7 +200,7 @@ func run(o options) error {
 	if err != nil {
 		return errors.Join(runErr, fmt.Errorf("no junit report: %w", err))
 	}
-	if err := printSummary(b, report); err != nil {
+	if err := printSummary(b, report, selected); err != nil {
 		return err
 	}
 	fmt.Printf("wall time %s (suite %s)\n", since(t0), since(ts))
@@ -209,10 +209,15 @@ func run(o options) error {
 
 // printSummary prints a FAILED line per failed spec, a SKIPPED line per spec that skipped
 // itself, and the figures.
-func printSummary(report []byte, path string) error {
+// selected, when known, is how many specs the run selected: those with no outcome in the
+// report never started (the suite's timeout, or an abort).
+func printSummary(report []byte, path string, selected int) error {
 	s, err := summarize(report)
 	if err != nil {
 		return err
+	}
+	if n := selected - s.Passed - s.Failed - s.Skipped; selected > 0 && n > 0 {
+		defer fmt.Printf("%d of the %d selected specs did not run (the suite's --timeout, or an abort)\n", n, selected)
 	}
 	for _, f := range s.Failures {
 		fmt.Printf("FAILED %s (%.0fs): %s\n", f.Name, f.Seconds, f.Message)
