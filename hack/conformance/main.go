@@ -216,7 +216,10 @@ func printSummary(report []byte, path string, selected int) error {
 	if err != nil {
 		return err
 	}
-	if n := selected - s.Passed - s.Failed - s.Skipped; selected > 0 && n > 0 {
+	if s.Interrupted > 0 {
+		defer fmt.Printf("%d specs were cut short by the suite's --timeout or an abort (no verdict)\n", s.Interrupted)
+	}
+	if n := selected - s.Passed - s.Failed - s.Skipped - s.Interrupted; selected > 0 && n > 0 {
 		defer fmt.Printf("%d of the %d selected specs did not run (the suite's --timeout, or an abort)\n", n, selected)
 	}
 	for _, f := range s.Failures {

@@ -98,8 +98,10 @@ type specResult struct {
 // summary is the figures a run prints.
 type summary struct {
 	Passed, Failed, Skipped int
-	Failures                []specResult
-	Skips                   []specResult
+	// Interrupted specs were cut short by the suite's timeout or an abort: not a verdict.
+	Interrupted int
+	Failures    []specResult
+	Skips       []specResult
 }
 
 // summarize reads a JUnit report into per-spec results. Setup nodes (BeforeSuite and the
@@ -136,7 +138,9 @@ func summarize(report []byte) (summary, error) {
 				}
 				s.Skipped++
 				s.Skips = append(s.Skips, r)
-			default: // failed, panicked, timedout, interrupted, aborted
+			case c.Status == "interrupted" || c.Status == "aborted":
+				s.Interrupted++
+			default: // failed, panicked, timedout
 				r.State = "failed"
 				r.Message = failureMessage(c)
 				s.Failed++

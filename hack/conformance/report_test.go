@@ -21,6 +21,9 @@ const sampleJUnit = `<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="[It] [sig-storage] CSI something [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0.2">
       <skipped message="skipped - Driver does not support this"></skipped>
     </testcase>
+    <testcase name="[It] [sig-network] Services should serve endpoints [Conformance]" classname="Kubernetes e2e suite" status="interrupted" time="12">
+      <error message="interrupted by Timeout" type="interrupted"></error>
+    </testcase>
     <testcase name="[SynchronizedAfterSuite]" classname="Kubernetes e2e suite" status="failed" time="0.1">
       <failure message="cleanup failed" type="failed"></failure>
     </testcase>
@@ -32,8 +35,8 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Passed != 1 || s.Failed != 2 || s.Skipped != 1 {
-		t.Fatalf("got %d passed %d failed %d skipped, want 1 2 1", s.Passed, s.Failed, s.Skipped)
+	if s.Passed != 1 || s.Failed != 2 || s.Skipped != 1 || s.Interrupted != 1 {
+		t.Fatalf("got %d passed %d failed %d skipped %d interrupted, want 1 2 1 1", s.Passed, s.Failed, s.Skipped, s.Interrupted)
 	}
 	if s.Failures[0].Name != "[SynchronizedAfterSuite]" || s.Failures[1].Message != "Timed out after 300s." {
 		t.Errorf("failures %+v", s.Failures)
