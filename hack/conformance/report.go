@@ -138,7 +138,8 @@ func summarize(report []byte) (summary, error) {
 				}
 				s.Skipped++
 				s.Skips = append(s.Skips, r)
-			case c.Status == "interrupted" || c.Status == "aborted":
+			case c.Status == "interrupted" || c.Status == "aborted" ||
+				c.Failure != nil && strings.HasPrefix(c.Failure.Message, "A suite timeout occurred"):
 				s.Interrupted++
 			default: // failed, panicked, timedout
 				r.State = "failed"

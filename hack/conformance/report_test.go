@@ -24,6 +24,9 @@ const sampleJUnit = `<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="[It] [sig-network] Services should serve endpoints [Conformance]" classname="Kubernetes e2e suite" status="interrupted" time="12">
       <error message="interrupted by Timeout" type="interrupted"></error>
     </testcase>
+    <testcase name="[It] [sig-apps] CronJob should schedule multiple jobs concurrently [Conformance]" classname="Kubernetes e2e suite" status="failed" time="806">
+      <failure message="A suite timeout occurred" type="failed"></failure>
+    </testcase>
     <testcase name="[SynchronizedAfterSuite]" classname="Kubernetes e2e suite" status="failed" time="0.1">
       <failure message="cleanup failed" type="failed"></failure>
     </testcase>
@@ -35,8 +38,8 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Passed != 1 || s.Failed != 2 || s.Skipped != 1 || s.Interrupted != 1 {
-		t.Fatalf("got %d passed %d failed %d skipped %d interrupted, want 1 2 1 1", s.Passed, s.Failed, s.Skipped, s.Interrupted)
+	if s.Passed != 1 || s.Failed != 2 || s.Skipped != 1 || s.Interrupted != 2 {
+		t.Fatalf("got %d passed %d failed %d skipped %d interrupted, want 1 2 1 2", s.Passed, s.Failed, s.Skipped, s.Interrupted)
 	}
 	if s.Failures[0].Name != "[SynchronizedAfterSuite]" || s.Failures[1].Message != "Timed out after 300s." {
 		t.Errorf("failures %+v", s.Failures)
