@@ -2,12 +2,15 @@
 # Installs what the tests need on a fresh machine of this project's kind (Debian, Go, Node,
 # npm and kubectl come with it): curl for the reference PDS harness, iproute2 for the network
 # namespace and veth pair the tenant apiservers advertise (the tenant rows run as root), Deno
-# (from npm, into .cache/deno) for the guests. Idempotent.
+# (from npm, into .cache/deno) for the guests, netcat-openbsd and bind9-dnsutils for the
+# conformance images' userland (hack/conformance, docs/conformance.md). Idempotent.
 set -euo pipefail
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v npm >/dev/null || missing+=(npm)
 command -v ip >/dev/null || missing+=(iproute2)
+[ -x /bin/nc.openbsd ] || missing+=(netcat-openbsd)
+command -v dig >/dev/null || missing+=(bind9-dnsutils)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	apt-get update -qq
