@@ -424,6 +424,11 @@ func TestNodeHost_DrivenNodes_EmptyPastHoldReleasesOne(t *testing.T) {
 	}
 	for n, want := range map[string]bool{drop: true, keep: false} {
 		got, err := r.tc.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if n == drop && apierrors.IsNotFound(err) {
+			// No NodeClaim controller runs here, so the claim went at once, and its Node,
+			// labelled as the claim's, was then removed as a ghost (ghosts.go).
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
