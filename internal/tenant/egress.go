@@ -172,4 +172,3 @@ func (l *nodeLister) list(ctx context.Context, fresh bool) ([]tunnel.Node, error
 	l.nodes, l.at = nodes, time.Now()
 	return nodes, nil
 }
-
