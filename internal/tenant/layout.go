@@ -131,6 +131,9 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, cu
 		"--kubelet-client-key=" + p.Key("apiserver-kubelet-client"),
 		// Never let the apiserver resolve a node name through the host's resolver.
 		"--kubelet-preferred-address-types=InternalIP",
+		// What it sends into the cluster (kubelets, webhooks, aggregated APIs, the pod and
+		// Service proxy) goes through the nodes' tunnels, never from the host (egress.go).
+		"--egress-selector-config-file=" + l.EgressSelectorConfig(),
 		// Without a client certificate the answer is the apiserver's own 401.
 		"--anonymous-auth=false",
 		// Trimmed for an idle cluster: no profiling endpoints, no priority-and-fairness

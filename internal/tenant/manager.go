@@ -159,6 +159,7 @@ type instance struct {
 	pki    *PKI
 	ports  ports
 	gate   *gate.Gate
+	egress *egress
 
 	revokeMu sync.Mutex // one ApplyRevocations at a time
 	// direct are the connections of AdminConfig clients, which reach the apiserver without
@@ -247,6 +248,9 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 	if err := writeAdmissionConfig(l, level); err != nil {
 		return nil, err
 	}
+	if err := writeEgressSelectorConfig(l); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(p.Cert("apiserver"), p.Key("apiserver"))
 	if err != nil {
 		return nil, err
@@ -257,6 +261,10 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 	}
 	reapStale(l, m.cfg.Logger)
 	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, PodSecurity: level}}
+	if in.egress, err = m.startEgress(in, cert); err != nil {
+		g.Close()
+		return nil, err
+	}
 	m.clusters[k] = in
 	return in, nil
 }
@@ -642,6 +650,7 @@ func (m *Manager) Remove(k Key) error {
 	if in != nil {
 		m.halt(in)
 		in.gate.Close()
+		in.egress.close()
 	}
 	l := m.Layout(k)
 	reapStale(l, m.cfg.Logger)
@@ -670,6 +679,7 @@ func (m *Manager) Shutdown() {
 			in.gate.Set(gate.Unavailable, "the gateway is stopping")
 			m.halt(in)
 			in.gate.Close()
+			in.egress.close()
 		}()
 	}
 	wg.Wait()

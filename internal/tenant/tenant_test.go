@@ -145,6 +145,7 @@ func TestBuildSpecFlags(t *testing.T) {
 		"--allow-privileged=false",
 		"--enable-admission-plugins=NodeRestriction,PodSecurity," + FloorPluginName,
 		"--admission-control-config-file=" + l.AdmissionConfig(),
+		"--egress-selector-config-file=" + l.EgressSelectorConfig(),
 	} {
 		if !strings.Contains(api, want) {
 			t.Errorf("apiserver flags lack %s", want)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,21 +206,31 @@ func testNetns(t *testing.T, prefix, link, hostIP, nsIP string, extra ...string)
 
 // hostListener listens on addr (an address of the host) for the test's length.
 func hostListener(t *testing.T, addr string) string {
+	a, _ := countingListener(t, addr)
+	return a
+}
+
+// countingListener listens on addr for the test's length and counts the connections it
+// accepts (and closes at once).
+func countingListener(t *testing.T, addr string) (string, *atomic.Int32) {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	hits := &atomic.Int32{}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			hits.Add(1)
 			c.Close()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), hits
 }
 
 // A pod's egress: an HTTP server in the namespace that stands for the internet answers it;

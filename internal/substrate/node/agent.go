@@ -97,6 +97,8 @@ type agent struct {
 	proxy, dns   *exec.Cmd
 	apiFwd       *apiForwarder
 	stopServices func()
+	// stopTunnel closes the node's tunnel to its control plane (tunnel.go).
+	stopTunnel func()
 }
 
 func (a *agent) start() error {
@@ -212,6 +214,9 @@ func (a *agent) start() error {
 		return err
 	}
 	a.logf("kubelet started: node %s, InternalIP %s", ns.NodeName, ns.NodeIP)
+	if err := a.startTunnel(); err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
 
 	// 6. The pod network: the Node's pod CIDR into the CNI config, the overlay to the
 	// cluster's other nodes (podnet), in the node's namespaces like containerd.
@@ -305,6 +310,9 @@ func (a *agent) teardown() {
 		a.logf("%s did not stop within %v: SIGKILL", name, grace)
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	if a.stopTunnel != nil {
+		a.stopTunnel()
+	}
 	stop("netpol", a.netpol, 5*time.Second)
 	a.stopServicesForwarder()
 	stop("kube-proxy", a.proxy, 5*time.Second)
@@ -377,37 +385,62 @@ func waitFor(d time.Duration, ok func() bool) error {
 	}
 }
 
-// listenInNetns opens a TCP listener inside the network namespace at nsPath: this thread
-// enters it, listens, and returns to the original namespace (a thread that cannot return is
-// left locked, so Go retires it).
+// listenInNetns opens a TCP listener inside the network namespace at nsPath.
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := inNetns(nsPath, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil && ln != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, err
+}
+
+// dialInNetns connects from inside the network namespace at nsPath (a socket belongs to
+// the namespace it was made in).
+func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(nsPath, func() (err error) {
+		c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		return err
+	})
+	if err != nil && c != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, err
+}
+
+// inNetns runs fn on a thread that has entered the network namespace at nsPath, and
+// returns the thread to its own namespace (a thread that cannot return is left locked, so
+// Go retires it).
+func inNetns(nsPath string, fn func() error) error {
 	runtime.LockOSThread()
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
 	defer orig.Close()
 	target, err := os.Open(nsPath)
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("setns %s: %w", nsPath, err)
+		return fmt.Errorf("setns %s: %w", nsPath, err)
 	}
-	ln, lerr := net.Listen("tcp", addr)
+	ferr := fn()
 	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it ends with this goroutine.
-		if ln != nil {
-			ln.Close()
-		}
-		return nil, fmt.Errorf("setns back: %w", err)
+		return fmt.Errorf("setns back: %w (and %v)", err, ferr)
 	}
 	runtime.UnlockOSThread()
-	return ln, lerr
+	return ferr
 }
 
 // forwardTo accepts on ln and dials addr, copying both ways.

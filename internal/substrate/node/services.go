@@ -203,25 +203,9 @@ func corefileFor(ns nodeState) string {
 // (kubelet-client-current.pem in its cert dir), else the join bundle's.
 func (a *agent) refreshClientCert() error {
 	ns := a.ns
-	pair, err := os.ReadFile(ns.work("kubelet", "pki", "kubelet-client-current.pem"))
+	pair, err := a.clientPair()
 	if err != nil {
-		kc, err := os.ReadFile(ns.secret(SecretKubeconfig))
-		if err != nil {
-			return err
-		}
-		cfg, err := clientcmd.Load(kc)
-		if err != nil {
-			return err
-		}
-		for _, u := range cfg.AuthInfos {
-			if len(u.ClientCertificateData) > 0 && len(u.ClientKeyData) > 0 {
-				pair = append(append([]byte{}, u.ClientCertificateData...), u.ClientKeyData...)
-				break
-			}
-		}
-		if pair == nil {
-			return fmt.Errorf("the join kubeconfig holds no client certificate")
-		}
+		return err
 	}
 	if b, _ := pem.Decode(pair); b == nil {
 		return fmt.Errorf("no PEM in the node's client certificate")
@@ -235,6 +219,29 @@ func (a *agent) refreshClientCert() error {
 		return err
 	}
 	return os.Rename(tmp, p)
+}
+
+// clientPair is the node's current client certificate and key (one PEM): the kubelet's
+// rotated pair when it has one, else the join bundle's.
+func (a *agent) clientPair() ([]byte, error) {
+	pair, err := os.ReadFile(a.ns.work("kubelet", "pki", "kubelet-client-current.pem"))
+	if err == nil {
+		return pair, nil
+	}
+	kc, err := os.ReadFile(a.ns.secret(SecretKubeconfig))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range cfg.AuthInfos {
+		if len(u.ClientCertificateData) > 0 && len(u.ClientKeyData) > 0 {
+			return append(append([]byte{}, u.ClientCertificateData...), u.ClientKeyData...), nil
+		}
+	}
+	return nil, fmt.Errorf("the join kubeconfig holds no client certificate")
 }
 
 // apiForwarder listens, inside the node, on the endpoints of the `kubernetes` Service and

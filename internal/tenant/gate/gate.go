@@ -5,9 +5,15 @@
 // cluster itself, over TLS with the cluster's serving certificate, with a Kubernetes Status:
 // 503 while the cluster is stopped or draining, 502 once its processes are reaped or when
 // the apiserver does not answer.
+//
+// A connection whose TLS handshake names the tunnel protocol (SetTunnel) is a node's tunnel
+// instead: the gate reads the ClientHello without answering it, and serves that connection
+// itself (TLS with the cluster's serving certificate, the node's client certificate
+// required); every other connection is passed on with the bytes read replayed first.
 package gate
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -15,6 +21,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -50,6 +57,26 @@ type Gate struct {
 	message string
 	conns   map[net.Conn]struct{}
 	closed  bool
+
+	tunnelALPN string
+	tunnel     *chanListener // served by tunnelSrv
+	tunnelSrv  *http.Server
+}
+
+// SetTunnel serves connections whose ClientHello offers protocol alpn with h, over TLS
+// with cfg (which should require and verify a client certificate). Tunnel connections do
+// not depend on the mode and survive its changes. Call once, before clients come.
+func (g *Gate) SetTunnel(alpn string, cfg *tls.Config, h http.Handler) {
+	cfg = cfg.Clone()
+	// The offered alpn routes the connection here; what runs on it is HTTP/1.1 (a
+	// websocket), which is what is negotiated.
+	cfg.NextProtos = []string{"http/1.1"}
+	l := &chanListener{c: make(chan net.Conn), done: make(chan struct{}), addr: g.ln.Addr()}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg, ErrorLog: log.New(io.Discard, "", 0)}
+	g.mu.Lock()
+	g.tunnelALPN, g.tunnel, g.tunnelSrv = alpn, l, srv
+	g.mu.Unlock()
+	go func() { _ = srv.ServeTLS(l, "", "") }()
 }
 
 // Listen starts a gate on addr (host:port on loopback) in front of backend (host:port),
@@ -109,6 +136,7 @@ func (g *Gate) Close() {
 	g.closed = true
 	conns := g.conns
 	g.conns = map[net.Conn]struct{}{}
+	tunnel, tunnelSrv := g.tunnel, g.tunnelSrv
 	g.mu.Unlock()
 	g.ln.Close()
 	g.local.Close()
@@ -116,6 +144,10 @@ func (g *Gate) Close() {
 		c.Close()
 	}
 	_ = g.srv.Close()
+	if tunnel != nil {
+		tunnel.Close()
+		_ = tunnelSrv.Close()
+	}
 }
 
 func (g *Gate) track(c net.Conn) bool {
@@ -145,6 +177,21 @@ func (g *Gate) accept() {
 }
 
 func (g *Gate) handle(c net.Conn) {
+	g.mu.Lock()
+	alpn, tunnel := g.tunnelALPN, g.tunnel
+	g.mu.Unlock()
+	if tunnel != nil {
+		offered, replay, err := peekALPN(c)
+		if err != nil {
+			c.Close()
+			return
+		}
+		c = replay
+		if slices.Contains(offered, alpn) {
+			tunnel.push(c)
+			return
+		}
+	}
 	if !g.track(c) {
 		c.Close()
 		return
@@ -165,7 +212,7 @@ func (g *Gate) splice(c, b net.Conn) {
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
+		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		}
 		done <- struct{}{}
@@ -267,4 +314,73 @@ func PortOf(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+var errPeeked = errors.New("client hello read")
+
+// peekALPN reads c's TLS ClientHello and returns the protocols it offers, with a conn that
+// replays what was read before reading on. Nothing is written to c meanwhile. A client that
+// sends no ClientHello within 10 s is dropped.
+func peekALPN(c net.Conn) ([]string, net.Conn, error) {
+	rec := &recordingConn{Conn: c}
+	var offered []string
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	err := tls.Server(rec, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		offered = h.SupportedProtos
+		return nil, errPeeked
+	}}).Handshake()
+	_ = c.SetReadDeadline(time.Time{})
+	if !errors.Is(err, errPeeked) {
+		// Not TLS, or cut short: the apiserver (or the gate's own answer) would refuse it
+		// as well; pass it on as it came.
+		if rec.buf.Len() == 0 {
+			return nil, nil, err
+		}
+	}
+	return offered, &replayConn{Conn: c, pending: &rec.buf}, nil
+}
+
+// recordingConn keeps what is read and drops what is written (a TLS alert).
+type recordingConn struct {
+	net.Conn
+	buf bytes.Buffer
+}
+
+func (r *recordingConn) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.buf.Write(p[:n])
+	return n, err
+}
+
+func (r *recordingConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// replayConn reads what was peeked, then the connection.
+type replayConn struct {
+	net.Conn
+	pending *bytes.Buffer
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if r.pending.Len() > 0 {
+		return r.pending.Read(p)
+	}
+	return r.Conn.Read(p)
+}
+
+// WriteTo lets splice's copy of the rest run between the two sockets in the kernel.
+func (r *replayConn) WriteTo(w io.Writer) (int64, error) {
+	n, err := r.pending.WriteTo(w)
+	if err != nil {
+		return n, err
+	}
+	m, err := io.Copy(w, r.Conn)
+	return n + m, err
+}
+
+// CloseWrite half-closes the underlying TCP connection (splice relies on it).
+func (r *replayConn) CloseWrite() error {
+	if tc, ok := r.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return nil
 }

@@ -6,6 +6,7 @@
 //	svcprobe resolve NAME                  prints the addresses, sorted, comma-separated
 //	svcprobe bench-get URL N               N GETs on fresh connections; prints p50 and p99
 //	svcprobe bench-dns NAME N              N lookups (no cache in the pod); prints p50 and p99
+//	svcprobe webhook PORT CERT KEY         an admission webhook over TLS: denies objects named denied-*
 //	svcprobe sleep                         until killed
 package main
 
@@ -13,6 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -88,6 +90,9 @@ func main() {
 		}
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 		fmt.Printf("n=%d p50=%s p99=%s\n", n, ds[len(ds)/2], ds[(len(ds)*99)/100])
+	case "webhook":
+		http.HandleFunc("/", admit)
+		fail(http.ListenAndServeTLS(":"+args[0], args[1], args[2], nil).Error())
 	case "sleep":
 		for {
 			time.Sleep(time.Hour)
@@ -95,6 +100,27 @@ func main() {
 	default:
 		fail("unknown command " + os.Args[1])
 	}
+}
+
+// admit answers an AdmissionReview: an object whose name starts with "denied-" is refused.
+func admit(w http.ResponseWriter, r *http.Request) {
+	var review struct {
+		Request struct {
+			UID  string `json:"uid"`
+			Name string `json:"name"`
+		} `json:"request"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&review); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp := map[string]any{"uid": review.Request.UID, "allowed": true}
+	if strings.HasPrefix(review.Request.Name, "denied-") {
+		resp["allowed"] = false
+		resp["status"] = map[string]any{"code": 403, "message": "denied by the probe webhook in pod " + os.Getenv("POD_NAME")}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
 }
 
 // client is an HTTP client trusting the CA file named first in args, if any.

@@ -1,0 +1,181 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rancher/remotedialer"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ALPN is the protocol a node's agent names in its TLS handshake with the cluster's gate:
+// the gate serves such a connection as a tunnel instead of passing it to the apiserver.
+const ALPN = "socialweb-tunnel/1"
+
+// Path is the tunnel's websocket endpoint.
+const Path = "/tunnel"
+
+// NodeLister returns the cluster's Nodes as routing sees them (a cached list is fine: a
+// miss is listed again, see Server.Dial).
+type NodeLister func(ctx context.Context, fresh bool) ([]Node, error)
+
+// Server holds the tunnels of one cluster's nodes and dials through them.
+type Server struct {
+	ranges Ranges
+	nodes  NodeLister
+	log    *slog.Logger
+	rd     *remotedialer.Server
+}
+
+// NewServer is a Server for a cluster with ranges r whose Nodes nodes lists.
+func NewServer(r Ranges, nodes NodeLister, log *slog.Logger) *Server {
+	s := &Server{ranges: r, nodes: nodes, log: log}
+	s.rd = remotedialer.New(nodeOf, func(w http.ResponseWriter, _ *http.Request, code int, err error) {
+		http.Error(w, err.Error(), code)
+	})
+	return s
+}
+
+// nodeOf authenticates a tunnel: the client certificate the TLS handshake verified against
+// the cluster's CA, and it must be a node's (O=system:nodes, CN=system:node:NAME), as the
+// apiserver's Node authorizer reads it. The tunnel is then that node's.
+func nodeOf(r *http.Request) (string, bool, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", false, nil
+	}
+	c := r.TLS.VerifiedChains[0][0]
+	name, ok := strings.CutPrefix(c.Subject.CommonName, "system:node:")
+	if !ok || !slices.Contains(c.Subject.Organization, "system:nodes") {
+		return "", false, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", false, fmt.Errorf("node name %q: %s", name, strings.Join(errs, "; "))
+	}
+	return name, true, nil
+}
+
+// ServeHTTP accepts a node's tunnel (the gate hands it connections with ALPN).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != Path {
+		http.NotFound(w, r)
+		return
+	}
+	s.rd.ServeHTTP(w, r)
+}
+
+// Connected reports whether node has a tunnel open.
+func (s *Server) Connected(node string) bool { return s.rd.HasSession(node) }
+
+// Dial connects to addr (an IP literal and port) inside the cluster through the tunnel of
+// the node Route picks. A name is never resolved.
+func (s *Server) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not an IP address and port (names are not resolved): %w", addr, ErrOutsideCluster)
+	}
+	node, err := s.route(ctx, ap.Addr())
+	if err != nil {
+		return nil, err
+	}
+	return s.rd.Dialer(node)(ctx, "tcp", addr)
+}
+
+func (s *Server) route(ctx context.Context, a netip.Addr) (string, error) {
+	nodes, err := s.nodes(ctx, false)
+	if err != nil {
+		return "", fmt.Errorf("list the cluster's nodes: %w", err)
+	}
+	node, err := Route(a, s.ranges, nodes, s.Connected)
+	if err == nil || !s.ranges.Pods.Contains(a.Unmap()) && !errors.Is(err, ErrOutsideCluster) {
+		return node, err
+	}
+	// A new node, or a node's new address: list again once.
+	if nodes, err = s.nodes(ctx, true); err != nil {
+		return "", fmt.Errorf("list the cluster's nodes: %w", err)
+	}
+	return Route(a, s.ranges, nodes, s.Connected)
+}
+
+// ServeConnect answers the apiserver's egress selector on ln: one HTTP CONNECT per
+// connection, dialled with Dial, then the bytes both ways. It returns when ln is closed.
+func (s *Server) ServeConnect(ln net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.connect(c)
+		}()
+	}
+}
+
+func (s *Server) connect(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	if req.Method != http.MethodConnect {
+		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	up, err := s.Dial(ctx, req.Host)
+	cancel()
+	if err != nil {
+		status := "502 Bad Gateway"
+		if errors.Is(err, ErrOutsideCluster) {
+			status = "403 Forbidden"
+		}
+		s.log.Info("tunnel_dial_refused", "address", req.Host, "err", err.Error())
+		// The apiserver puts the status line into its error: say why there.
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", status, len(err.Error()), err.Error())
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	done := make(chan struct{}, 2)
+	go func() {
+		// What the apiserver sent after the CONNECT and before the answer is in br.
+		_, _ = io.Copy(up, br)
+		closeWrite(up)
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(c, up)
+		closeWrite(c)
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	// A tunnel's connection has no half-close: closing is the end of the stream.
+	_ = c.Close()
+}
