@@ -232,6 +232,9 @@ func printSummary(report []byte, path string, selected int) error {
 	return nil
 }
 
+// keepNodes is how many nodes the run keeps rented from its start (two: see keep-nodes).
+const keepNodes = 2
+
 func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
 
 // buildTools builds (or finds cached) e2e.test, ginkgo and agnhost from the module's
@@ -459,22 +462,34 @@ spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: %d, scal
 			pause = r.String()
 		}
 	}
-	keep := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: keep-a-node, namespace: default}
+	// Two nodes, each held by a pod the other may not share it with: the suite checks for
+	// at least two schedulable nodes ("should have at least two untainted nodes"), and its
+	// network specs want pods on two nodes.
+	keep := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: keep-nodes, namespace: default}
 spec:
-  automountServiceAccountToken: false
-  containers:
-  - {name: pause, image: %q}
-`, pause)
+  replicas: %d
+  selector: {matchLabels: {app: keep-nodes}}
+  template:
+    metadata: {labels: {app: keep-nodes}}
+    spec:
+      automountServiceAccountToken: false
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {labelSelector: {matchLabels: {app: keep-nodes}}, topologyKey: kubernetes.io/hostname}
+      containers:
+      - {name: pause, image: %q}
+`, keepNodes, pause)
 	if _, err := kubectl(ctx, kc, keep, "apply", "-f", "-"); err != nil {
 		return "", err
 	}
-	if _, err := kubectl(ctx, kc, "", "wait", "--for=condition=Ready", "--timeout=5m", "pod/keep-a-node"); err != nil {
-		desc, _ := kubectl(ctx, kc, "", "describe", "pod", "keep-a-node")
-		return "", fmt.Errorf("the pod that keeps a node rented: %w\n%s", err, tail(desc, 20))
+	if _, err := kubectl(ctx, kc, "", "rollout", "status", "--timeout=5m", "deployment/keep-nodes"); err != nil {
+		desc, _ := kubectl(ctx, kc, "", "describe", "pods", "-l", "app=keep-nodes")
+		return "", fmt.Errorf("the pods that keep %d nodes rented: %w\n%s", keepNodes, err, tail(desc, 30))
 	}
-	say("a node is rented and Ready, %s after the cluster", since(t))
+	say("%d nodes are rented and Ready, %s after the cluster", keepNodes, since(t))
 	return kc, nil
 }
 
