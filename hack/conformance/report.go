@@ -53,6 +53,7 @@ var defaultSkips = []skipReason{
 	{`Aggregator Should be able to support the .* Sample API Server`, "images", "needs the sample-apiserver and etcd images, not built from source here yet"},
 	{`HostPort validates that there is no conflict between pods with same hostPort but different hostIP and protocol`, "pod security", "hostPort is refused by the Pod Security floor (baseline) every tenant cluster enforces"},
 	{`StatefulSet Basic StatefulSet functionality .*Should recreate evicted statefulset`, "pod security", "its conflicting pod takes a hostPort, which the Pod Security floor (baseline) refuses"},
+	{`Job should allow to use a pod failure policy to ignore failure matching on DisruptionTarget condition`, "pod security", "its pods run privileged containers, which no tenant cluster admits (--allow-privileged=false)"},
 	{`Networking Granular Checks: Pods should function for node-pod communication`, "pod security", "its test pod runs with hostNetwork, which the Pod Security floor (baseline) refuses"},
 }
 
