@@ -249,19 +249,39 @@ var conformanceImages = []imageSpec{
 	{Repo: "e2e-test-images/nautilus", Tags: []string{"1.8"}, Layers: []string{"userland", "agnhost"},
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"},
 		How: "agnhost test-webserver without nautilus.jpg/data.json"},
+	{Repo: "e2e-test-images/sample-apiserver", Tags: []string{"1.29.2"}, Layers: []string{"userland", "sample-apiserver"},
+		Entrypoint: []string{"/sample-apiserver"},
+		How:        "k8s.io/sample-apiserver of the Kubernetes version the project builds (newer than upstream's image 1.29.2), CGO_ENABLED=0"},
+	{Repo: "k8s/etcd", Tags: []string{"3.7.0-0"}, Layers: []string{"userland", "etcd"},
+		Entrypoint: []string{"/usr/local/bin/etcd"},
+		How:        "the etcd server the project embeds (go.etcd.io/etcd/server/v3's etcdmain) at /usr/local/bin/etcd"},
 }
 
-// buildImages assembles every image of conformanceImages from the two layers.
-func buildImages(agnhostBinary, agnhostSrc string) (map[string]v1.Image, error) {
+// buildImages assembles every image of conformanceImages from the layers: the userland,
+// agnhost, and one binary each for the Aggregator spec's sample-apiserver and etcd.
+func buildImages(t tools, agnhostSrc string) (map[string]v1.Image, error) {
 	ul, err := userlandLayer()
 	if err != nil {
 		return nil, fmt.Errorf("userland layer: %w", err)
 	}
-	al, err := agnhostLayer(agnhostBinary, agnhostSrc)
+	al, err := agnhostLayer(t.agnhost, agnhostSrc)
 	if err != nil {
 		return nil, fmt.Errorf("agnhost layer: %w", err)
 	}
-	return buildImagesFrom(map[string]v1.Layer{"userland": ul, "agnhost": al})
+	layers := map[string]v1.Layer{"userland": ul, "agnhost": al}
+	for name, b := range map[string]struct{ bin, path string }{
+		"sample-apiserver": {t.sampleAPIServer, "sample-apiserver"},
+		"etcd":             {t.etcd, "usr/local/bin/etcd"},
+	} {
+		data, err := os.ReadFile(b.bin)
+		if err != nil {
+			return nil, err
+		}
+		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: 0o755, Data: data}}); err != nil {
+			return nil, fmt.Errorf("%s layer: %w", name, err)
+		}
+	}
+	return buildImagesFrom(layers)
 }
 
 // buildImagesFrom assembles every image of conformanceImages from the named layers.
@@ -271,6 +291,9 @@ func buildImagesFrom(layers map[string]v1.Layer) (map[string]v1.Image, error) {
 	for _, s := range conformanceImages {
 		img := empty.Image
 		for _, l := range s.Layers {
+			if layers[l] == nil {
+				return nil, fmt.Errorf("image %s: no layer %q", s.Repo, l)
+			}
 			if img, err = mutate.AppendLayers(img, layers[l]); err != nil {
 				return nil, err
 			}

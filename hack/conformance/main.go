@@ -18,6 +18,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -102,10 +104,11 @@ func run(o options) error {
 	// the lock would go with it in the middle of a run.
 	defer lock.Close()
 
-	e2eTest, ginkgo, agnhost, err := buildTools(ctx)
+	tl, err := buildTools(ctx)
 	if err != nil {
 		return err
 	}
+	e2eTest, ginkgo := tl.e2eTest, tl.ginkgo
 	skips := defaultSkips
 	if o.noDefaultSkips {
 		skips = nil
@@ -128,7 +131,7 @@ func run(o options) error {
 
 	// Images: built, served, remapped.
 	t := time.Now()
-	imgs, err := buildImages(agnhost, filepath.Join(moduleDir(ctx, "k8s.io/kubernetes"), "test", "images", "agnhost"))
+	imgs, err := buildImages(tl, filepath.Join(moduleDir(ctx, "k8s.io/kubernetes"), "test", "images", "agnhost"))
 	if err != nil {
 		return err
 	}
@@ -232,63 +235,108 @@ func printSummary(report []byte, path string, selected int) error {
 	return nil
 }
 
+// keepNodes is how many nodes the run keeps rented from its start (two: see keep-nodes).
+const keepNodes = 2
+
 func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
 
-// buildTools builds (or finds cached) e2e.test, ginkgo and agnhost from the module's
-// k8s.io/kubernetes. They build against a copy of go.mod and go.sum in the cache, so the
-// test dependencies they add never touch the project's own; a stamp of go.mod's hash says
-// when to build again (with the version ldflags: a change of either).
-func buildTools(ctx context.Context) (e2eTest, ginkgo, agnhost string, err error) {
+// tools are the binaries the harness builds: the suite, its runner, and what the images
+// hold.
+type tools struct {
+	e2eTest, ginkgo, agnhost string
+	// sampleAPIServer and etcd are the Aggregator spec's (k8s.io/sample-apiserver, and the
+	// etcd server the project embeds, through etcdmain.go).
+	sampleAPIServer, etcd string
+}
+
+// buildTools builds (or finds cached) the tools from the module's k8s.io/kubernetes (and its
+// etcd). They build against a copy of go.mod and go.sum in the cache, so the test
+// dependencies they add never touch the project's own. A stamp of what they are made from
+// says when to build them all again: the versions of k8s.io/kubernetes, k8s.io/sample-apiserver's
+// counterpart (k8s.io/apiserver) and the etcd server in go.mod, the version ldflags and the Go
+// toolchain. Another module's bump in go.mod does not rebuild the suite (15-25 minutes
+// here): the suite measured is k8s.io/kubernetes's. A tool missing is built alone.
+func buildTools(ctx context.Context) (tools, error) {
 	gomod, err := os.ReadFile("go.mod")
 	if err != nil {
-		return "", "", "", fmt.Errorf("run from the repository's root: %w", err)
+		return tools{}, fmt.Errorf("run from the repository's root: %w", err)
 	}
 	// e2e.test carries the Kubernetes version as the binary does: some specs read their own
 	// version (a Pod Security level's "restricted/v1.37"), and without it they read v0.0.
 	ldflags, err := exec.CommandContext(ctx, "bash", "hack/kube-ldflags.sh").Output()
 	if err != nil {
-		return "", "", "", fmt.Errorf("hack/kube-ldflags.sh: %w", err)
+		return tools{}, fmt.Errorf("hack/kube-ldflags.sh: %w", err)
 	}
-	sum := sha256.Sum256(append(gomod, ldflags...))
-	stamp := hex.EncodeToString(sum[:])
+	h := sha256.New()
+	h.Write(ldflags)
+	h.Write([]byte(runtime.Version()))
+	for _, l := range strings.Split(string(gomod), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && slices.Contains([]string{"k8s.io/kubernetes", "k8s.io/apiserver", "go.etcd.io/etcd/server/v3"}, f[0]) {
+			h.Write([]byte(f[0] + " " + f[1] + "\n"))
+		}
+	}
+	stamp := hex.EncodeToString(h.Sum(nil))
 	abs, _ := filepath.Abs(cacheDir)
-	e2eTest, ginkgo, agnhost = filepath.Join(abs, "e2e.test"), filepath.Join(abs, "ginkgo"), filepath.Join(abs, "agnhost")
+	t := tools{
+		e2eTest: filepath.Join(abs, "e2e.test"), ginkgo: filepath.Join(abs, "ginkgo"), agnhost: filepath.Join(abs, "agnhost"),
+		sampleAPIServer: filepath.Join(abs, "sample-apiserver"), etcd: filepath.Join(abs, "etcd"),
+	}
+	all := []string{t.e2eTest, t.ginkgo, t.agnhost, t.sampleAPIServer, t.etcd}
 	stampFile := filepath.Join(abs, "tools.stamp")
-	if old, _ := os.ReadFile(stampFile); strings.TrimSpace(string(old)) == stamp && exists(e2eTest) && exists(ginkgo) && exists(agnhost) {
-		say("e2e.test, ginkgo and agnhost are current (go.mod and the version flags unchanged)")
-		return e2eTest, ginkgo, agnhost, nil
+	old, _ := os.ReadFile(stampFile)
+	current := strings.TrimSpace(string(old)) == stamp
+	if current && allExist(all) {
+		say("e2e.test, ginkgo, agnhost, sample-apiserver and etcd are current (the versions they are built from unchanged)")
+		return t, nil
 	}
 	modfile := filepath.Join(abs, "go.mod")
 	if err := os.WriteFile(modfile, gomod, 0o644); err != nil {
-		return "", "", "", err
+		return tools{}, err
 	}
 	gosum, err := os.ReadFile("go.sum")
 	if err != nil {
-		return "", "", "", err
+		return tools{}, err
 	}
 	if err := os.WriteFile(filepath.Join(abs, "go.sum"), gosum, 0o644); err != nil {
-		return "", "", "", err
+		return tools{}, err
 	}
+	static := []string{"CGO_ENABLED=0"}
 	for _, b := range []struct {
-		what string
-		args []string
-		env  []string
+		what, out string
+		args      []string
+		env       []string
 	}{
 		// -vet=off: vet over the whole e2e tree takes far longer than the compile.
-		{"e2e.test", []string{"test", "-modfile=" + modfile, "-vet=off", "-ldflags", strings.TrimSpace(string(ldflags)), "-c", "-o", e2eTest, "k8s.io/kubernetes/test/e2e"}, nil},
-		{"ginkgo", []string{"build", "-modfile=" + modfile, "-o", ginkgo, "github.com/onsi/ginkgo/v2/ginkgo"}, nil},
-		{"agnhost", []string{"build", "-modfile=" + modfile, "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost"}, []string{"CGO_ENABLED=0"}},
+		{"e2e.test", t.e2eTest, []string{"test", "-vet=off", "-ldflags", strings.TrimSpace(string(ldflags)), "-c", "k8s.io/kubernetes/test/e2e"}, nil},
+		{"ginkgo", t.ginkgo, []string{"build", "github.com/onsi/ginkgo/v2/ginkgo"}, nil},
+		{"agnhost", t.agnhost, []string{"build", "k8s.io/kubernetes/test/images/agnhost"}, static},
+		{"sample-apiserver", t.sampleAPIServer, []string{"build", "k8s.io/sample-apiserver"}, static},
+		{"etcd", t.etcd, []string{"build", "hack/conformance/etcdmain.go"}, static},
 	} {
-		t := time.Now()
+		if current && exists(b.out) {
+			continue
+		}
+		start := time.Now()
 		say("building %s (minutes when cold)", b.what)
-		cmd := exec.CommandContext(ctx, "go", b.args...)
+		args := append([]string{b.args[0], "-modfile=" + modfile, "-o", b.out}, b.args[1:]...)
+		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod"), b.env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", "", fmt.Errorf("build %s: %v\n%s", b.what, err, out)
+			return tools{}, fmt.Errorf("build %s: %v\n%s", b.what, err, out)
 		}
-		say("built %s in %s", b.what, since(t))
+		say("built %s in %s", b.what, since(start))
 	}
-	return e2eTest, ginkgo, agnhost, os.WriteFile(stampFile, []byte(stamp+"\n"), 0o644)
+	return t, os.WriteFile(stampFile, []byte(stamp+"\n"), 0o644)
+}
+
+func allExist(paths []string) bool {
+	for _, p := range paths {
+		if !exists(p) {
+			return false
+		}
+	}
+	return true
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -459,22 +507,34 @@ spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: %d, scal
 			pause = r.String()
 		}
 	}
-	keep := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: keep-a-node, namespace: default}
+	// Two nodes, each held by a pod the other may not share it with: the suite checks for
+	// at least two schedulable nodes ("should have at least two untainted nodes"), and its
+	// network specs want pods on two nodes.
+	keep := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: keep-nodes, namespace: default}
 spec:
-  automountServiceAccountToken: false
-  containers:
-  - {name: pause, image: %q}
-`, pause)
+  replicas: %d
+  selector: {matchLabels: {app: keep-nodes}}
+  template:
+    metadata: {labels: {app: keep-nodes}}
+    spec:
+      automountServiceAccountToken: false
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {labelSelector: {matchLabels: {app: keep-nodes}}, topologyKey: kubernetes.io/hostname}
+      containers:
+      - {name: pause, image: %q}
+`, keepNodes, pause)
 	if _, err := kubectl(ctx, kc, keep, "apply", "-f", "-"); err != nil {
 		return "", err
 	}
-	if _, err := kubectl(ctx, kc, "", "wait", "--for=condition=Ready", "--timeout=5m", "pod/keep-a-node"); err != nil {
-		desc, _ := kubectl(ctx, kc, "", "describe", "pod", "keep-a-node")
-		return "", fmt.Errorf("the pod that keeps a node rented: %w\n%s", err, tail(desc, 20))
+	if _, err := kubectl(ctx, kc, "", "rollout", "status", "--timeout=5m", "deployment/keep-nodes"); err != nil {
+		desc, _ := kubectl(ctx, kc, "", "describe", "pods", "-l", "app=keep-nodes")
+		return "", fmt.Errorf("the pods that keep %d nodes rented: %w\n%s", keepNodes, err, tail(desc, 30))
 	}
-	say("a node is rented and Ready, %s after the cluster", since(t))
+	say("%d nodes are rented and Ready, %s after the cluster", keepNodes, since(t))
 	return kc, nil
 }
 

@@ -50,9 +50,10 @@ type skipReason struct {
 // node of a tenant cluster does not offer, or what the harness does not build yet.
 var defaultSkips = []skipReason{
 	{`\[Serial\]|\[Disruptive\]`, "harness", "[Serial] and [Disruptive] specs need the whole cluster to themselves; the parallel run leaves them out (run them with --focus '\\[Serial\\].*\\[Conformance\\]' --procs 1)"},
-	{`Aggregator Should be able to support the .* Sample API Server`, "images", "needs the sample-apiserver and etcd images, not built from source here yet"},
 	{`HostPort validates that there is no conflict between pods with same hostPort but different hostIP and protocol`, "pod security", "hostPort is refused by the Pod Security floor (baseline) every tenant cluster enforces"},
 	{`StatefulSet Basic StatefulSet functionality .*Should recreate evicted statefulset`, "pod security", "its conflicting pod takes a hostPort, which the Pod Security floor (baseline) refuses"},
+	{`Job should allow to use a pod failure policy to ignore failure matching on DisruptionTarget condition`, "pod security", "its pods run privileged containers, which no tenant cluster admits (--allow-privileged=false)"},
+	{`Networking Granular Checks: Pods should function for node-pod communication`, "pod security", "its test pod runs with hostNetwork, which the Pod Security floor (baseline) refuses"},
 }
 
 // skipRegex joins the skip patterns and the caller's own into one ginkgo --skip value.

@@ -132,6 +132,7 @@ type nodeLister struct {
 	key Key
 
 	mu    sync.Mutex
+	cs    kubernetes.Interface // made once: one transport, its connections reused
 	at    time.Time
 	nodes []tunnel.Node
 }
@@ -142,15 +143,16 @@ func (l *nodeLister) list(ctx context.Context, fresh bool) ([]tunnel.Node, error
 	if !l.at.IsZero() && time.Since(l.at) < 2*time.Second && (!fresh || time.Since(l.at) < 200*time.Millisecond) {
 		return l.nodes, nil
 	}
-	cfg, err := l.m.AdminConfig(l.key)
-	if err != nil {
-		return nil, err
+	if l.cs == nil {
+		cfg, err := l.m.AdminConfig(l.key)
+		if err != nil {
+			return nil, err
+		}
+		if l.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, err
+		}
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := l.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return nil, err
 	}

@@ -89,12 +89,12 @@ type agent struct {
 	root       *exec.Cmd // process 1 of a contained node's namespaces
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
-	podnet     *exec.Cmd
-	netpol     *exec.Cmd
+	podnet     *restartable
+	netpol     *restartable
 
 	// Services and DNS (services.go): kube-proxy, the DNS server, the forwarder of the
 	// kubernetes Service's endpoint.
-	proxy, dns   *exec.Cmd
+	proxy, dns   *restartable
 	apiFwd       *apiForwarder
 	stopServices func()
 	// stopTunnel closes the node's tunnel to its control plane (tunnel.go).
@@ -221,7 +221,7 @@ func (a *agent) start() error {
 	// 6. The pod network: the Node's pod CIDR into the CNI config, the overlay to the
 	// cluster's other nodes (podnet), in the node's namespaces like containerd.
 	if ns.PodNet {
-		a.podnet, err = a.spawn("pod network", "podnet.log", ns.Binary, "node-podnet", ns.Dir)
+		a.podnet, err = a.spawnRestartable("pod network", "podnet.log", ns.Binary, "node-podnet", ns.Dir)
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (a *agent) start() error {
 	if ns.Netns == "" {
 		return nil
 	}
-	a.netpol, err = a.spawn("netpol", "netpol.log", ns.Binary, "kube", "netpol",
+	a.netpol, err = a.spawnRestartable("netpol", "netpol.log", ns.Binary, "kube", "netpol",
 		"--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName)
 	if err != nil {
 		return err
@@ -253,6 +253,11 @@ func (a *agent) start() error {
 // would remount /sys and hide the cgroup mounts from the kubelet), output to logName in the
 // guest dir, in a process group of its own; its end is reported on a.ended.
 func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
+	return a.spawnWith(name, logName, func(why string) { a.ended <- why }, argv...)
+}
+
+// spawnWith is spawn with what to do when the process ends (onEnd gets why).
+func (a *agent) spawnWith(name, logName string, onEnd func(why string), argv ...string) (*exec.Cmd, error) {
 	lf, err := os.OpenFile(filepath.Join(a.ns.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -284,7 +289,7 @@ func (a *agent) spawn(name, logName string, argv ...string) (*exec.Cmd, error) {
 		// The end of its log says why, in the agent's own log: the guest's dir (and the
 		// process's log with it) may be gone before anyone reads it.
 		tail, _ := guestproc.Tail(filepath.Join(a.ns.Dir, logName), 5)
-		a.ended <- fmt.Sprintf("%s ended: %v; the end of %s:\n%s", name, err, logName, strings.TrimRight(string(tail), "\n"))
+		onEnd(fmt.Sprintf("%s ended: %v; the end of %s:\n%s", name, err, logName, strings.TrimRight(string(tail), "\n")))
 	}()
 	return cmd, nil
 }
@@ -313,11 +318,11 @@ func (a *agent) teardown() {
 	if a.stopTunnel != nil {
 		a.stopTunnel()
 	}
-	stop("netpol", a.netpol, 5*time.Second)
+	stop("netpol", a.netpol.halt(), 5*time.Second)
 	a.stopServicesForwarder()
-	stop("kube-proxy", a.proxy, 5*time.Second)
-	stop("node-dns", a.dns, 5*time.Second)
-	stop("pod network", a.podnet, 5*time.Second)
+	stop("kube-proxy", a.proxy.halt(), 5*time.Second)
+	stop("node-dns", a.dns.halt(), 5*time.Second)
+	stop("pod network", a.podnet.halt(), 5*time.Second)
 	stop("kubelet", a.kubelet, 5*time.Second)
 	if a.containerd != nil {
 		if n, err := removePods(ns); err != nil {

@@ -145,7 +145,7 @@ func (a *agent) startServices() error {
 		return err
 	}
 	var err error
-	a.proxy, err = a.spawn("kube-proxy", "kube-proxy.log", ns.Binary, "kube", "proxy", "--config", ns.servicesPath("kube-proxy.yaml"))
+	a.proxy, err = a.spawnRestartable("kube-proxy", "kube-proxy.log", ns.Binary, "kube", "proxy", "--config", ns.servicesPath("kube-proxy.yaml"))
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (a *agent) startServices() error {
 	if err := os.WriteFile(ns.servicesPath("Corefile"), []byte(corefileFor(ns)), 0o600); err != nil {
 		return err
 	}
-	a.dns, err = a.spawn("node-dns", "node-dns.log", ns.Binary, "node-dns", ns.servicesPath("Corefile"))
+	a.dns, err = a.spawnRestartable("node-dns", "node-dns.log", ns.Binary, "node-dns", ns.servicesPath("Corefile"))
 	if err != nil {
 		return err
 	}

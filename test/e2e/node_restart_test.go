@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/internal/testenv"
+)
+
+// nodeService is the pid of the node's process of the socialweb binary whose arguments hold
+// word (e.g. "proxy" for kube-proxy), or 0.
+func nodeService(state, word string) int {
+	for _, pid := range procsWithArg(state) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(b), "\x00")
+		if filepath.Base(args[0]) == filepath.Base(socialwebBin) && slices.Contains(args, word) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// A node's network services are started again when they end: kube-proxy and the DNS server
+// killed, each is back (a new process) within seconds, the node stays Ready and serves a
+// Service by name again. Before, either's end stopped the node and every pod on it.
+func TestNode_NetworkServicesComeBack(t *testing.T) {
+	const nodeName = "node-r"
+	tc := joinableCluster(t, "rst1", nodeName, 10*time.Minute)
+	writeProbeImage(t, tc.images)
+	state, dump := readyNode(t, tc, "rst1-a", nodeName)
+	kc := tc.kc
+	tkubectl(t, kc, servicesObjects, "apply", "-f", "-")
+	testenv.Eventually(t, 90*time.Second, "pods Running", func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.phase} {end}`)
+		return out == "client=Running server-0=Running server-1=Running ", fmt.Errorf("%q\n%s", out, dump())
+	})
+	byName := func() (string, error) {
+		out, err := tkubectlErr(kc, "exec", "client", "--", "/svcprobe", "get", "http://probe.default.svc.cluster.local/")
+		return strings.TrimSpace(out), err
+	}
+	testenv.Eventually(t, 60*time.Second, "the Service by name", func() (bool, error) {
+		out, err := byName()
+		return strings.HasPrefix(out, "200 server-"), fmt.Errorf("%q %v", out, err)
+	})
+
+	dir := filepath.Join(state, "rst1-a")
+	for _, word := range []string{"proxy", "node-dns"} {
+		old := nodeService(dir, word)
+		if old == 0 {
+			t.Fatalf("no %s process of node %s\n%s", word, nodeName, dump())
+		}
+		t0 := time.Now()
+		// Its process group (in a contained node the process is nsenter's child).
+		pgid, err := syscall.Getpgid(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 20*time.Second, word+" started again", func() (bool, error) {
+			pid := nodeService(dir, word)
+			return pid != 0 && pid != old, fmt.Errorf("pid %d (was %d)\n%s", pid, old, dump())
+		})
+		t.Logf("%s killed: a new process in %.1fs", word, time.Since(t0).Seconds())
+	}
+	testenv.Eventually(t, 60*time.Second, "the Service by name after the restarts", func() (bool, error) {
+		out, err := byName()
+		return strings.HasPrefix(out, "200 server-"), fmt.Errorf("%q %v\n%s", out, err, dump())
+	})
+	if out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); out != "True" {
+		t.Fatalf("node %s Ready=%q after its services restarted\n%s", nodeName, out, dump())
+	}
+	if log, _ := os.ReadFile(filepath.Join(dir, "log")); !strings.Contains(string(log), "kube-proxy started again") {
+		t.Errorf("the agent's log does not say kube-proxy started again\n%s", dump())
+	}
+}
