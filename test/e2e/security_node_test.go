@@ -328,13 +328,15 @@ func TestSecurity_NodeContainment(t *testing.T) {
 			t.Fatal(err)
 		}
 		read := func(p string) string { b, _ := os.ReadFile(p); return strings.TrimSpace(string(b)) }
-		var mem, cpu string
+		var mem, cpu, cpuset string
 		for _, d := range dirs {
 			switch {
 			case strings.HasPrefix(d, "/sys/fs/cgroup/memory/"):
 				mem = d
 			case strings.HasPrefix(d, "/sys/fs/cgroup/cpu/"), strings.HasPrefix(d, "/sys/fs/cgroup/cpu,cpuacct/"):
 				cpu = d
+			case strings.HasPrefix(d, "/sys/fs/cgroup/cpuset/"):
+				cpuset = d
 			}
 		}
 		// The contract of a node is 1 CPU and 256 MiB (computecontract payloadOf); the
@@ -342,8 +344,13 @@ func TestSecurity_NodeContainment(t *testing.T) {
 		if got := read(filepath.Join(mem, "memory.limit_in_bytes")); got != strconv.Itoa((256+256)<<20) {
 			t.Errorf("%s memory.limit_in_bytes = %q, want %d", mem, got, (256+256)<<20)
 		}
-		if q, p := read(filepath.Join(cpu, "cpu.cfs_quota_us")), read(filepath.Join(cpu, "cpu.cfs_period_us")); q != "100000" || p != "100000" {
-			t.Errorf("%s cpu quota %s per %s, want 100000 per 100000", cpu, q, p)
+		// One CPU is a cpuset of one of the host's CPUs with the shares of one, and no CFS
+		// quota: on cgroup v1 that would refuse a pod's limit above it.
+		if got := read(filepath.Join(cpuset, "cpuset.cpus")); !isOneCPU(got) {
+			t.Errorf("%s cpuset.cpus = %q, want one CPU", cpuset, got)
+		}
+		if s, q := read(filepath.Join(cpu, "cpu.shares")), read(filepath.Join(cpu, "cpu.cfs_quota_us")); s != "1024" || q != "-1" {
+			t.Errorf("%s cpu.shares %s, cpu.cfs_quota_us %s, want 1024 and -1", cpu, s, q)
 		}
 		sleeper := 0
 		for _, pid := range procsWithArg("sleep\x003599") {
@@ -356,7 +363,7 @@ func TestSecurity_NodeContainment(t *testing.T) {
 			}
 			cg := read(fmt.Sprintf("/proc/%d/cgroup", pid))
 			for _, l := range strings.Split(cg, "\n") {
-				if strings.Contains(l, ":memory:") || strings.Contains(l, ":cpu:") || strings.Contains(l, ":cpu,cpuacct:") {
+				if strings.Contains(l, ":memory:") || strings.Contains(l, ":cpu:") || strings.Contains(l, ":cpu,cpuacct:") || strings.Contains(l, ":cpuset:") {
 					if !strings.Contains(l, filepath.Base(mem)) {
 						t.Errorf("process %d is outside the node's cgroup: %s", pid, l)
 					}
@@ -364,6 +371,12 @@ func TestSecurity_NodeContainment(t *testing.T) {
 			}
 		}
 	})
+}
+
+// isOneCPU: a cpuset.cpus list names a single CPU.
+func isOneCPU(list string) bool {
+	_, err := strconv.Atoi(list)
+	return err == nil
 }
 
 // lineWith is the first line of out that starts with prefix.
