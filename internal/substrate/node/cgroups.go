@@ -186,7 +186,7 @@ func (ns nodeState) limits(h cpuHost) cgroupLimits {
 // probeCPUHost reads what nodeLimits needs of this host for a node cgroup named name, made
 // below this process's own: whether the cpu controller is v1, the CPUs of the parent
 // cpuset, and those the sibling nodes' cpusets hold (a sibling is a socialweb-node-*
-// cgroup with a process in it; other bidders' nodes are siblings too).
+// cgroup with a process in it or in its innerCgroup; other bidders' nodes are siblings too).
 func probeCPUHost(name string) cpuHost {
 	var h cpuHost
 	b, err := os.ReadFile("/proc/self/cgroup")
@@ -218,7 +218,7 @@ func probeCPUHost(name string) cpuHost {
 			if filepath.Base(d) == name {
 				continue
 			}
-			if procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err != nil || len(strings.TrimSpace(string(procs))) == 0 {
+			if !hasProcs(d) && !hasProcs(filepath.Join(d, innerCgroup)) {
 				continue
 			}
 			cpus := readCPUList(d, "cpuset.cpus")
@@ -234,6 +234,12 @@ func probeCPUHost(name string) cpuHost {
 		}
 	}
 	return h
+}
+
+// hasProcs: the cgroup d holds a process.
+func hasProcs(d string) bool {
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(b))) > 0
 }
 
 // readCPUList reads the first of files in dir that holds a CPU list.
@@ -299,11 +305,19 @@ func limitFiles(hierarchy string, l cgroupLimits) [][2]string {
 	return w
 }
 
+// innerCgroup is the cgroup below a node's own in each hierarchy that the node's processes
+// are in, and so the root of the node's cgroup namespace. Root in the node can write the
+// files of its namespace's root cgroup (its cpuset.cpus, memory.limit_in_bytes,
+// devices.allow); the limits are one level up, out of its view, and the kernel holds a
+// child to its parent's.
+const innerCgroup = "node"
+
 // joinCgroups makes a cgroup named name below this process's own cgroup in each hierarchy
 // (nested, so whatever limits the agent's parent has still apply), writes l's limits into
-// it and moves this process into it; children inherit it. It returns the dirs made. A
-// hierarchy that is missing or not writable is skipped when l asks nothing of it; a limit
-// that cannot be written is an error.
+// it, makes innerCgroup below it and moves this process there; children inherit it. It
+// returns the dirs named name. A hierarchy that is missing or not writable is skipped when
+// l asks nothing of it; a limit that cannot be written is an error. An empty name (a vm
+// guest's agent, in its machine's own cgroups) joins this process's own.
 func joinCgroups(name string, l cgroupLimits) ([]string, error) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -333,18 +347,31 @@ func joinCgroups(name string, l cgroupLimits) ([]string, error) {
 			continue
 		}
 		if mount == "cpuset" {
-			// A new cpuset has no CPUs and no memory nodes: it takes its parent's.
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				v, _ := os.ReadFile(filepath.Join(filepath.Dir(d), f))
-				_ = os.WriteFile(filepath.Join(d, f), v, 0o644)
-			}
+			inheritCpuset(d)
 		}
 		for _, w := range limits {
 			if err := os.WriteFile(filepath.Join(d, w[0]), []byte(w[1]), 0o644); err != nil {
 				return append(dirs, d), fmt.Errorf("cgroup limit %s = %s: %w", filepath.Join(d, w[0]), w[1], err)
 			}
 		}
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		join := d
+		if name != "" {
+			join = filepath.Join(d, innerCgroup)
+			if err := os.Mkdir(join, 0o755); err != nil && !os.IsExist(err) {
+				_ = os.Remove(d)
+				if len(limits) > 0 {
+					return dirs, fmt.Errorf("cgroup %s: %w", join, err)
+				}
+				continue
+			}
+			if mount == "cpuset" {
+				inheritCpuset(join)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(join, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			if join != d {
+				_ = os.Remove(join)
+			}
 			_ = os.Remove(d)
 			if len(limits) > 0 {
 				return dirs, fmt.Errorf("join cgroup %s: %w", d, err)
@@ -354,6 +381,15 @@ func joinCgroups(name string, l cgroupLimits) ([]string, error) {
 		dirs = append(dirs, d)
 	}
 	return dirs, nil
+}
+
+// inheritCpuset gives the new cpuset d its parent's CPUs and memory nodes: a new cpuset
+// has none, and no process can join it until it has.
+func inheritCpuset(d string) {
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		v, _ := os.ReadFile(filepath.Join(filepath.Dir(d), f))
+		_ = os.WriteFile(filepath.Join(d, f), v, 0o644)
+	}
 }
 
 // hierarchyDir is the dir under /sys/fs/cgroup of the hierarchy a /proc/self/cgroup line
