@@ -82,7 +82,8 @@ func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 		t.Errorf("cgroups.json: %v %v", err, cgroups)
 	}
 	for _, d := range cgroups {
-		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		// The node's processes are in the cgroup below its own that roots its cgroup namespace.
+		b, _ := os.ReadFile(filepath.Join(d, "node", "cgroup.procs"))
 		if n := len(strings.Fields(string(b))); n < 3 {
 			t.Errorf("%s holds %d processes, want the agent, containerd and the kubelet at least", d, n)
 		}

@@ -328,13 +328,19 @@ func TestSecurity_NodeContainment(t *testing.T) {
 			t.Fatal(err)
 		}
 		read := func(p string) string { b, _ := os.ReadFile(p); return strings.TrimSpace(string(b)) }
-		var mem, cpu string
+		var mem, cpu, cpuset, pidsDir, devDir string
 		for _, d := range dirs {
 			switch {
+			case strings.HasPrefix(d, "/sys/fs/cgroup/pids/"):
+				pidsDir = d
+			case strings.HasPrefix(d, "/sys/fs/cgroup/devices/"):
+				devDir = d
 			case strings.HasPrefix(d, "/sys/fs/cgroup/memory/"):
 				mem = d
 			case strings.HasPrefix(d, "/sys/fs/cgroup/cpu/"), strings.HasPrefix(d, "/sys/fs/cgroup/cpu,cpuacct/"):
 				cpu = d
+			case strings.HasPrefix(d, "/sys/fs/cgroup/cpuset/"):
+				cpuset = d
 			}
 		}
 		// The contract of a node is 1 CPU and 256 MiB (computecontract payloadOf); the
@@ -342,8 +348,13 @@ func TestSecurity_NodeContainment(t *testing.T) {
 		if got := read(filepath.Join(mem, "memory.limit_in_bytes")); got != strconv.Itoa((256+256)<<20) {
 			t.Errorf("%s memory.limit_in_bytes = %q, want %d", mem, got, (256+256)<<20)
 		}
-		if q, p := read(filepath.Join(cpu, "cpu.cfs_quota_us")), read(filepath.Join(cpu, "cpu.cfs_period_us")); q != "100000" || p != "100000" {
-			t.Errorf("%s cpu quota %s per %s, want 100000 per 100000", cpu, q, p)
+		// One CPU is a cpuset of one of the host's CPUs with the shares of one, and no CFS
+		// quota: on cgroup v1 that would refuse a pod's limit above it.
+		if got := read(filepath.Join(cpuset, "cpuset.cpus")); !isOneCPU(got) {
+			t.Errorf("%s cpuset.cpus = %q, want one CPU", cpuset, got)
+		}
+		if s, q := read(filepath.Join(cpu, "cpu.shares")), read(filepath.Join(cpu, "cpu.cfs_quota_us")); s != "1024" || q != "-1" {
+			t.Errorf("%s cpu.shares %s, cpu.cfs_quota_us %s, want 1024 and -1", cpu, s, q)
 		}
 		sleeper := 0
 		for _, pid := range procsWithArg("sleep\x003599") {
@@ -356,14 +367,54 @@ func TestSecurity_NodeContainment(t *testing.T) {
 			}
 			cg := read(fmt.Sprintf("/proc/%d/cgroup", pid))
 			for _, l := range strings.Split(cg, "\n") {
-				if strings.Contains(l, ":memory:") || strings.Contains(l, ":cpu:") || strings.Contains(l, ":cpu,cpuacct:") {
+				if strings.Contains(l, ":memory:") || strings.Contains(l, ":cpu:") || strings.Contains(l, ":cpu,cpuacct:") || strings.Contains(l, ":cpuset:") {
 					if !strings.Contains(l, filepath.Base(mem)) {
 						t.Errorf("process %d is outside the node's cgroup: %s", pid, l)
 					}
 				}
 			}
 		}
+
+		// Root of the node (a process escaped to its containerd) lifts the limits through
+		// the node's own cgroup mounts: every CPU of the host, 8 GiB, every device, no
+		// process cap. The limits the kernel holds the node to must not move.
+		hostCPUs := read("/sys/fs/cgroup/cpuset/cpuset.cpus")
+		out := inNode(t, containerd, `cd /sys/fs/cgroup || exit 1
+for w in "cpuset/cpuset.cpus `+hostCPUs+`" "memory/memory.limit_in_bytes 8589934592" "devices/devices.allow a" "pids/pids.max max"; do
+  set -- $w; if echo "$2" > "$1" 2>/dev/null; then echo "wrote $1"; else echo "refused $1"; fi
+done`)
+		t.Logf("lifting the node's limits from inside it: %s", strings.Join(strings.Fields(out), " "))
+		if !strings.Contains(out, "cpuset.cpus") {
+			t.Fatalf("the attack did not run: %q", out)
+		}
+		if got := read(filepath.Join(mem, "memory.limit_in_bytes")); got != strconv.Itoa((256+256)<<20) {
+			t.Errorf("the node raised its memory limit to %s", got)
+		}
+		if got := read(filepath.Join(cpuset, "cpuset.cpus")); !isOneCPU(got) {
+			t.Errorf("the node widened its cpuset to %q", got)
+		}
+		for _, d := range []string{cpuset, filepath.Join(cpuset, "node")} {
+			if got := read(filepath.Join(d, "cpuset.effective_cpus")); !isOneCPU(got) {
+				t.Errorf("%s runs on CPUs %q", d, got)
+			}
+		}
+		if got := read(filepath.Join(pidsDir, "pids.max")); got != "4096" {
+			t.Errorf("the node lifted its pids cap: pids.max %s", got)
+		}
+		for _, d := range []string{devDir, filepath.Join(devDir, "node")} {
+			for _, l := range strings.Split(read(filepath.Join(d, "devices.list")), "\n") {
+				if f := strings.Fields(l); len(f) == 3 && (f[0] == "a" || f[0] == "b") && strings.ContainsAny(f[2], "rw") {
+					t.Errorf("after the attack %s allows %q", d, l)
+				}
+			}
+		}
 	})
+}
+
+// isOneCPU: a cpuset.cpus list names a single CPU.
+func isOneCPU(list string) bool {
+	_, err := strconv.Atoi(list)
+	return err == nil
 }
 
 // lineWith is the first line of out that starts with prefix.

@@ -121,14 +121,15 @@ func (a *agent) start() error {
 		return err
 	}
 	// 0. The node's own cgroups, with the contract's limits: every process below joins them.
-	cg, err := joinCgroups(ns.Cgroup, ns.limits())
+	limits := ns.limits(probeCPUHost(ns.Cgroup))
+	cg, err := joinCgroups(ns.Cgroup, limits)
 	if err != nil {
 		return err
 	}
 	if err := guestproc.WriteJSON(filepath.Join(ns.Dir, cgroupsFile), cg); err != nil {
 		return err
 	}
-	a.logf("cgroups %v, limits %s", cg, ns.limits())
+	a.logf("cgroups %v, limits %s", cg, limits)
 
 	// 1. The apiserver port, forwarded into the namespace on the same address.
 	u, err := url.Parse(ns.Server)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 )
 
 func TestNodeLimits(t *testing.T) {
+	v1 := cpuHost{V1: true, CPUs: []int{0, 1}}
 	for _, tc := range []struct {
 		name        string
 		contained   bool
@@ -25,13 +27,13 @@ func TestNodeLimits(t *testing.T) {
 		wantMemFile string
 	}{
 		{"uncontained: none", false, 2, 512, cgroupLimits{}, ""},
-		{"contract figures", true, 1, 256, cgroupLimits{CPUQuotaUs: 100000, MemBytes: 512 << 20, PidsMax: nodePidsMax, Devices: true}, "536870912"},
-		{"two cpus", true, 2, 0, cgroupLimits{CPUQuotaUs: 200000, PidsMax: nodePidsMax, Devices: true}, ""},
+		{"contract figures", true, 1, 256, cgroupLimits{CPUSet: "1", CPUShares: 1024, MemBytes: 512 << 20, PidsMax: nodePidsMax, Devices: true}, "536870912"},
+		{"two cpus: the host's", true, 2, 0, cgroupLimits{CPUShares: 2048, PidsMax: nodePidsMax, Devices: true}, ""},
 		{"no figures: processes and devices only", true, 0, 0, cgroupLimits{PidsMax: nodePidsMax, Devices: true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := nodeLimits(tc.contained, tc.cpus, tc.mem)
-			if l != tc.want {
+			l := nodeLimits(tc.contained, tc.cpus, tc.mem, 1, v1)
+			if !reflect.DeepEqual(l, tc.want) {
 				t.Fatalf("nodeLimits = %+v, want %+v", l, tc.want)
 			}
 			var mem string
@@ -47,6 +49,98 @@ func TestNodeLimits(t *testing.T) {
 	}
 }
 
+// The CPU bound of a node: a machine of the contract's CPUs, never a CFS quota on cgroup
+// v1 (where the kernel then refuses any container limit above the contract).
+func TestNodeLimitsCPU(t *testing.T) {
+	four := []int{0, 1, 2, 3}
+	for _, tc := range []struct {
+		name         string
+		cpus, index  int
+		host         cpuHost
+		set          string
+		shares       int64
+		quota        int64
+		quotaFileOut string // cpu.cfs_quota_us written on the v1 cpu hierarchy ("": none)
+	}{
+		{"v1, one of two, index 1", 1, 1, cpuHost{V1: true, CPUs: []int{0, 1}}, "1", 1024, 0, "-1"},
+		{"v1, one of two, index 2", 1, 2, cpuHost{V1: true, CPUs: []int{0, 1}}, "0", 1024, 0, "-1"},
+		{"v1, the other node's cpu is avoided", 1, 1, cpuHost{V1: true, CPUs: []int{0, 1}, Bound: map[int]int{1: 1}}, "0", 1024, 0, "-1"},
+		{"v1, the least bound", 2, 0, cpuHost{V1: true, CPUs: four, Bound: map[int]int{0: 2, 1: 1, 3: 1}}, "1-2", 2048, 0, "-1"},
+		{"v1, ties from the index, wrapping", 2, 3, cpuHost{V1: true, CPUs: four}, "0,3", 2048, 0, "-1"},
+		{"v1, a parent cpuset of its own", 1, 0, cpuHost{V1: true, CPUs: []int{4, 6}}, "4", 1024, 0, "-1"},
+		{"v1, every host cpu: no cpuset", 2, 1, cpuHost{V1: true, CPUs: []int{0, 1}}, "", 2048, 0, "-1"},
+		{"v1, more than the host: all of it", 8, 1, cpuHost{V1: true, CPUs: []int{0, 1}}, "", 8192, 0, "-1"},
+		{"v1, shares capped", 1024, 1, cpuHost{V1: true, CPUs: []int{0, 1}}, "", cpuSharesMax, 0, "-1"},
+		{"v1 without a cpuset hierarchy: the quota", 1, 1, cpuHost{V1: true}, "", 0, 100000, "100000"},
+		{"v2: the quota (the kernel takes the smaller)", 1, 1, cpuHost{CPUs: []int{0, 1}}, "", 0, 100000, "100000"},
+		{"no contract cpus", 0, 1, cpuHost{V1: true, CPUs: []int{0, 1}}, "", 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := nodeLimits(true, tc.cpus, 0, tc.index, tc.host)
+			if l.CPUSet != tc.set || l.CPUShares != tc.shares || l.CPUQuotaUs != tc.quota {
+				t.Fatalf("cpuset %q shares %d quota %d, want %q %d %d", l.CPUSet, l.CPUShares, l.CPUQuotaUs, tc.set, tc.shares, tc.quota)
+			}
+			var quotaFile string
+			for _, w := range limitFiles("cpu", l) {
+				if w[0] == "cpu.cfs_quota_us" {
+					quotaFile = w[1]
+				}
+			}
+			if quotaFile != tc.quotaFileOut {
+				t.Errorf("cpu.cfs_quota_us %q, want %q", quotaFile, tc.quotaFileOut)
+			}
+			var setFile string
+			for _, w := range limitFiles("cpuset", l) {
+				if w[0] == "cpuset.cpus" {
+					setFile = w[1]
+				}
+			}
+			if setFile != tc.set {
+				t.Errorf("cpuset.cpus %q, want %q", setFile, tc.set)
+			}
+			if tc.set != "" {
+				// The node is held to exactly its contract's CPUs, on CPUs its parent has.
+				cpus, err := parseCPUList(tc.set)
+				if err != nil || len(cpus) != tc.cpus {
+					t.Errorf("cpuset %q holds %d cpus (%v), want %d", tc.set, len(cpus), err, tc.cpus)
+				}
+				for _, c := range cpus {
+					if !slices.Contains(tc.host.CPUs, c) {
+						t.Errorf("cpu %d is not the parent's %v", c, tc.host.CPUs)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		out  string
+	}{
+		{"0-1\n", []int{0, 1}, "0-1"},
+		{"0", []int{0}, "0"},
+		{"0-3,8,10-11", []int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"},
+		{"4,2,3", []int{2, 3, 4}, "2-4"},
+		{"", nil, ""},
+	} {
+		got, err := parseCPUList(tc.in)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parseCPUList(%q) = %v %v, want %v", tc.in, got, err, tc.want)
+		}
+		if s := formatCPUList(got); s != tc.out {
+			t.Errorf("formatCPUList(%v) = %q, want %q", got, s, tc.out)
+		}
+	}
+	for _, bad := range []string{"a", "3-1", "1-", "-1"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q): no error", bad)
+		}
+	}
+}
+
 func TestLimitFiles(t *testing.T) {
 	l := cgroupLimits{CPUQuotaUs: 150000, MemBytes: 1 << 30, PidsMax: 10, Devices: true}
 	for _, tc := range []struct {
@@ -56,6 +150,7 @@ func TestLimitFiles(t *testing.T) {
 		{"cpu", [][2]string{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "150000"}}},
 		{"cpu,cpuacct", [][2]string{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "150000"}}},
 		{"cpuacct", nil},
+		{"cpuset", nil},
 		{"pids", [][2]string{{"pids.max", "10"}}},
 		{"", [][2]string{{"cpu.max", "150000 100000"}, {"memory.max", "1073741824"}, {"pids.max", "10"}}},
 		{"unified-v2", nil},
@@ -63,6 +158,13 @@ func TestLimitFiles(t *testing.T) {
 		if got := limitFiles(tc.hierarchy, l); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q: %v, want %v", tc.hierarchy, got, tc.want)
 		}
+	}
+	set := cgroupLimits{CPUSet: "1", CPUShares: 1024}
+	if got, want := limitFiles("cpu", set), [][2]string{{"cpu.shares", "1024"}, {"cpu.cfs_quota_us", "-1"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("cpu of a cpuset bound: %v, want %v", got, want)
+	}
+	if got, want := limitFiles("cpuset", set), [][2]string{{"cpuset.cpus", "1"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("cpuset: %v, want %v", got, want)
 	}
 	dev := limitFiles("devices", l)
 	if len(dev) < 2 || dev[0] != [2]string{"devices.deny", "a"} {
