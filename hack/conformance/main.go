@@ -487,8 +487,8 @@ func makeCluster(ctx context.Context, o options, up *upProc, dataDir string, ref
 	spec := fmt.Sprintf(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: %s, namespace: default}
-spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: %d, scaleHold: 6h}
-`, clusterName, owner, clusterName, o.maxNodes, o.podsPerNode)
+spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: 1, scaleHold: 6h}
+`, clusterName, owner, clusterName, o.maxNodes)
 	if _, err := kubectl(ctx, up.kc, spec, "apply", "-f", "-"); err != nil {
 		return "", err
 	}
@@ -533,6 +533,13 @@ spec:
 	if _, err := kubectl(ctx, kc, "", "rollout", "status", "--timeout=5m", "deployment/keep-nodes"); err != nil {
 		desc, _ := kubectl(ctx, kc, "", "describe", "pods", "-l", "app=keep-nodes")
 		return "", fmt.Errorf("the pods that keep %d nodes rented: %w\n%s", keepNodes, err, tail(desc, 30))
+	}
+	// The Cluster starts with podsPerNode 1: the scale-up counts pending pods against free
+	// slots and does not simulate the scheduler's constraints yet, so with the run's
+	// podsPerNode the second keep pod, refused by its anti-affinity, would wait for a node
+	// that is never rented. Now that both nodes are there, the run's sizing applies.
+	if _, err := kubectl(ctx, up.kc, "", "patch", "cluster", clusterName, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"podsPerNode":%d}}`, o.podsPerNode)); err != nil {
+		return "", err
 	}
 	say("%d nodes are rented and Ready, %s after the cluster", keepNodes, since(t))
 	return kc, nil

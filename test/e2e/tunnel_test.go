@@ -144,6 +144,16 @@ spec:
 		t.Fatalf("exec: %q %v", out, err)
 	}
 
+	// The kubelet's API through the tunnel: its system log and profiling handlers are off.
+	for _, path := range []string{"logs/", "debug/pprof/"} {
+		if out, err := tkubectlErr(kc, "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/"+path); err == nil {
+			t.Errorf("the kubelet serves /%s to the owner: %q", path, firstLine(out))
+		}
+	}
+	if out, err := tkubectlErr(kc, "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); err != nil || out != "ok" {
+		t.Errorf("the kubelet's /healthz through the tunnel: %q %v", out, err)
+	}
+
 	// An admission webhook behind a Service, called by the apiserver.
 	tkubectl(t, kc, `apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
