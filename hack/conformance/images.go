@@ -252,6 +252,8 @@ var conformanceImages = []imageSpec{
 	{Repo: "e2e-test-images/sample-apiserver", Tags: []string{"1.29.2"}, Layers: []string{"userland", "sample-apiserver"},
 		Entrypoint: []string{"/sample-apiserver"},
 		How:        "k8s.io/sample-apiserver of the Kubernetes version the project builds (newer than upstream's image 1.29.2), CGO_ENABLED=0"},
+	{Repo: "e2e-test-images/nonewprivs", Tags: []string{"1.4"}, Layers: []string{"userland", "nonewprivs"}, Cmd: []string{"nnp"},
+		How: "test/images/nonewprivs built from source (CGO_ENABLED=0), setuid root at /usr/local/bin/nnp, as upstream"},
 	{Repo: "k8s/etcd", Tags: []string{"3.7.0-0"}, Layers: []string{"userland", "etcd"},
 		Entrypoint: []string{"/usr/local/bin/etcd"},
 		How:        "the etcd server the project embeds (go.etcd.io/etcd/server/v3's etcdmain) at /usr/local/bin/etcd"},
@@ -269,15 +271,20 @@ func buildImages(t tools, agnhostSrc string) (map[string]v1.Image, error) {
 		return nil, fmt.Errorf("agnhost layer: %w", err)
 	}
 	layers := map[string]v1.Layer{"userland": ul, "agnhost": al}
-	for name, b := range map[string]struct{ bin, path string }{
-		"sample-apiserver": {t.sampleAPIServer, "sample-apiserver"},
-		"etcd":             {t.etcd, "usr/local/bin/etcd"},
+	for name, b := range map[string]struct {
+		bin, path string
+		mode      int64
+	}{
+		"sample-apiserver": {t.sampleAPIServer, "sample-apiserver", 0o755},
+		"etcd":             {t.etcd, "usr/local/bin/etcd", 0o755},
+		// Setuid root: the spec runs it as uid 1000 and reads the effective uid it got.
+		"nonewprivs": {t.nonewprivs, "usr/local/bin/nnp", 0o4755},
 	} {
 		data, err := os.ReadFile(b.bin)
 		if err != nil {
 			return nil, err
 		}
-		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: 0o755, Data: data}}); err != nil {
+		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: b.mode, Data: data}}); err != nil {
 			return nil, fmt.Errorf("%s layer: %w", name, err)
 		}
 	}
