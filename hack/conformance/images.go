@@ -99,6 +99,9 @@ var userlandTools = []hostTool{
 	{"/usr/bin/nslookup", "usr/bin/nslookup", "bind9-dnsutils"},
 	{"/usr/bin/host", "usr/bin/host", "bind9-dnsutils"},
 	{"/usr/bin/curl", "usr/bin/curl", "curl"},
+	// The DNS specs' probes ask `getent hosts NAME` (glibc 2.36 has its files and dns
+	// lookups built in: no NSS module to carry).
+	{"/usr/bin/getent", "usr/bin/getent", "libc-bin"},
 }
 
 // lddLine matches "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the loader's
@@ -134,7 +137,7 @@ group-defined-in-image:x:50000:user-defined-in-image
 `
 
 // userlandLayer is the shared userland: busybox applets (every one but sh), bash as
-// /bin/sh, nc, dig, nslookup, host and curl with their libraries, and /etc basics.
+// /bin/sh, nc, dig, nslookup, host, curl and getent with their libraries, and /etc basics.
 func userlandLayer() (v1.Layer, error) {
 	var entries []layerEntry
 	libs := map[string]bool{}
