@@ -229,8 +229,8 @@ func ensureUnmarkedRule(nl *netlink.Handle) error {
 // looseReversePath makes strict reverse-path filtering loose in the namespace: a peer's
 // packets to the overlay's UDP port arrive on the node's link from the peer's node address,
 // which (unmarked, as every received packet) routes into the overlay, so a strict check
-// would drop every handshake. Loose still drops a source routed nowhere. A new namespace
-// has it off (0), which is left as it is.
+// would drop every handshake. Loose still drops a source routed nowhere. Off (0, what a new
+// namespace takes from these hosts) is left as it is.
 func looseReversePath() error {
 	const all = "/proc/sys/net/ipv4/conf/all/rp_filter"
 	b, err := os.ReadFile(all)
