@@ -226,18 +226,19 @@ func ensureUnmarkedRule(nl *netlink.Handle) error {
 	return nil
 }
 
-// looseReversePath makes strict reverse-path filtering loose in the namespace: a peer's
-// packets to the overlay's UDP port arrive on the node's link from the peer's node address,
-// which (unmarked, as every received packet) routes into the overlay, so a strict check
-// would drop every handshake. Loose still drops a source routed nowhere. Off (0, what a new
-// namespace takes from these hosts) is left as it is.
+// looseReversePath makes reverse-path filtering loose in the namespace (conf/all 2, which
+// is the least the kernel applies to every interface, so a strict interface becomes loose
+// too): a peer's packets to the overlay's UDP port arrive on the node's link from the peer's
+// node address, which (unmarked, as every received packet) routes into the overlay, so a
+// strict check would drop every handshake. Loose still drops a source routed nowhere, which
+// is more than off (0) does.
 func looseReversePath() error {
 	const all = "/proc/sys/net/ipv4/conf/all/rp_filter"
 	b, err := os.ReadFile(all)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", all, err)
 	}
-	if strings.TrimSpace(string(b)) != "1" {
+	if strings.TrimSpace(string(b)) == "2" {
 		return nil
 	}
 	if err := os.WriteFile(all, []byte("2"), 0o644); err != nil {

@@ -313,3 +313,35 @@ func BenchmarkOverlayTCP(b *testing.B) {
 		b.Fatalf("received %d bytes, sent %d", n, int64(b.N)*int64(len(buf)))
 	}
 }
+
+// TestOverlayLoosensStrictReversePath: the overlay makes reverse-path filtering loose in its
+// namespace, for every interface (conf/all 2), since the peers' handshakes arrive on the node's
+// link from addresses that, unmarked, route into the overlay: strict on that link (all 1, or
+// the link's own 1) drops them.
+func TestOverlayLoosensStrictReversePath(t *testing.T) {
+	requireNetns(t)
+	for _, before := range []string{"1", "0"} {
+		ns := substratetest.NewNetns(t, "swtnode")
+		ns.Sysctl(t, "net.ipv4.conf.all.rp_filter", before)
+		ns.Sysctl(t, "net.ipv4.conf.lo.rp_filter", "1")
+		k, err := NewPrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		ns.In(t, func() {
+			var ov *Overlay
+			if ov, err = Start(Config{PrivateKey: k, ListenPort: 51820}); err != nil {
+				return
+			}
+			defer ov.Close()
+			got, err = os.ReadFile("/proc/sys/net/ipv4/conf/all/rp_filter")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(got)) != "2" {
+			t.Fatalf("all.rp_filter %q after the overlay started (was %s), want 2 (loose)", got, before)
+		}
+	}
+}
