@@ -47,6 +47,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		cfg.Logf = func(string, ...any) {}
 	}
 	clusterCIDR := netip.MustParsePrefix(clusternet.ClusterCIDR)
+	nodeNetwork := netip.MustParsePrefix(clusternet.NodeNetwork)
 	key, err := LoadOrCreateKey(cfg.KeyFile)
 	if err != nil {
 		return err
@@ -136,7 +137,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 				}
 				cfg.Logf("published key and endpoint %s on Node %s", endpoint, cfg.NodeName)
 			}
-			peers, skipped := DesiredPeers(cfg.NodeName, clusterCIDR, all)
+			peers, skipped := DesiredPeers(cfg.NodeName, clusterCIDR, nodeNetwork, all)
 			if err := ov.SetPeers(peers); err != nil {
 				return err
 			}

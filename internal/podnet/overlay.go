@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/crypto/curve25519"
+	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -28,6 +29,15 @@ const (
 	// KeepaliveSeconds keeps each peer's NAT mapping (the host masquerades nothing between
 	// nodes, but a node on another host sits behind its provider's NAT) and its session warm.
 	KeepaliveSeconds = 25
+	// FirewallMark is on every packet wireguard-go sends (SO_MARK on its UDP sockets), as
+	// wg-quick marks its own. It avoids kube-proxy's bits (0x4000 masquerade, 0x8000 drop)
+	// and the NetworkPolicy engine's (0x10000, 0x20000).
+	FirewallMark = 0x518
+	// NodeRouteTable holds the routes to the peers' node addresses. Only packets without
+	// FirewallMark consult it (`ip rule not fwmark FirewallMark table NodeRouteTable`): a
+	// peer's endpoint is its node address, and the overlay's own UDP packets to it must
+	// leave by the node's link, not loop into the overlay.
+	NodeRouteTable = 51820
 )
 
 // PublicKey is the public key of private key k.
@@ -97,7 +107,8 @@ type Config struct {
 }
 
 // Overlay is a running WireGuard device (wireguard-go in this process) and the routes to
-// its peers' pod CIDRs.
+// its peers' pod CIDRs (main table) and node addresses (NodeRouteTable, which the device's
+// own marked packets skip).
 type Overlay struct {
 	name  string
 	dev   *device.Device
@@ -107,8 +118,15 @@ type Overlay struct {
 
 	mu     sync.Mutex
 	peers  map[Key]Peer
-	routes map[netip.Prefix]bool
+	routes map[overlayRoute]bool
 	src    netip.Addr
+}
+
+// overlayRoute is a route through the device: a pod CIDR in the main table, a peer's node
+// address in NodeRouteTable.
+type overlayRoute struct {
+	dst   netip.Prefix
+	table int
 }
 
 // Start creates the TUN device in the network namespace of the calling thread (a caller
@@ -143,12 +161,12 @@ func Start(cfg Config) (*Overlay, error) {
 		return nil, err
 	}
 	dev := device.NewDevice(td, bind, logger)
-	o := &Overlay{name: cfg.Name, dev: dev, nl: nl, bind: bind, peers: map[Key]Peer{}, routes: map[netip.Prefix]bool{}, src: cfg.Address}
+	o := &Overlay{name: cfg.Name, dev: dev, nl: nl, bind: bind, peers: map[Key]Peer{}, routes: map[overlayRoute]bool{}, src: cfg.Address}
 	fail := func(err error) (*Overlay, error) {
 		o.Close()
 		return nil, err
 	}
-	if err := dev.IpcSet(fmt.Sprintf("private_key=%s\nlisten_port=%d\n", hex.EncodeToString(cfg.PrivateKey[:]), cfg.ListenPort)); err != nil {
+	if err := dev.IpcSet(fmt.Sprintf("private_key=%s\nlisten_port=%d\nfwmark=%d\n", hex.EncodeToString(cfg.PrivateKey[:]), cfg.ListenPort, FirewallMark)); err != nil {
 		return fail(fmt.Errorf("configure %s: %w", cfg.Name, err))
 	}
 	if err := dev.Up(); err != nil {
@@ -168,7 +186,65 @@ func Start(cfg Config) (*Overlay, error) {
 	if err := nl.LinkSetUp(link); err != nil {
 		return fail(fmt.Errorf("set %s up: %w", cfg.Name, err))
 	}
+	if err := ensureUnmarkedRule(nl); err != nil {
+		return fail(err)
+	}
+	if err := looseReversePath(); err != nil {
+		return fail(err)
+	}
 	return o, nil
+}
+
+// unmarkedRule is `ip rule add not fwmark FirewallMark table NodeRouteTable`.
+func unmarkedRule() *netlink.Rule {
+	r := netlink.NewRule()
+	r.Family = netlink.FAMILY_V4
+	r.Table = NodeRouteTable
+	r.Mark = FirewallMark
+	mask := uint32(FirewallMark)
+	r.Mask = &mask
+	r.Invert = true
+	return r
+}
+
+// ensureUnmarkedRule adds unmarkedRule unless the namespace has it (the device was started
+// before in this namespace).
+func ensureUnmarkedRule(nl *netlink.Handle) error {
+	want := unmarkedRule()
+	rules, err := nl.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list routing rules: %w", err)
+	}
+	for _, r := range rules {
+		if r.Table == want.Table && r.Invert && r.Mark == want.Mark && r.Mask != nil && *r.Mask == *want.Mask {
+			return nil
+		}
+	}
+	if err := nl.RuleAdd(want); err != nil {
+		return fmt.Errorf("routing rule not fwmark %#x table %d: %w", FirewallMark, NodeRouteTable, err)
+	}
+	return nil
+}
+
+// looseReversePath makes reverse-path filtering loose in the namespace (conf/all 2, which
+// is the least the kernel applies to every interface, so a strict interface becomes loose
+// too): a peer's packets to the overlay's UDP port arrive on the node's link from the peer's
+// node address, which (unmarked, as every received packet) routes into the overlay, so a
+// strict check would drop every handshake. Loose still drops a source routed nowhere, which
+// is more than off (0) does.
+func looseReversePath() error {
+	const all = "/proc/sys/net/ipv4/conf/all/rp_filter"
+	b, err := os.ReadFile(all)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", all, err)
+	}
+	if strings.TrimSpace(string(b)) == "2" {
+		return nil
+	}
+	if err := os.WriteFile(all, []byte("2"), 0o644); err != nil {
+		return fmt.Errorf("loose reverse-path filtering: %w", err)
+	}
+	return nil
 }
 
 // Name is the device's interface name.
@@ -181,11 +257,15 @@ func (o *Overlay) SetPeers(peers []Peer) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	want := map[Key]Peer{}
-	wantRoutes := map[netip.Prefix]bool{}
+	wantRoutes := map[overlayRoute]bool{}
 	for _, p := range peers {
 		want[p.PublicKey] = p
 		for _, c := range p.AllowedIPs {
-			wantRoutes[c] = true
+			r := overlayRoute{dst: c, table: unix.RT_TABLE_MAIN}
+			if p.NodeAddress.IsValid() && c == netip.PrefixFrom(p.NodeAddress, 32) {
+				r.table = NodeRouteTable
+			}
+			wantRoutes[r] = true
 		}
 	}
 	var b strings.Builder
@@ -211,15 +291,15 @@ func (o *Overlay) SetPeers(peers []Peer) error {
 	for c := range o.routes {
 		if !wantRoutes[c] {
 			if err := o.nl.RouteDel(o.route(c)); err != nil && !errors.Is(err, errNoSuchRoute) && !isESRCH(err) {
-				errs = append(errs, fmt.Errorf("route %s: %w", c, err))
+				errs = append(errs, fmt.Errorf("route %s table %d: %w", c.dst, c.table, err))
 				continue
 			}
 			delete(o.routes, c)
 		}
 	}
-	for _, c := range sortedPrefixes(wantRoutes) {
+	for _, c := range sortedRoutes(wantRoutes) {
 		if err := o.nl.RouteReplace(o.route(c)); err != nil {
-			errs = append(errs, fmt.Errorf("route %s via %s: %w", c, o.name, err))
+			errs = append(errs, fmt.Errorf("route %s via %s table %d: %w", c.dst, o.name, c.table, err))
 			continue
 		}
 		o.routes[c] = true
@@ -231,11 +311,12 @@ var errNoSuchRoute = errors.New("no such route")
 
 func isESRCH(err error) bool { return strings.Contains(err.Error(), "no such process") }
 
-func (o *Overlay) route(c netip.Prefix) *netlink.Route {
+func (o *Overlay) route(c overlayRoute) *netlink.Route {
 	r := &netlink.Route{
 		LinkIndex: o.index,
-		Dst:       &net.IPNet{IP: c.Addr().AsSlice(), Mask: net.CIDRMask(c.Bits(), 32)},
+		Dst:       &net.IPNet{IP: c.dst.Addr().AsSlice(), Mask: net.CIDRMask(c.dst.Bits(), 32)},
 		Scope:     netlink.SCOPE_LINK,
+		Table:     c.table,
 	}
 	if o.src.IsValid() {
 		r.Src = o.src.AsSlice()
@@ -243,12 +324,17 @@ func (o *Overlay) route(c netip.Prefix) *netlink.Route {
 	return r
 }
 
-func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(m))
-	for p := range m {
-		out = append(out, p)
+func sortedRoutes(m map[overlayRoute]bool) []overlayRoute {
+	out := make([]overlayRoute, 0, len(m))
+	for r := range m {
+		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].table != out[j].table {
+			return out[i].table < out[j].table
+		}
+		return out[i].dst.String() < out[j].dst.String()
+	})
 	return out
 }
 
@@ -258,6 +344,7 @@ func (o *Overlay) Close() {
 		o.dev.Close() // closes the TUN, which removes the interface
 	}
 	if o.nl != nil {
+		_ = o.nl.RuleDel(unmarkedRule())
 		o.nl.Close()
 	}
 	if o.bind != nil {

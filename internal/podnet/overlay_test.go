@@ -38,7 +38,7 @@ func requireNetns(t testing.TB) {
 // overlayNet makes the internet namespace and one node namespace per address (each on a
 // link of its own to the internet, which forwards between them): nodes are joined only
 // through it, as nodes on different hosts are.
-func overlayNet(t testing.TB, nodes ...*overlayHost) {
+func overlayNet(t testing.TB, nodes ...*overlayHost) substratetest.Netns {
 	inet := substratetest.NewNetns(t, "swtinet")
 	inet.Sysctl(t, "net.ipv4.ip_forward", "1")
 	for i, h := range nodes {
@@ -74,10 +74,19 @@ func overlayNet(t testing.TB, nodes ...*overlayHost) {
 		}
 		t.Cleanup(h.ov.Close)
 	}
+	return inet
 }
 
 func peerOf(h *overlayHost) Peer {
 	return Peer{Node: h.ns.Name, PublicKey: h.key.PublicKey(), Endpoint: netip.MustParseAddrPort(h.addr + ":51820"), AllowedIPs: []netip.Prefix{h.cidr}}
+}
+
+// peerWithAddress is peerOf(h) with h's node address carried too, as DesiredPeers gives it.
+func peerWithAddress(h *overlayHost) Peer {
+	p := peerOf(h)
+	p.NodeAddress = netip.MustParseAddr(h.addr)
+	p.AllowedIPs = append(p.AllowedIPs, netip.PrefixFrom(p.NodeAddress, 32))
+	return p
 }
 
 // echoServer listens on addr inside ns and answers each connection with its peer's address.
@@ -170,6 +179,65 @@ func TestOverlayJoinsPodSubnetsAndRefusesAnotherClustersNode(t *testing.T) {
 	}
 }
 
+// TestOverlayCarriesPeerNodeAddresses: with the internet namespace forwarding only the
+// overlay's UDP port between nodes (as the host does between node links), a pod address of
+// node a connects by TCP to node b's own address through the overlay (a NodePort's way), b
+// sees the pod's address, and the overlay's own packets to b's address (its endpoint) still
+// leave by the node's link. A node of another cluster, which makes b a peer with b's address,
+// reaches b's address neither through the overlay (b does not list it) nor directly.
+func TestOverlayCarriesPeerNodeAddresses(t *testing.T) {
+	requireNetns(t)
+	a := &overlayHost{addr: "203.0.113.2", pod: "10.42.1.10", cidr: netip.MustParsePrefix("10.42.1.0/24")}
+	b := &overlayHost{addr: "198.51.100.2", pod: "10.42.2.10", cidr: netip.MustParsePrefix("10.42.2.0/24")}
+	other := &overlayHost{addr: "192.0.2.2", pod: "10.42.1.10", cidr: netip.MustParsePrefix("10.42.1.0/24")}
+	inet := overlayNet(t, a, b, other)
+	for _, rule := range [][]string{
+		{"-A", "FORWARD", "-p", "udp", "--dport", "51820", "-j", "ACCEPT"},
+		{"-A", "FORWARD", "-j", "DROP"},
+	} {
+		if out, err := exec.Command("nsenter", append([]string{"--net=" + inet.Path(), "--", "iptables", "-w"}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v: %s", rule, err, out)
+		}
+	}
+	if err := a.ov.SetPeers([]Peer{peerWithAddress(b)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ov.SetPeers([]Peer{peerWithAddress(a)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ov.SetPeers([]Peer{peerWithAddress(b)}); err != nil {
+		t.Fatal(err)
+	}
+	echoServer(t, b.ns, b.addr+":8080")
+
+	got, err := dialFrom(t, a.ns, a.pod, b.addr+":8080", 20*time.Second)
+	if err != nil {
+		t.Fatalf("pod on a -> b's node address through the overlay: %v", err)
+	}
+	if host, _, _ := net.SplitHostPort(strings.TrimSpace(got)); host != a.pod {
+		t.Errorf("b saw the connection from %q, want a's pod address %s", got, a.pod)
+	}
+	echoServer(t, b.ns, b.pod+":8080")
+	if _, err := dialFrom(t, a.ns, a.pod, b.pod+":8080", 10*time.Second); err != nil {
+		t.Fatalf("pod on a -> pod on b: %v", err)
+	}
+
+	if got, err := dialFrom(t, other.ns, other.pod, b.addr+":8080", 4*time.Second); err == nil {
+		t.Fatalf("a node of another cluster reached b's node address through the overlay (b saw %q)", got)
+	}
+	if got, err := dialFrom(t, other.ns, other.addr, b.addr+":8080", 3*time.Second); err == nil {
+		t.Fatalf("a node of another cluster reached b's node address directly (b saw %q)", got)
+	}
+
+	// b dropping a as a peer takes the route and the access away.
+	if err := b.ov.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialFrom(t, a.ns, a.pod, b.addr+":8080", 3*time.Second); err == nil {
+		t.Fatal("a still reaches b's node address after b dropped it as a peer")
+	}
+}
+
 func TestLoadOrCreateKey(t *testing.T) {
 	p := t.TempDir() + "/overlay.key"
 	k, err := LoadOrCreateKey(p)
@@ -243,5 +311,37 @@ func BenchmarkOverlayTCP(b *testing.B) {
 	conn.Close()
 	if n := <-done; n != int64(b.N)*int64(len(buf)) {
 		b.Fatalf("received %d bytes, sent %d", n, int64(b.N)*int64(len(buf)))
+	}
+}
+
+// TestOverlayLoosensStrictReversePath: the overlay makes reverse-path filtering loose in its
+// namespace, for every interface (conf/all 2), since the peers' handshakes arrive on the node's
+// link from addresses that, unmarked, route into the overlay: strict on that link (all 1, or
+// the link's own 1) drops them.
+func TestOverlayLoosensStrictReversePath(t *testing.T) {
+	requireNetns(t)
+	for _, before := range []string{"1", "0"} {
+		ns := substratetest.NewNetns(t, "swtnode")
+		ns.Sysctl(t, "net.ipv4.conf.all.rp_filter", before)
+		ns.Sysctl(t, "net.ipv4.conf.lo.rp_filter", "1")
+		k, err := NewPrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		ns.In(t, func() {
+			var ov *Overlay
+			if ov, err = Start(Config{PrivateKey: k, ListenPort: 51820}); err != nil {
+				return
+			}
+			defer ov.Close()
+			got, err = os.ReadFile("/proc/sys/net/ipv4/conf/all/rp_filter")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(got)) != "2" {
+			t.Fatalf("all.rp_filter %q after the overlay started (was %s), want 2 (loose)", got, before)
+		}
 	}
 }

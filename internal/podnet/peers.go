@@ -48,6 +48,10 @@ type Peer struct {
 	PublicKey  Key
 	Endpoint   netip.AddrPort
 	AllowedIPs []netip.Prefix
+	// NodeAddress, when valid, is the Node's InternalIP, also in AllowedIPs (as a /32): a
+	// pod reaches the other nodes' addresses (their NodePorts) through the overlay. Its
+	// route lives in NodeRouteTable, not the main table (see Overlay).
+	NodeAddress netip.Addr
 }
 
 // Skipped is a Node that is not a peer, and why.
@@ -62,7 +66,12 @@ type Skipped struct {
 // overlaps self's own or one already given (in name order) makes that Node skipped. An
 // endpoint must be a literal address and port: nothing here resolves a name. The result is
 // sorted by node name.
-func DesiredPeers(self string, clusterCIDR netip.Prefix, nodes []corev1.Node) ([]Peer, []Skipped) {
+//
+// A peer's AllowedIPs also get its Node's InternalIP/32 (NodeAddress) when that address is
+// inside nodeNetwork and is neither self's nor one already given: the peer stays a peer
+// without it otherwise, and no address outside the nodes' range (the host's, the
+// internet's) is ever carried into the overlay.
+func DesiredPeers(self string, clusterCIDR, nodeNetwork netip.Prefix, nodes []corev1.Node) ([]Peer, []Skipped) {
 	sorted := append([]corev1.Node(nil), nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	var taken []netip.Prefix
@@ -70,6 +79,9 @@ func DesiredPeers(self string, clusterCIDR netip.Prefix, nodes []corev1.Node) ([
 		if n.Name == self {
 			ps, _ := podCIDRs(n, clusterCIDR)
 			taken = append(taken, ps...)
+			if a, ok := internalIP(n); ok {
+				taken = append(taken, netip.PrefixFrom(a, 32))
+			}
 		}
 	}
 	var peers []Peer
@@ -115,9 +127,31 @@ func DesiredPeers(self string, clusterCIDR netip.Prefix, nodes []corev1.Node) ([
 		}
 		taken = append(taken, cidrs...)
 		keys[key] = n.Name
-		peers = append(peers, Peer{Node: n.Name, PublicKey: key, Endpoint: ep, AllowedIPs: cidrs})
+		p := Peer{Node: n.Name, PublicKey: key, Endpoint: ep, AllowedIPs: cidrs}
+		if a, ok := internalIP(n); ok && nodeNetwork.Contains(a) {
+			addr := []netip.Prefix{netip.PrefixFrom(a, 32)}
+			if _, _, clash := overlapping(addr, taken); !clash {
+				taken = append(taken, addr...)
+				p.AllowedIPs = append(append([]netip.Prefix(nil), cidrs...), addr...)
+				p.NodeAddress = a
+			}
+		}
+		peers = append(peers, p)
 	}
 	return peers, skipped
+}
+
+// internalIP is the Node's first IPv4 InternalIP address.
+func internalIP(n corev1.Node) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // podCIDRs are the Node's IPv4 pod CIDRs (spec.podCIDRs, else spec.podCIDR), each inside

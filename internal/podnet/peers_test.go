@@ -30,9 +30,19 @@ func node(name string, key Key, endpoint string, cidrs ...string) corev1.Node {
 	return n
 }
 
+// withIP gives n the InternalIP addr.
+func withIP(n corev1.Node, addr string) corev1.Node {
+	n.Status.Addresses = append(n.Status.Addresses,
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.Name},
+		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: addr})
+	return n
+}
+
 func TestDesiredPeers(t *testing.T) {
 	cluster := netip.MustParsePrefix("10.42.0.0/16")
+	nodeNetwork := netip.MustParsePrefix("10.78.0.0/16")
 	self := node("a", testKey(1), "10.78.0.6:51820", "10.42.0.0/24")
+	selfWithIP := withIP(self, "10.78.0.6")
 	deleting := node("d", testKey(9), "10.78.0.30:51820", "10.42.9.0/24")
 	deleting.DeletionTimestamp = &metav1.Time{}
 	for _, tc := range []struct {
@@ -70,12 +80,30 @@ func TestDesiredPeers(t *testing.T) {
 			node("c", testKey(2), "10.78.0.14:51820", "10.42.2.0/24"),
 		}, peers: []string{"b=10.78.0.10:51820=[10.42.1.0/24]"}, skipped: []string{"c: public key"}},
 		{name: "a Node being deleted", nodes: []corev1.Node{self, deleting}, skipped: []string{"d: deleted"}},
+		{name: "a peer's InternalIP in the node network is carried too", nodes: []corev1.Node{selfWithIP,
+			withIP(node("b", testKey(2), "10.78.0.10:51820", "10.42.1.0/24"), "10.78.0.10"),
+			node("c", testKey(3), "10.78.0.14:51820", "10.42.2.0/24"),
+		}, peers: []string{"b=10.78.0.10:51820=[10.42.1.0/24 10.78.0.10/32]@10.78.0.10", "c=10.78.0.14:51820=[10.42.2.0/24]"}},
+		{name: "an InternalIP outside the node network, self's, or another peer's is not carried", nodes: []corev1.Node{selfWithIP,
+			withIP(node("b", testKey(2), "10.78.0.10:51820", "10.42.1.0/24"), "10.78.0.10"),
+			withIP(node("c", testKey(3), "10.78.0.14:51820", "10.42.2.0/24"), "10.78.0.10"),
+			withIP(node("e", testKey(5), "10.78.0.18:51820", "10.42.3.0/24"), "10.78.0.6"),
+			withIP(node("f", testKey(6), "10.78.0.22:51820", "10.42.4.0/24"), "192.168.1.1"),
+			withIP(node("g", testKey(7), "10.78.0.26:51820", "10.42.5.0/24"), "127.0.0.1"),
+			withIP(node("h", testKey(8), "10.78.0.30:51820", "10.42.6.0/24"), "fd00::1"),
+		}, peers: []string{"b=10.78.0.10:51820=[10.42.1.0/24 10.78.0.10/32]@10.78.0.10", "c=10.78.0.14:51820=[10.42.2.0/24]",
+			"e=10.78.0.18:51820=[10.42.3.0/24]", "f=10.78.0.22:51820=[10.42.4.0/24]", "g=10.78.0.26:51820=[10.42.5.0/24]",
+			"h=10.78.0.30:51820=[10.42.6.0/24]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			peers, skipped := DesiredPeers("a", cluster, tc.nodes)
+			peers, skipped := DesiredPeers("a", cluster, nodeNetwork, tc.nodes)
 			var got []string
 			for _, p := range peers {
-				got = append(got, p.Node+"="+p.Endpoint.String()+"="+strings.Join(strs(p.AllowedIPs), ","))
+				s := p.Node + "=" + p.Endpoint.String() + "=" + strings.Join(strs(p.AllowedIPs), ",")
+				if p.NodeAddress.IsValid() {
+					s += "@" + p.NodeAddress.String()
+				}
+				got = append(got, s)
 			}
 			if strings.Join(got, " ") != strings.Join(tc.peers, " ") {
 				t.Errorf("peers %v, want %v", got, tc.peers)

@@ -70,9 +70,9 @@ func httpBody(resp string) string {
 // Two pods of one cluster on two nodes: each node has its own pod CIDR, its overlay key
 // and endpoint on its Node, the pods' addresses are distinct and in their nodes' CIDRs (the
 // EndpointSlice of a Service over them lists both), a pod reaches the other node's pod by its
-// IP, seen there with its own address (no NAT between nodes), and through the Service's
-// ClusterIP. The cross-node
-// throughput through the overlay is logged.
+// IP, seen there with its own address (no NAT between nodes), through the Service's
+// ClusterIP, and through a NodePort on either node's address. The cross-node throughput
+// through the overlay is logged.
 func TestPodNet_CrossNodePodToPod(t *testing.T) {
 	n := startNodeUp(t, "--node-bid-window", "1s")
 	kc := n.cluster("pn", "maxNodes: 2, podsPerNode: 1, scaleHold: 30s")
@@ -148,6 +148,34 @@ spec:
 		}
 		return served["served by a"] && served["served by b"], fmt.Errorf("served so far %v; last %q %v", served, out, err)
 	})
+
+	// A NodePort whose only endpoint is pod b, from pod a: at b's node address (through
+	// the overlay to b's node, where kube-proxy takes it) and at a's own node address
+	// (kube-proxy on a sends it on to b through the overlay). In Kubernetes a pod reaches
+	// every node's address.
+	tkubectl(t, kc, "", "label", "pod", "b", "only=b")
+	tkubectl(t, kc, `apiVersion: v1
+kind: Service
+metadata: {name: only-b, namespace: default}
+spec:
+  type: NodePort
+  selector: {only: b}
+  ports: [{port: 8080}]
+`, "apply", "-f", "-")
+	nodePort := tkubectl(t, kc, "", "get", "service", "only-b", "-o", "jsonpath={.spec.ports[0].nodePort}")
+	for _, nodeName := range []string{nodeB, nodeA} {
+		addr := tkubectl(t, kc, "", "get", "node", nodeName, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+		testenv.Eventually(t, 60*time.Second, "pod a reaches the NodePort at node "+nodeName+"'s address "+addr, func() (bool, error) {
+			out, err := inPod(kc, "a", httpGet(addr+":"+nodePort, "/", 3))
+			return httpBody(out) == "served by b", fmt.Errorf("%q %v", out, err)
+		})
+	}
+	// The overlay opens the other node's NodePorts to pod a, not the rest of that node: its
+	// kubelet's API on its address is as closed as on pod a's own node.
+	addrB := tkubectl(t, kc, "", "get", "node", nodeB, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	if out, err := inPod(kc, "a", "/bin/busybox nc -w 3 "+addrB+" 10250 </dev/null && echo OPEN"); strings.Contains(out, "OPEN") {
+		t.Errorf("pod a opened node %s's kubelet port %s:10250 through the overlay (%v)", nodeB, addrB, err)
+	}
 
 	// Throughput: 64 MiB from b to a, three times, timed inside pod a (/proc/uptime, 10 ms).
 	var best float64

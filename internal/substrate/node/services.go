@@ -23,6 +23,7 @@ import (
 
 	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/nodedns"
+	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/tenant"
 )
 
@@ -105,6 +106,9 @@ const podsToNodeChain = "SOCIALWEB-PODS-TO-NODE"
 // reaches everything listening on the node's addresses (its kubelet's API, kube-proxy's
 // health port on the node address). Replies to what the node opened (the kubelet's probes)
 // pass; a Service or NodePort is DNATed before INPUT and forwarded to its pod, untouched.
+// Pods of the cluster's other nodes arrive by the overlay (their packets to this node's
+// address, for a NodePort, and to the overlay device's own address): the same chain filters
+// them, so the overlay opens this node's NodePorts to them and nothing else of the node.
 func podsToNodeRules() [][]string {
 	c := podsToNodeChain
 	return [][]string{
@@ -115,6 +119,7 @@ func podsToNodeRules() [][]string {
 		{"-A", c, "-d", tenant.AdvertiseIP.String() + "/32", "-p", "tcp", "-j", "RETURN"},
 		{"-A", c, "-j", "DROP"},
 		{"-I", "INPUT", "1", "-i", podBridge, "-j", c},
+		{"-I", "INPUT", "1", "-i", podnet.InterfaceName, "-j", c},
 	}
 }
 
