@@ -6,10 +6,10 @@
 # cgo for seccomp and is linked statically against libseccomp (libseccomp-dev), so a node's
 # root carries it without shared libraries.
 set -euo pipefail
-cd "$(dirname "$0")/node-runtime"
-out=${1:-../../bin/node-runtime}
+out=${1:-$(dirname "$0")/../bin/node-runtime}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/node-runtime"
 ver() { go list -m -f '{{.Version}}' "$1"; }
 ctrd=$(ver github.com/containerd/containerd/v2)
 runc=$(ver github.com/opencontainers/runc)

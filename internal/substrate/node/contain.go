@@ -136,7 +136,7 @@ func buildRoot(ns nodeState) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
-	files, err := rootDiskFiles(ns.Binary)
+	files, err := rootDiskFiles(ns.Binary, ns.Runtime)
 	if err != nil {
 		return err
 	}
@@ -166,6 +166,15 @@ func buildRoot(ns nodeState) error {
 	// for the kubelet) where no host file took the name.
 	for _, f := range files {
 		m.bindFile(f[0], f[1], true)
+	}
+	// The node runtime's dir whole, read-only: runc (>= 1.2) seals its own binary for each
+	// container with an overlayfs whose lower dir is the binary's dir, and an overlay does
+	// not see a file bound onto the root's tmpfs (it found the empty placeholder and every
+	// container failed "fork/exec /proc/self/fd/6: permission denied").
+	if ns.Runtime.Dir != "" {
+		m.mkdir(ns.Runtime.Dir, 0o755)
+		m.mount(ns.Runtime.Dir, ns.Runtime.Dir, "", unix.MS_BIND, "")
+		m.remount(ns.Runtime.Dir, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
 	}
 	for _, a := range strings.Fields(string(applets)) {
 		if _, err := os.Lstat(filepath.Join(r, a)); err == nil {
