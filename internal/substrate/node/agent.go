@@ -114,6 +114,15 @@ func (a *agent) start() error {
 			return err
 		}
 	}
+	if ns.Runtime.UserNamespaces() {
+		// Passable by a pod's uid 0 in its user namespace: its root is under the run dir
+		// (contain.go makes the paths to them in the node's root alike).
+		for _, d := range []string{ns.Dir, ns.RunDir} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return err
+			}
+		}
+	}
 	// The kubelet makes unix sockets under its root dir (pod-resources, plugins), and a
 	// socket's path holds at most 107 bytes: a guest dir deep in a data dir is too long. It
 	// is given the short path of a link in the run dir; its data stays in the node's dir.

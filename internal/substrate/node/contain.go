@@ -54,6 +54,9 @@ var kernelTunables = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
+// fullProcDir is where a node of the node runtime has a proc without masks (buildRoot).
+const fullProcDir = "run/swnode-proc"
+
 // maskedProc are proc files a node has no use for and that reach the host's kernel as a
 // whole (its memory, a reboot): /dev/null is mounted over each.
 var maskedProc = []string{"kcore", "sysrq-trigger", "timer_list", "keys", "kallsyms"}
@@ -199,8 +202,15 @@ func buildRoot(ns nodeState) error {
 	// The node's own dirs, read-write: its guest dir (containerd's root, the kubelet's
 	// dirs, pod logs, the join bundle) and its run dir (sockets, containerd's state, runc's
 	// root).
+	// With the node runtime, each path to them may be passed (0711; not read): a pod in a
+	// user namespace has its root under the run dir, and its uid 0 is no owner of them (runc
+	// failed "remount-propagation ... rootfs: permission denied").
+	dirMode := os.FileMode(0o700)
+	if ns.Runtime.UserNamespaces() {
+		dirMode = 0o711
+	}
 	for _, d := range []string{ns.Dir, ns.RunDir} {
-		m.mkdir(d, 0o700)
+		m.mkdir(d, dirMode)
 		m.mount(d, d, "", unix.MS_BIND, "")
 	}
 
@@ -216,6 +226,17 @@ func buildRoot(ns nodeState) error {
 	// proc of the node's PID namespace; /proc/sys read-only but for net (the node's own
 	// network namespace: the CNI bridge sets its forwarding there).
 	m.mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	// A proc the node's masks and read-only binds below do not cover, out of the way: the
+	// kernel lets a user namespace (a pod's with hostUsers: false) mount a proc only when one
+	// is fully visible in its mount namespace and no more restricted than the new one
+	// (mount_too_revealing): runc failed every such pod "error mounting proc ... operation
+	// not permitted". Read-write, as runc mounts a container's (a read-only one was not
+	// enough). It shows the node's root nothing it could not mount itself (it keeps
+	// CAP_SYS_ADMIN for its mounts): the masks are against mistakes, not the node's root.
+	if ns.Runtime.UserNamespaces() {
+		m.mkdir(fullProcDir, 0o700)
+		m.mount("proc", fullProcDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}
 	m.mount(m.path("proc/sys"), "proc/sys", "", unix.MS_BIND|unix.MS_REC, "")
 	m.mount(m.path("proc/sys/net"), "proc/sys/net", "", unix.MS_BIND, "")
 	m.remount("proc/sys", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)

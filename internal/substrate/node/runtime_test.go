@@ -23,7 +23,7 @@ func TestChooseRuntime(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name, configured, binary string
+		name, configured, binary  string
 		wantDir, wantWhy, wantErr string
 	}{
 		{name: "beside the binary", binary: filepath.Join(root, "bin", "socialweb"), wantDir: full, wantWhy: "built beside"},
