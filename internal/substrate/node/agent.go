@@ -116,11 +116,10 @@ func (a *agent) start() error {
 	}
 	if ns.Runtime.UserNamespaces() {
 		// Passable by a pod's uid 0 in its user namespace: its root is under the run dir
-		// (contain.go makes the paths to them in the node's root alike).
-		for _, d := range []string{ns.Dir, ns.RunDir} {
-			if err := os.Chmod(d, 0o711); err != nil {
-				return err
-			}
+		// (contain.go makes the path to it in the node's root alike). The guest dir stays
+		// 0700: runc binds a pod's volumes from there idmapped, from outside the pod.
+		if err := os.Chmod(ns.RunDir, 0o711); err != nil {
+			return err
 		}
 	}
 	// The kubelet makes unix sockets under its root dir (pod-resources, plugins), and a

@@ -202,14 +202,14 @@ func buildRoot(ns nodeState) error {
 	// The node's own dirs, read-write: its guest dir (containerd's root, the kubelet's
 	// dirs, pod logs, the join bundle) and its run dir (sockets, containerd's state, runc's
 	// root).
-	// With the node runtime, each path to them may be passed (0711; not read): a pod in a
-	// user namespace has its root under the run dir, and its uid 0 is no owner of them (runc
-	// failed "remount-propagation ... rootfs: permission denied").
-	dirMode := os.FileMode(0o700)
-	if ns.Runtime.UserNamespaces() {
-		dirMode = 0o711
-	}
+	// With the node runtime, the path to the run dir may be passed (0711; not read): a pod in
+	// a user namespace has its root under it, and its uid 0 is no owner of it (runc failed
+	// "remount-propagation ... rootfs: permission denied").
 	for _, d := range []string{ns.Dir, ns.RunDir} {
+		dirMode := os.FileMode(0o700)
+		if d == ns.RunDir && ns.Runtime.UserNamespaces() {
+			dirMode = 0o711
+		}
 		m.mkdir(d, dirMode)
 		m.mount(d, d, "", unix.MS_BIND, "")
 	}
