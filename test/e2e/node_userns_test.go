@@ -101,6 +101,9 @@ func TestNode_UserNamespacePodIsNotHostRoot(t *testing.T) {
 	const nodeName = "node-userns"
 	tc := joinableCluster(t, "un1", nodeName, 10*time.Minute)
 	dump := bootRuntimeNode(t, tc, "un1-a", nodeName, "")
+	if l, _ := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", "jsonpath={.metadata.labels}"); !strings.Contains(l, `"`+node.LabelUserNamespaces+`":"true"`) {
+		t.Fatalf("the Node does not say it runs user namespaces: labels %s", l)
+	}
 	usersMarker, rootMarker := 1_000_000+rand.IntN(1_000_000), 3_000_000+rand.IntN(1_000_000)
 	tkubectl(t, tc.kc, usernsPod("userns", false, usersMarker), "apply", "-f", "-")
 	tkubectl(t, tc.kc, usernsPod("hostusers", true, rootMarker), "apply", "-f", "-")
@@ -134,6 +137,9 @@ func TestNode_UserNamespacePodOnTheHostRuntime(t *testing.T) {
 	const nodeName = "node-userns-host"
 	tc := joinableCluster(t, "un2", nodeName, 10*time.Minute)
 	dump := bootRuntimeNode(t, tc, "un2-a", nodeName, node.HostRuntime)
+	if l, _ := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", "jsonpath={.metadata.labels}"); strings.Contains(l, node.LabelUserNamespaces) {
+		t.Fatalf("a Node of the host's runtime says it runs user namespaces: labels %s", l)
+	}
 	marker := 5_000_000 + rand.IntN(1_000_000)
 	tkubectl(t, tc.kc, usernsPod("userns", false, marker), "apply", "-f", "-")
 	var uid int

@@ -217,14 +217,19 @@ func (a *agent) start() error {
 	if err := os.WriteFile(ns.work("kubelet", "config.yaml"), []byte(kubeletConfig(ns)), 0o600); err != nil {
 		return err
 	}
-	a.kubelet, err = a.spawn("kubelet", "kubelet.log", ns.Binary, "kube", "kubelet",
+	kubeletArgv := []string{ns.Binary, "kube", "kubelet",
 		"--config", ns.work("kubelet", "config.yaml"),
 		"--kubeconfig", ns.secret(SecretKubeconfig),
 		"--node-ip", ns.NodeIP,
 		"--hostname-override", ns.NodeName,
 		"--root-dir", ns.kubeletRoot(),
 		"--cert-dir", ns.work("kubelet", "pki"),
-	)
+	}
+	if ns.Runtime.UserNamespaces() {
+		// The Node says so: a pod with hostUsers: false selects it (LabelUserNamespaces).
+		kubeletArgv = append(kubeletArgv, "--node-labels", LabelUserNamespaces+"=true")
+	}
+	a.kubelet, err = a.spawn("kubelet", "kubelet.log", kubeletArgv...)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,10 @@ import (
 // (hack/build-node-runtime.sh: containerd v2 and runc built from source).
 const RuntimeDirName = "node-runtime"
 
+// LabelUserNamespaces is "true" on the Node of a node whose runtime runs pods with
+// hostUsers: false (the node runtime); absent on the others, which refuse such pods.
+const LabelUserNamespaces = "socialweb.computer/user-namespaces"
+
 // HostRuntime as Config.RuntimeDir takes the host's containerd and runc on PATH even when
 // a node runtime is beside the binary.
 const HostRuntime = "host"
