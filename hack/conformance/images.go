@@ -99,6 +99,9 @@ var userlandTools = []hostTool{
 	{"/usr/bin/nslookup", "usr/bin/nslookup", "bind9-dnsutils"},
 	{"/usr/bin/host", "usr/bin/host", "bind9-dnsutils"},
 	{"/usr/bin/curl", "usr/bin/curl", "curl"},
+	// The DNS specs' probes ask `getent hosts NAME` (glibc 2.36 has its files and dns
+	// lookups built in: no NSS module to carry).
+	{"/usr/bin/getent", "usr/bin/getent", "libc-bin"},
 }
 
 // lddLine matches "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the loader's
@@ -134,7 +137,7 @@ group-defined-in-image:x:50000:user-defined-in-image
 `
 
 // userlandLayer is the shared userland: busybox applets (every one but sh), bash as
-// /bin/sh, nc, dig, nslookup, host and curl with their libraries, and /etc basics.
+// /bin/sh, nc, dig, nslookup, host, curl and getent with their libraries, and /etc basics.
 func userlandLayer() (v1.Layer, error) {
 	var entries []layerEntry
 	libs := map[string]bool{}
@@ -252,6 +255,8 @@ var conformanceImages = []imageSpec{
 	{Repo: "e2e-test-images/sample-apiserver", Tags: []string{"1.29.2"}, Layers: []string{"userland", "sample-apiserver"},
 		Entrypoint: []string{"/sample-apiserver"},
 		How:        "k8s.io/sample-apiserver of the Kubernetes version the project builds (newer than upstream's image 1.29.2), CGO_ENABLED=0"},
+	{Repo: "e2e-test-images/nonewprivs", Tags: []string{"1.4"}, Layers: []string{"userland", "nonewprivs"}, Cmd: []string{"nnp"},
+		How: "test/images/nonewprivs built from source (CGO_ENABLED=0), setuid root at /usr/local/bin/nnp, as upstream"},
 	{Repo: "k8s/etcd", Tags: []string{"3.7.0-0"}, Layers: []string{"userland", "etcd"},
 		Entrypoint: []string{"/usr/local/bin/etcd"},
 		How:        "the etcd server the project embeds (go.etcd.io/etcd/server/v3's etcdmain) at /usr/local/bin/etcd"},
@@ -269,15 +274,20 @@ func buildImages(t tools, agnhostSrc string) (map[string]v1.Image, error) {
 		return nil, fmt.Errorf("agnhost layer: %w", err)
 	}
 	layers := map[string]v1.Layer{"userland": ul, "agnhost": al}
-	for name, b := range map[string]struct{ bin, path string }{
-		"sample-apiserver": {t.sampleAPIServer, "sample-apiserver"},
-		"etcd":             {t.etcd, "usr/local/bin/etcd"},
+	for name, b := range map[string]struct {
+		bin, path string
+		mode      int64
+	}{
+		"sample-apiserver": {t.sampleAPIServer, "sample-apiserver", 0o755},
+		"etcd":             {t.etcd, "usr/local/bin/etcd", 0o755},
+		// Setuid root: the spec runs it as uid 1000 and reads the effective uid it got.
+		"nonewprivs": {t.nonewprivs, "usr/local/bin/nnp", 0o4755},
 	} {
 		data, err := os.ReadFile(b.bin)
 		if err != nil {
 			return nil, err
 		}
-		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: 0o755, Data: data}}); err != nil {
+		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: b.mode, Data: data}}); err != nil {
 			return nil, fmt.Errorf("%s layer: %w", name, err)
 		}
 	}

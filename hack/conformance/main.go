@@ -247,6 +247,9 @@ type tools struct {
 	// sampleAPIServer and etcd are the Aggregator spec's (k8s.io/sample-apiserver, and the
 	// etcd server the project embeds, through etcdmain.go).
 	sampleAPIServer, etcd string
+	// nonewprivs prints its effective uid: setuid root in its image, for the
+	// AllowPrivilegeEscalation spec.
+	nonewprivs string
 }
 
 // buildTools builds (or finds cached) the tools from the module's k8s.io/kubernetes (and its
@@ -281,13 +284,14 @@ func buildTools(ctx context.Context) (tools, error) {
 	t := tools{
 		e2eTest: filepath.Join(abs, "e2e.test"), ginkgo: filepath.Join(abs, "ginkgo"), agnhost: filepath.Join(abs, "agnhost"),
 		sampleAPIServer: filepath.Join(abs, "sample-apiserver"), etcd: filepath.Join(abs, "etcd"),
+		nonewprivs: filepath.Join(abs, "nonewprivs"),
 	}
-	all := []string{t.e2eTest, t.ginkgo, t.agnhost, t.sampleAPIServer, t.etcd}
+	all := []string{t.e2eTest, t.ginkgo, t.agnhost, t.sampleAPIServer, t.etcd, t.nonewprivs}
 	stampFile := filepath.Join(abs, "tools.stamp")
 	old, _ := os.ReadFile(stampFile)
 	current := strings.TrimSpace(string(old)) == stamp
 	if current && allExist(all) {
-		say("e2e.test, ginkgo, agnhost, sample-apiserver and etcd are current (the versions they are built from unchanged)")
+		say("e2e.test, ginkgo and the images' binaries are current (the versions they are built from unchanged)")
 		return t, nil
 	}
 	modfile := filepath.Join(abs, "go.mod")
@@ -313,6 +317,7 @@ func buildTools(ctx context.Context) (tools, error) {
 		{"agnhost", t.agnhost, []string{"build", "k8s.io/kubernetes/test/images/agnhost"}, static},
 		{"sample-apiserver", t.sampleAPIServer, []string{"build", "k8s.io/sample-apiserver"}, static},
 		{"etcd", t.etcd, []string{"build", "hack/conformance/etcdmain.go"}, static},
+		{"nonewprivs", t.nonewprivs, []string{"build", "k8s.io/kubernetes/test/images/nonewprivs"}, static},
 	} {
 		if current && exists(b.out) {
 			continue
@@ -487,8 +492,8 @@ func makeCluster(ctx context.Context, o options, up *upProc, dataDir string, ref
 	spec := fmt.Sprintf(`apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
 metadata: {name: %s, namespace: default}
-spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: %d, scaleHold: 6h}
-`, clusterName, owner, clusterName, o.maxNodes, o.podsPerNode)
+spec: {account: %q, name: %s, running: true, maxNodes: %d, podsPerNode: 1, scaleHold: 6h}
+`, clusterName, owner, clusterName, o.maxNodes)
 	if _, err := kubectl(ctx, up.kc, spec, "apply", "-f", "-"); err != nil {
 		return "", err
 	}
@@ -533,6 +538,13 @@ spec:
 	if _, err := kubectl(ctx, kc, "", "rollout", "status", "--timeout=5m", "deployment/keep-nodes"); err != nil {
 		desc, _ := kubectl(ctx, kc, "", "describe", "pods", "-l", "app=keep-nodes")
 		return "", fmt.Errorf("the pods that keep %d nodes rented: %w\n%s", keepNodes, err, tail(desc, 30))
+	}
+	// The Cluster starts with podsPerNode 1: the scale-up counts pending pods against free
+	// slots and does not simulate the scheduler's constraints yet, so with the run's
+	// podsPerNode the second keep pod, refused by its anti-affinity, would wait for a node
+	// that is never rented. Now that both nodes are there, the run's sizing applies.
+	if _, err := kubectl(ctx, up.kc, "", "patch", "cluster", clusterName, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"podsPerNode":%d}}`, o.podsPerNode)); err != nil {
+		return "", err
 	}
 	say("%d nodes are rented and Ready, %s after the cluster", keepNodes, since(t))
 	return kc, nil

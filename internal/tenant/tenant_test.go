@@ -141,7 +141,7 @@ func TestBuildSpecFlags(t *testing.T) {
 		"--secure-port=4321", "--bind-address=127.0.0.1", "--advertise-address=10.77.0.1",
 		"--kubelet-preferred-address-types=InternalIP", "--anonymous-auth=false",
 		"--etcd-servers=unix://" + l.EtcdSocket(),
-		"--runtime-config=flowcontrol.apiserver.k8s.io/v1=false",
+		"--enable-priority-and-fairness=false",
 		"--allow-privileged=false",
 		"--enable-admission-plugins=NodeRestriction,PodSecurity," + FloorPluginName,
 		"--admission-control-config-file=" + l.AdmissionConfig(),
@@ -150,6 +150,11 @@ func TestBuildSpecFlags(t *testing.T) {
 		if !strings.Contains(api, want) {
 			t.Errorf("apiserver flags lack %s", want)
 		}
+	}
+	// The flowcontrol API is served (clients and the conformance suite use it); only the
+	// request classification is off.
+	if strings.Contains(api, "flowcontrol") {
+		t.Errorf("apiserver flags turn the flowcontrol API off: %s", api)
 	}
 	for name, args := range map[string][]string{"controller-manager": s.ControllerManager, "scheduler": s.Scheduler} {
 		j := strings.Join(args, " ")

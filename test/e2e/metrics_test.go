@@ -2,14 +2,11 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -28,21 +25,7 @@ func TestMetrics_KubectlTop(t *testing.T) {
 		t.Fatalf("discovery of metrics.k8s.io: %q", out)
 	}
 
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	bootNode(t, s, "met-a", nodeName, tc.bundle)
-	dump := func() string {
-		out, _ := guestproc.Tail(filepath.Join(state, "met-a", "kubelet.log"), 20)
-		return string(out)
-	}
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
+	dump := readyNode(t, tc, "met-a", nodeName, nodeOptions{Logs: []string{"kubelet.log"}, Lines: 20}).Dump
 	tkubectl(t, kc, `apiVersion: v1
 kind: Pod
 metadata: {name: busy, namespace: default}

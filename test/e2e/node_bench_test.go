@@ -174,3 +174,43 @@ func TestBench_NodeScaleThreeAndBack(t *testing.T) {
 	t.Logf("0 -> 3 nodes, 3 pods Running: %.2fs; pods deleted -> 0 nodes (1 s hold): %.2fs; nodes left %d, guests seen %d, guest processes left %d",
 		up.Seconds(), down.Seconds(), len(nodes.Items), len(n.tags), len(n.guestProcs()))
 }
+
+// TestBench_NodePodOnARunningNode prints the time from a pod's creation to Running when the
+// cluster already has a node with room (the other half of the pending-pod figure: no rent),
+// median of 5; the image is already on the node. SOCIALWEB_BENCH=1 runs it.
+func TestBench_NodePodOnARunningNode(t *testing.T) {
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	n := startNodeUp(t, "--node-bid-window", "1s")
+	kc := n.cluster("b2", "maxNodes: 1, scaleHold: 1h")
+	ts := tenantClient(t, kc)
+	running := func(pod string) {
+		t.Helper()
+		testenv.Eventually(t, 120*time.Second, pod+" Running", func() (bool, error) {
+			p, err := ts.CoreV1().Pods("default").Get(n.ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return p.Status.Phase == corev1.PodRunning, fmt.Errorf("pod %s", p.Status.Phase)
+		})
+	}
+	// The node: rented for a first pod, kept by the hour's scaleHold.
+	tkubectl(t, kc, strings.Replace(spreadPod("keep"), "app: spread", "app: keep", 1), "apply", "-f", "-")
+	running("keep")
+	const runs = 5
+	var ds []time.Duration
+	for i := 0; i < runs; i++ {
+		pod := fmt.Sprintf("q%d", i)
+		t0 := time.Now()
+		tkubectl(t, kc, strings.Replace(spreadPod(pod), "app: spread", "app: bench", 1), "apply", "-f", "-")
+		running(pod)
+		ds = append(ds, time.Since(t0))
+		t.Logf("run %d: %.2fs", i+1, ds[i].Seconds())
+		tkubectl(t, kc, "", "delete", "pod", pod, "--wait=false")
+	}
+	if nodes, err := ts.CoreV1().Nodes().List(n.ctx, metav1.ListOptions{}); err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("nodes: %v %v, want the one node throughout", nodes, err)
+	}
+	t.Logf("pending pod -> Running with a node up (no rent), median of %d: %.2fs", runs, median(ds).Seconds())
+}

@@ -118,8 +118,9 @@ func TestNode_CPULimitAboveTheContract(t *testing.T) {
 		t.Errorf("the node used %.2f CPUs, its contract is 1", cpus)
 	}
 	// The burner burns: a bound that is never reached proves nothing. The host is shared
-	// with other work, hence the low floor.
-	if cpus < 0.3 {
+	// with other work (another node may share the CPU, at equal shares), hence the low
+	// floor: 0.36 to 0.99 measured.
+	if cpus < 0.2 {
 		t.Errorf("the node used only %.2f CPUs: the pod is not burning (the bound is untested)", cpus)
 	}
 }

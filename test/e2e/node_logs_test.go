@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -32,17 +29,7 @@ spec:
 func TestNode_LogsOfThePreviousContainer(t *testing.T) {
 	const nodeName = "node-logs"
 	tc := joinableCluster(t, "lg1", nodeName, 10*time.Minute)
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	bootNode(t, s, "lg1-a", nodeName, tc.bundle)
-	dump := func() string {
-		out, _ := guestproc.Tail(filepath.Join(state, "lg1-a", "kubelet.log"), 30)
-		return string(out)
-	}
+	dump := readyNode(t, tc, "lg1-a", nodeName, nodeOptions{Logs: []string{"kubelet.log"}, Lines: 30}).Dump
 	tkubectl(t, tc.kc, crasherPod, "apply", "-f", "-")
 	testenv.Eventually(t, 120*time.Second, "the container restarted twice", func() (bool, error) {
 		out, _ := tkubectlErr(tc.kc, "get", "pod", "crasher", "-o", "jsonpath={.status.containerStatuses[0].restartCount}")

@@ -2,14 +2,11 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -101,21 +98,7 @@ spec:
 func TestNode_NetworkPolicyEnforced(t *testing.T) {
 	const nodeName = "node-np"
 	tc := joinableCluster(t, "np1", nodeName, 10*time.Minute)
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	bootNode(t, s, "np1-a", nodeName, tc.bundle)
-	dump := func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "netpol.log", "kubelet.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, "np1-a", f), 20)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		return b.String()
-	}
+	dump := readyNode(t, tc, "np1-a", nodeName, nodeOptions{Logs: []string{"log", "netpol.log", "kubelet.log"}, Lines: 20}).Dump
 	tkubectl(t, tc.kc, netpolPods, "apply", "-f", "-")
 	for _, p := range []string{"web", "client", "stranger"} {
 		waitPod(t, tc.kc, p, "Running", nodeName, 120*time.Second)

@@ -33,7 +33,8 @@ func TestNode_NetworkServicesComeBack(t *testing.T) {
 	const nodeName = "node-r"
 	tc := joinableCluster(t, "rst1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)
-	state, dump := readyNode(t, tc, "rst1-a", nodeName)
+	n := readyNode(t, tc, "rst1-a", nodeName, nodeOptions{DNSUpstream: "none", Logs: []string{"log", "kube-proxy.log", "node-dns.log"}})
+	state, dump := n.State, n.Dump
 	kc := tc.kc
 	tkubectl(t, kc, servicesObjects, "apply", "-f", "-")
 	testenv.Eventually(t, 90*time.Second, "pods Running", func() (bool, error) {

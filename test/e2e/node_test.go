@@ -380,6 +380,69 @@ func bootNode(t *testing.T, s *node.Substrate, id, nodeName string, bundle tenan
 	return st
 }
 
+// nodeOptions are what a row's own node differs in; the zero value is a node with the
+// host's DNS upstream whose dump tails its agent's and kubelet's logs.
+type nodeOptions struct {
+	// DNSUpstream is the node's node.Config.DNSUpstream ("none": no upstream).
+	DNSUpstream string
+	// Logs are the files of the guest's state dir the dump tails, Lines lines of each
+	// (defaults: log and kubelet.log, 25 lines).
+	Logs  []string
+	Lines int
+	// Events adds the cluster's events to the dump.
+	Events bool
+}
+
+// readiedNode is a node guest of a substrate of the test's own, Ready in its cluster.
+type readiedNode struct {
+	S      *node.Substrate
+	State  string                // the substrate's state dir
+	Status substrate.GuestStatus // as it booted
+	Dump   func() string         // the tails of the node's logs, for failure messages
+}
+
+// readyNode boots guest id of a substrate of the test's own (removed when the test ends) as
+// node nodeName of tc's cluster, with the images in tc.images and the test egress policy,
+// and waits for the Node to be Ready.
+func readyNode(t *testing.T, tc tenantToJoin, id, nodeName string, o nodeOptions) readiedNode {
+	t.Helper()
+	if o.Logs == nil {
+		o.Logs = []string{"log", "kubelet.log"}
+	}
+	if o.Lines == 0 {
+		o.Lines = 25
+	}
+	state := filepath.Join(t.TempDir(), "nodes")
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: o.DNSUpstream, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, s, state)
+	dump := func() string {
+		var b strings.Builder
+		for _, f := range o.Logs {
+			out, _ := guestproc.Tail(filepath.Join(state, id, f), o.Lines)
+			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
+		}
+		if o.Events {
+			out, _ := tkubectlErr(tc.kc, "get", "events", "-A")
+			fmt.Fprintf(&b, "--- events\n%s", out)
+		}
+		return b.String()
+	}
+	t0 := time.Now()
+	st := bootNode(t, s, id, nodeName, tc.bundle)
+	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
+		if g, _ := s.Status(context.Background(), id); g.Phase.Ended() {
+			t.Fatalf("node guest ended: %+v\n%s", g, dump())
+		}
+		out, _ := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", fmt.Errorf("%q\n%s", out, dump())
+	})
+	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
+	return readiedNode{S: s, State: state, Status: st, Dump: dump}
+}
+
 // nodeTag is the tag of the node guest in dir (its run dir, namespace and cgroup names).
 func nodeTag(dir string) string {
 	h := sha256.Sum256([]byte(dir))

@@ -21,9 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -123,31 +121,9 @@ func TestServices_OneNode(t *testing.T) {
 	const nodeName = "node-s"
 	tc := joinableCluster(t, "svc1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: "none", EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	t0 := time.Now()
-	st := bootNode(t, s, "svc1-a", nodeName, tc.bundle)
-	dump := func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "kube-proxy.log", "node-dns.log", "kubelet.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, "svc1-a", f), 25)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		return b.String()
-	}
+	n := readyNode(t, tc, "svc1-a", nodeName, nodeOptions{DNSUpstream: "none", Logs: []string{"log", "kube-proxy.log", "node-dns.log", "kubelet.log"}})
+	state, st, dump := n.State, n.Status, n.Dump
 	kc := tc.kc
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		if g, _ := s.Status(context.Background(), "svc1-a"); g.Phase.Ended() {
-			t.Fatalf("node guest ended: %+v\n%s", g, dump())
-		}
-		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
-	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
 
 	tkubectl(t, kc, servicesObjects, "apply", "-f", "-")
 	testenv.Eventually(t, 90*time.Second, "pods Running", func() (bool, error) {
@@ -300,25 +276,7 @@ func TestServices_DNSForwards(t *testing.T) {
 
 	tc := joinableCluster(t, "dnsf", "node-f", 10*time.Minute)
 	writeProbeImage(t, tc.images)
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: upstream, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	bootNode(t, s, "dnsf-a", "node-f", tc.bundle)
-	dump := func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "node-dns.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, "dnsf-a", f), 25)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		return b.String()
-	}
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		out, _ := tkubectlErr(tc.kc, "get", "node", "node-f", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
+	dump := readyNode(t, tc, "dnsf-a", "node-f", nodeOptions{DNSUpstream: upstream, Logs: []string{"log", "node-dns.log"}}).Dump
 	tkubectl(t, tc.kc, `apiVersion: v1
 kind: Pod
 metadata: {name: client, namespace: default}

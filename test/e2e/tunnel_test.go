@@ -1,55 +1,18 @@
 package e2e
 
 import (
-	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"socialweb.computer/internal/certs"
-	"socialweb.computer/internal/substrate/guestproc"
-	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
-
-// readyNode boots guest id of a substrate of the test's own as node nodeName of tc's
-// cluster, with the images in tc.images, and waits for the Node to be Ready. dump returns
-// the tails of the node's logs for failure messages.
-func readyNode(t *testing.T, tc tenantToJoin, id, nodeName string) (state string, dump func() string) {
-	t.Helper()
-	state = filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: "none", EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	dump = func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "kubelet.log", "kube-proxy.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, id, f), 25)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		return b.String()
-	}
-	t0 := time.Now()
-	bootNode(t, s, id, nodeName, tc.bundle)
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		if g, _ := s.Status(context.Background(), id); g.Phase.Ended() {
-			t.Fatalf("node guest ended: %+v\n%s", g, dump())
-		}
-		out, _ := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
-	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
-	return state, dump
-}
 
 // The tenant apiserver reaches into its cluster only through its nodes' tunnels: an
 // admission webhook served by a pod behind a Service works, and so do the pod and Service
@@ -63,7 +26,7 @@ func TestTunnel_ApiserverReachesItsClusterOnly(t *testing.T) {
 	// on the tenant apiservers' advertise address (up's swt0).
 	hostAddr, hits := countingListener(t, "10.77.0.1:0")
 	_, port, _ := net.SplitHostPort(hostAddr)
-	_, dump := readyNode(t, tc, "tun1-a", nodeName)
+	dump := readyNode(t, tc, "tun1-a", nodeName, nodeOptions{DNSUpstream: "none", Logs: []string{"log", "kubelet.log", "kube-proxy.log"}}).Dump
 	kc := tc.kc
 
 	// The webhook's serving certificate, for its Service's name, from a CA of the test's.
@@ -142,6 +105,16 @@ spec:
 	// Logs and exec go to the kubelet through the tunnel as well.
 	if out, err := tkubectlErr(kc, "exec", "server-0", "--", "/svcprobe", "get", "http://127.0.0.1:8080/"); err != nil || strings.TrimSpace(out) != "200 server-0" {
 		t.Fatalf("exec: %q %v", out, err)
+	}
+
+	// The kubelet's API through the tunnel: its system log and profiling handlers are off.
+	for _, path := range []string{"logs/", "debug/pprof/"} {
+		if out, err := tkubectlErr(kc, "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/"+path); err == nil {
+			t.Errorf("the kubelet serves /%s to the owner: %q", path, firstLine(out))
+		}
+	}
+	if out, err := tkubectlErr(kc, "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); err != nil || out != "ok" {
+		t.Errorf("the kubelet's /healthz through the tunnel: %q %v", out, err)
 	}
 
 	// An admission webhook behind a Service, called by the apiserver.

@@ -18,9 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/tenant/volumes"
 	"socialweb.computer/internal/testenv"
 )
@@ -138,27 +136,8 @@ spec:
 	}
 
 	// A node: the claim's pod lands there and its volume is made there.
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	bootNode(t, s, "vol-a", nodeName, tc.bundle)
-	dump := func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "kubelet.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, "vol-a", f), 20)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		out, _ := tkubectlErr(kc, "get", "events", "-A")
-		fmt.Fprintf(&b, "--- events\n%s", out)
-		return b.String()
-	}
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		out, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
+	n := readyNode(t, tc, "vol-a", nodeName, nodeOptions{Lines: 20, Events: true})
+	s, state, dump := n.S, n.State, n.Dump
 	podDone := func(name string) {
 		t.Helper()
 		testenv.Eventually(t, 90*time.Second, "pod "+name+" Succeeded", func() (bool, error) {

@@ -799,6 +799,8 @@ authorization: {mode: Webhook}
 registerNode: true
 rotateCertificates: true
 seccompDefault: true
+enableSystemLogHandler: false
+enableProfilingHandler: false
 evictionHard:
   memory.available: "1Mi"
   nodefs.available: "1%%"

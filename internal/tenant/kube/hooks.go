@@ -8,12 +8,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	flowcontrolbootstrap "k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientset "k8s.io/client-go/kubernetes"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/component-helpers/auth/rbac/reconciliation"
 	"k8s.io/klog/v2"
 	schedulingapiv1 "k8s.io/kubernetes/pkg/apis/scheduling/v1"
+	flowcontrolrest "k8s.io/kubernetes/pkg/registry/flowcontrol/rest"
 	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
@@ -46,15 +49,21 @@ const (
 	nodeClientRenewalHook    = "socialweb/node-client-certificate-renewal"
 	nodeClientRenewalBinding = "socialweb:node-client-certificate-renewal"
 	selfNodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
-	hookRetry                = 100 * time.Millisecond
-	hookTimeout              = 30 * time.Second
-	rbacParallel             = 8
+	// The flowcontrol.apiserver.k8s.io defaults (the mandatory and suggested FlowSchemas and
+	// PriorityLevelConfigurations). Upstream's priority-and-fairness-config-producer writes
+	// them one after another before /readyz and re-checks them every minute; with priority
+	// and fairness off nothing reads them, so this one creates the missing ones in parallel
+	// at each start and never re-checks.
+	flowControlHook = "socialweb/bootstrap-flowcontrol"
+	hookRetry       = 100 * time.Millisecond
+	hookTimeout     = 30 * time.Second
+	rbacParallel    = 8
 )
 
 // replaceBootstrapHooks disables the upstream hooks in cfg; addBootstrapHooks adds the
 // replacements to the server (rbac false: the store already holds this version's policy).
 func replaceBootstrapHooks(disabled sets.String) {
-	disabled.Insert(schedulingrest.PostStartHookName, rbacrest.PostStartHookName)
+	disabled.Insert(schedulingrest.PostStartHookName, rbacrest.PostStartHookName, flowcontrolrest.PostStartHookName)
 }
 
 func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
@@ -65,6 +74,9 @@ func addBootstrapHooks(s *genericapiserver.GenericAPIServer, rbac bool) error {
 		return err
 	}
 	if err := s.AddPostStartHook(nodeClientRenewalHook, ensureNodeClientRenewal); err != nil {
+		return err
+	}
+	if err := s.AddPostStartHook(flowControlHook, ensureFlowControlDefaults); err != nil {
 		return err
 	}
 	if err := s.AddPostStartHook(localPathHook, ensureLocalPathStorage); err != nil {
@@ -267,5 +279,51 @@ func ensureNodeClientRenewal(hc genericapiserver.PostStartHookContext) error {
 	return pollNow(hc, "bind nodes to renew their client certificates", func(ctx context.Context, client clientset.Interface) (bool, error) {
 		_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+}
+
+// ensureFlowControlDefaults creates the mandatory and suggested FlowSchemas and
+// PriorityLevelConfigurations that are missing, rbacParallel at a time. It leaves existing
+// ones as they are (upstream's hook updates them to this version's spec: a tenant store is
+// created by this version, and an owner's edits stay), and does not come back every minute:
+// with priority and fairness off no request is classified by them.
+func ensureFlowControlDefaults(hc genericapiserver.PostStartHookContext) error {
+	var plcs []*flowcontrolv1.PriorityLevelConfiguration
+	plcs = append(plcs, flowcontrolbootstrap.MandatoryPriorityLevelConfigurations...)
+	plcs = append(plcs, flowcontrolbootstrap.SuggestedPriorityLevelConfigurations...)
+	var fss []*flowcontrolv1.FlowSchema
+	fss = append(fss, flowcontrolbootstrap.MandatoryFlowSchemas...)
+	fss = append(fss, flowcontrolbootstrap.SuggestedFlowSchemas...)
+	return pollNow(hc, "create the flowcontrol defaults", func(ctx context.Context, client clientset.Interface) (bool, error) {
+		fc := client.FlowcontrolV1()
+		var creates []func() error
+		for _, o := range plcs {
+			creates = append(creates, func() error {
+				_, err := fc.PriorityLevelConfigurations().Create(ctx, o, metav1.CreateOptions{})
+				return err
+			})
+		}
+		for _, o := range fss {
+			creates = append(creates, func() error {
+				_, err := fc.FlowSchemas().Create(ctx, o, metav1.CreateOptions{})
+				return err
+			})
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		slots := make(chan struct{}, rbacParallel)
+		for _, create := range creates {
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+					klog.Infof("going to retry the flowcontrol defaults: %v", err)
+					failed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return failed.Load() == 0, nil
 	})
 }

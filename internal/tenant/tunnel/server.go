@@ -97,10 +97,13 @@ func (s *Server) route(ctx context.Context, a netip.Addr) (string, error) {
 		return "", fmt.Errorf("list the cluster's nodes: %w", err)
 	}
 	node, err := Route(a, s.ranges, nodes, s.Connected)
-	if err == nil || !s.ranges.Pods.Contains(a.Unmap()) && !errors.Is(err, ErrOutsideCluster) {
+	// A miss may be a node newer than the list (its pod CIDR or address not in it yet): list
+	// again once (the lister holds a fresh list for 200 ms). A Service address with no
+	// connected node is not a matter of the list.
+	stale := errors.Is(err, ErrOutsideCluster) || errors.Is(err, ErrNoNode) && s.ranges.Pods.Contains(a.Unmap())
+	if !stale {
 		return node, err
 	}
-	// A new node, or a node's new address: list again once.
 	if nodes, err = s.nodes(ctx, true); err != nil {
 		return "", fmt.Errorf("list the cluster's nodes: %w", err)
 	}
@@ -163,7 +166,11 @@ func (s *Server) connect(c net.Conn) {
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(c, up)
+		n, err := io.Copy(c, up)
+		if n == 0 && err != nil {
+			// The node's answer to the dial comes this way: it refused or failed.
+			s.log.Info("tunnel_dial_failed", "address", req.Host, "err", err.Error())
+		}
 		closeWrite(c)
 		done <- struct{}{}
 	}()
