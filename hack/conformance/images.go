@@ -246,12 +246,12 @@ var conformanceImages = []imageSpec{
 		How: "Debian bookworm's dig and nslookup, as upstream (no coredns binary)"},
 	{Repo: "e2e-test-images/nonroot", Tags: []string{"1.5"}, Layers: []string{"userland"}, Cmd: []string{"sh"}, User: "1234",
 		How: "the userland with USER 1234, as upstream's debian-base with USER 1234"},
-	{Repo: "e2e-test-images/kitten", Tags: []string{"1.8"}, Layers: []string{"userland", "agnhost"},
+	{Repo: "e2e-test-images/kitten", Tags: []string{"1.8"}, Layers: []string{"userland", "agnhost", "kitten"},
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"},
-		How: "agnhost test-webserver without kitten.jpg/data.json"},
-	{Repo: "e2e-test-images/nautilus", Tags: []string{"1.8"}, Layers: []string{"userland", "agnhost"},
+		How: "agnhost test-webserver serving test/images/kitten/html's kitten.jpg and data.json at /, as upstream"},
+	{Repo: "e2e-test-images/nautilus", Tags: []string{"1.8"}, Layers: []string{"userland", "agnhost", "nautilus"},
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"},
-		How: "agnhost test-webserver without nautilus.jpg/data.json"},
+		How: "agnhost test-webserver serving test/images/nautilus/html's nautilus.jpg and data.json at /, as upstream"},
 	{Repo: "e2e-test-images/sample-apiserver", Tags: []string{"1.29.2"}, Layers: []string{"userland", "sample-apiserver"},
 		Entrypoint: []string{"/sample-apiserver"},
 		How:        "k8s.io/sample-apiserver of the Kubernetes version the project builds (newer than upstream's image 1.29.2), CGO_ENABLED=0"},
@@ -288,6 +288,21 @@ func buildImages(t tools, agnhostSrc string) (map[string]v1.Image, error) {
 			return nil, err
 		}
 		if layers[name], err = layerFromEntries([]layerEntry{{Path: b.path, Mode: b.mode, Data: data}}); err != nil {
+			return nil, fmt.Errorf("%s layer: %w", name, err)
+		}
+	}
+	// kitten and nautilus: the Update Demo specs read data.json through the pod proxy.
+	for _, name := range []string{"kitten", "nautilus"} {
+		html := filepath.Join(filepath.Dir(agnhostSrc), name, "html")
+		var entries []layerEntry
+		for _, f := range []string{name + ".jpg", "data.json"} {
+			data, err := os.ReadFile(filepath.Join(html, f))
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, layerEntry{Path: f, Mode: 0o644, Data: data})
+		}
+		if layers[name], err = layerFromEntries(entries); err != nil {
 			return nil, fmt.Errorf("%s layer: %w", name, err)
 		}
 	}

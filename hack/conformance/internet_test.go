@@ -80,7 +80,7 @@ func TestRegistryServesFromTheInternetNamespace(t *testing.T) {
 
 func mustImage(t *testing.T, l v1.Layer) v1.Image {
 	t.Helper()
-	imgs, err := buildImagesFrom(map[string]v1.Layer{"userland": l, "agnhost": l, "sample-apiserver": l, "etcd": l, "nonewprivs": l})
+	imgs, err := buildImagesFrom(map[string]v1.Layer{"userland": l, "agnhost": l, "sample-apiserver": l, "etcd": l, "nonewprivs": l, "kitten": l, "nautilus": l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,9 +60,10 @@ var ServingDNSNames = []string{"kubernetes", "kubernetes.default", "kubernetes.d
 // disabledControllers are the kube-controller-manager controllers a cluster whose nodes come
 // and go on demand does not need: storage-version and resource-claim machinery, and the
 // alpha/beta publishers. Each costs informers, so memory. ResourceQuota, the
-// HorizontalPodAutoscaler (the Metrics API is served), EndpointSlice mirroring and generic
-// ephemeral volumes run: they are Kubernetes a tenant's workloads and the conformance suite
-// expect.
+// HorizontalPodAutoscaler (the Metrics API is served), EndpointSlice mirroring, generic
+// ephemeral volumes and the VolumeAttributesClass protection (its finalizer is how a class
+// in use is kept; without the controller a deleted class never goes) run: they are
+// Kubernetes a tenant's workloads and the conformance suite expect.
 var disabledControllers = []string{
 	"ttl-controller",
 	"bootstrap-signer-controller",
@@ -76,7 +77,6 @@ var disabledControllers = []string{
 	"validatingadmissionpolicy-status-controller",
 	"kube-apiserver-serving-clustertrustbundle-publisher-controller",
 	"podcertificaterequest-cleaner-controller",
-	"volumeattributesclass-protection-controller",
 	"persistentvolume-expander-controller",
 }
 

@@ -165,7 +165,7 @@ func TestBuildSpecFlags(t *testing.T) {
 	cm := strings.Join(s.ControllerManager, " ")
 	// What tenants' workloads and the conformance suite expect runs; what a cluster of
 	// on-demand nodes does not need stays off.
-	for _, c := range []string{"resourcequota-controller", "horizontal-pod-autoscaler-controller", "endpointslice-mirroring-controller", "ephemeral-volume-controller", "node-ipam-controller"} {
+	for _, c := range []string{"resourcequota-controller", "horizontal-pod-autoscaler-controller", "endpointslice-mirroring-controller", "ephemeral-volume-controller", "node-ipam-controller", "volumeattributesclass-protection-controller"} {
 		if strings.Contains(cm, "-"+c) {
 			t.Errorf("controller-manager disables %s", c)
 		}

@@ -82,3 +82,44 @@ func TestNode_NetworkServicesComeBack(t *testing.T) {
 		t.Errorf("the agent's log does not say kube-proxy started again\n%s", dump())
 	}
 }
+
+// An in-place resize is refused by the tenant apiserver: the node's kubelet (no pod-level
+// cgroups) dereferenced a pod cgroup it does not have and panicked, and the node was lost
+// with every pod on it. The pod keeps running and the kubelet stays the same process.
+func TestNode_InPlaceResizeRefused(t *testing.T) {
+	const nodeName = "node-rz"
+	tc := joinableCluster(t, "rz1", nodeName, 10*time.Minute)
+	n := readyNode(t, tc, "rz1-a", nodeName, nodeOptions{})
+	kc := tc.kc
+	tkubectl(t, kc, `apiVersion: v1
+kind: Pod
+metadata: {name: sized, namespace: default}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: socialweb.computer/busybox:local
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+    resources: {requests: {cpu: 100m, memory: 20Mi}, limits: {cpu: 200m, memory: 40Mi}}
+`, "apply", "-f", "-")
+	testenv.Eventually(t, 60*time.Second, "the pod Running", func() (bool, error) {
+		out, _ := tkubectlErr(kc, "get", "pod", "sized", "-o", "jsonpath={.status.phase}")
+		return out == "Running", fmt.Errorf("%q\n%s", out, n.Dump())
+	})
+	dir := filepath.Join(n.State, "rz1-a")
+	kubelet := nodeService(dir, "kubelet")
+	out, err := tkubectlErr(kc, "patch", "pod", "sized", "--subresource", "resize", "--type=merge", "-p",
+		`{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"150m","memory":"20Mi"},"limits":{"cpu":"300m","memory":"40Mi"}}}]}}`)
+	if err == nil || !strings.Contains(err.Error(), "in-place pod resize is not offered") {
+		t.Errorf("resize: %q %v, want refused", out, err)
+	}
+	time.Sleep(10 * time.Second)
+	if now := nodeService(dir, "kubelet"); kubelet == 0 || now != kubelet {
+		t.Fatalf("the kubelet was %d, is %d\n%s", kubelet, now, n.Dump())
+	}
+	if out, _ := tkubectlErr(kc, "get", "pod", "sized", "-o", "jsonpath={.status.phase}"); out != "Running" {
+		t.Fatalf("the pod is %q after the resize\n%s", out, n.Dump())
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
@@ -112,6 +114,21 @@ func TestFloor_EphemeralContainer(t *testing.T) {
 	err := floorFor(t, "baseline").Validate(context.Background(), podAttributes(withDebug, old, "ephemeralcontainers"), nil)
 	if err == nil || !strings.Contains(err.Error(), "privileged") {
 		t.Errorf("privileged ephemeral container: %v, want refused", err)
+	}
+}
+
+// An in-place resize is refused, whatever it asks: the node's kubelet cannot do it.
+func TestFloor_InPlaceResize(t *testing.T) {
+	old := pod("running", nil)
+	resized := pod("running", func(p *core.Pod) {
+		p.Spec.Containers[0].Resources.Requests = core.ResourceList{core.ResourceCPU: resource.MustParse("150m")}
+	})
+	err := floorFor(t, "baseline").Validate(context.Background(), podAttributes(resized, old, "resize"), nil)
+	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), ErrNoInPlaceResize.Error()) {
+		t.Errorf("resize: %v, want Forbidden: %v", err, ErrNoInPlaceResize)
+	}
+	if err := floorFor(t, "baseline").Validate(context.Background(), podAttributes(pod("running", nil), old, "status"), nil); err != nil {
+		t.Errorf("a status update: %v", err)
 	}
 }
 
