@@ -11,6 +11,8 @@ command -v npm >/dev/null || missing+=(npm)
 command -v ip >/dev/null || missing+=(iproute2)
 [ -x /bin/nc.openbsd ] || missing+=(netcat-openbsd)
 command -v dig >/dev/null || missing+=(bind9-dnsutils)
+# libseccomp.a: the node runtime's runc is linked statically with it (hack/build-node-runtime.sh).
+[ -e /usr/include/seccomp.h ] || missing+=(libseccomp-dev)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	apt-get update -qq

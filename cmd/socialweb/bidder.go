@@ -102,6 +102,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
 	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")
+	f.StringVar(&nodes.RuntimeDir, "node-runtime", "", "with --substrate node: a directory holding containerd, containerd-shim-runc-v2, runc and ctr (hack/build-node-runtime.sh); default node-runtime beside this binary when present, else the host's on PATH; \"host\": the host's")
 	f.StringVar(&nodes.RegistryConfigDir, "registry-config", "", "with --substrate node: how nodes reach image registries, a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md)")
 	f.StringVar(&nodes.Flavour, "node-flavour", node.FlavourAuto, "with --substrate node: namespace (containerd and the kubelet in a network namespace of this host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	f.StringVar(&nodes.DNSUpstream, "node-dns-upstream", "", "with --substrate node: where nodes' DNS servers forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")

@@ -72,6 +72,9 @@ func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nod
 	}
 	flavour, why := sub.Flavour()
 	phase("local node bidder runs %s nodes: %s", flavour, why)
+	if rtDir, rtWhy, _ := sub.Runtime(); flavour == node.FlavourNamespace {
+		phase("local node bidder's node runtime: %s (%s)", or(rtDir, "the host's containerd and runc"), rtWhy)
+	}
 	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, sources, log, phase)
 }
 
@@ -96,4 +99,12 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 	iso := sub.Isolation()
 	phase("local bidder %s %s (%s guests; isolation %s: %s)", acct.Handle, acct.DID, sub.Kind(), iso.Boundary, strings.Join(iso.Layers, ", "))
 	return nil
+}
+
+// or is s, or def when s is empty.
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

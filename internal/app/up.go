@@ -58,6 +58,9 @@ type UpOptions struct {
 	// NodeRegistryConfig is the local node bidder's registry configuration
 	// (node.Config.RegistryConfigDir); "" means DATA_DIR/node-bidder/registries.
 	NodeRegistryConfig string
+	// NodeRuntimeDir is the local node bidder's node runtime (node.Config.RuntimeDir);
+	// "" means node-runtime beside the binary, else the host's.
+	NodeRuntimeDir string
 	// PodSecurity is the Pod Security level every tenant cluster enforces at least
 	// (tenant.PodSecurityBaseline, the default, or tenant.PodSecurityRestricted).
 	PodSecurity string
@@ -175,7 +178,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, DNSUpstream: o.NodeDNSUpstream,
+		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
 			EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny}, o.MarketFollow, log, phase); err != nil {
 			return err
 		}

@@ -41,6 +41,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building socialweb:", err)
 		os.Exit(1)
 	}
+	// The node runtime (containerd v2, runc) beside it, where nodes look for it first.
+	rt := exec.Command("bash", "../../hack/build-node-runtime.sh", filepath.Join(dir, "node-runtime"))
+	rt.Stdout, rt.Stderr = os.Stderr, os.Stderr
+	if err := rt.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the node runtime:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -114,6 +114,14 @@ func (a *agent) start() error {
 			return err
 		}
 	}
+	if ns.Runtime.UserNamespaces() {
+		// Passable by a pod's uid 0 in its user namespace: its root is under the run dir
+		// (contain.go makes the path to it in the node's root alike). The guest dir stays
+		// 0700: runc binds a pod's volumes from there idmapped, from outside the pod.
+		if err := os.Chmod(ns.RunDir, 0o711); err != nil {
+			return err
+		}
+	}
 	// The kubelet makes unix sockets under its root dir (pod-resources, plugins), and a
 	// socket's path holds at most 107 bytes: a guest dir deep in a data dir is too long. It
 	// is given the short path of a link in the run dir; its data stays in the node's dir.
@@ -176,7 +184,13 @@ func (a *agent) start() error {
 			return err
 		}
 	}
-	a.containerd, err = a.spawn("containerd", "containerd.log", "containerd", "--config", ns.work("containerd", "config.toml"))
+	a.logf("node runtime: %s (%s)", orHost(ns.Runtime.Dir), ns.Runtime.Why)
+	if ns.Runtime.Dir != "" {
+		// containerd asks the shim (`-info`), and the shim looks runc up by name: both
+		// must find the node runtime's, not the host's.
+		os.Setenv("PATH", ns.Runtime.Dir+":"+os.Getenv("PATH"))
+	}
+	a.containerd, err = a.spawn("containerd", "containerd.log", ns.Runtime.path("containerd"), "--config", ns.work("containerd", "config.toml"))
 	if err != nil {
 		return err
 	}
@@ -203,14 +217,19 @@ func (a *agent) start() error {
 	if err := os.WriteFile(ns.work("kubelet", "config.yaml"), []byte(kubeletConfig(ns)), 0o600); err != nil {
 		return err
 	}
-	a.kubelet, err = a.spawn("kubelet", "kubelet.log", ns.Binary, "kube", "kubelet",
+	kubeletArgv := []string{ns.Binary, "kube", "kubelet",
 		"--config", ns.work("kubelet", "config.yaml"),
 		"--kubeconfig", ns.secret(SecretKubeconfig),
 		"--node-ip", ns.NodeIP,
 		"--hostname-override", ns.NodeName,
 		"--root-dir", ns.kubeletRoot(),
 		"--cert-dir", ns.work("kubelet", "pki"),
-	)
+	}
+	if ns.Runtime.UserNamespaces() {
+		// The Node says so: a pod with hostUsers: false selects it (LabelUserNamespaces).
+		kubeletArgv = append(kubeletArgv, "--node-labels", LabelUserNamespaces+"=true")
+	}
+	a.kubelet, err = a.spawn("kubelet", "kubelet.log", kubeletArgv...)
 	if err != nil {
 		return err
 	}
@@ -371,7 +390,7 @@ func removePods(ns nodeState) (int, error) {
 
 // ctr runs ctr against the node's containerd.
 func ctr(ns nodeState, args ...string) error {
-	out, err := exec.Command("ctr", append([]string{"--address", ns.sock()}, args...)...).CombinedOutput()
+	out, err := exec.Command(ns.Runtime.path("ctr"), append([]string{"--address", ns.sock()}, args...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -593,7 +612,13 @@ func unescapeMount(s string) string {
 // "can't get final child's PID from pipe"), cgroupfs, the pods' network namespaces mounted
 // under the state dir, CNI config and plugins from our dirs, registries from the node's copy
 // of the operator's hosts directory; no metrics or debug listeners.
+//
+// The node runtime (containerd v2) reads version 3, where the CRI plugin is split into its
+// images and runtime plugins; the host's containerd 1.6 reads version 2.
 func containerdConfig(ns nodeState) string {
+	if ns.Runtime.Dir != "" {
+		return containerdConfigV3(ns)
+	}
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -635,6 +660,69 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
     config_path = %q
 `, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
 		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
+}
+
+// containerdConfigV3 is containerdConfig for containerd v2: the runc shim and runc are the
+// node runtime's (by path: the host's on PATH are never taken for them).
+func containerdConfigV3(ns nodeState) string {
+	return fmt.Sprintf(`version = 3
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.cri.v1.images"]
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %q
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  disable_apparmor = true
+  enable_unprivileged_ports = false
+  enable_unprivileged_icmp = false
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = %q
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %q
+        BinaryName = %q
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%q]
+    conf_dir = %q
+    max_conf_num = 1
+`, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
+		ns.work("containerd", "opt"), PauseImage, ns.registryDir(),
+		ns.Runtime.path("containerd-shim-runc-v2"), filepath.Join(ns.RunDir, "runc"), ns.Runtime.path("runc"),
+		CNIBinDir, ns.work("cni", "net.d"))
+}
+
+// orHost names a runtime dir for a log line.
+func orHost(dir string) string {
+	if dir == "" {
+		return "the host's containerd and runc"
+	}
+	return dir
 }
 
 // podBridge is the node's pod bridge.
@@ -759,7 +847,7 @@ func deleteContainers(ns nodeState) error {
 			if !e.IsDir() {
 				continue
 			}
-			if out, err := exec.Command("runc", "--root", root, "delete", "--force", e.Name()).CombinedOutput(); err != nil {
+			if out, err := exec.Command(ns.Runtime.path("runc"), "--root", root, "delete", "--force", e.Name()).CombinedOutput(); err != nil {
 				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", e.Name(), err, strings.TrimSpace(string(out))))
 			}
 		}

@@ -54,6 +54,9 @@ var kernelTunables = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
+// fullProcDir is where a node of the node runtime has a proc without masks (buildRoot).
+const fullProcDir = "run/swnode-proc"
+
 // maskedProc are proc files a node has no use for and that reach the host's kernel as a
 // whole (its memory, a reboot): /dev/null is mounted over each.
 var maskedProc = []string{"kcore", "sysrq-trigger", "timer_list", "keys", "kallsyms"}
@@ -136,7 +139,7 @@ func buildRoot(ns nodeState) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
-	files, err := rootDiskFiles(ns.Binary)
+	files, err := rootDiskFiles(ns.Binary, ns.Runtime)
 	if err != nil {
 		return err
 	}
@@ -167,6 +170,15 @@ func buildRoot(ns nodeState) error {
 	for _, f := range files {
 		m.bindFile(f[0], f[1], true)
 	}
+	// The node runtime's dir whole, read-only: runc (>= 1.2) seals its own binary for each
+	// container with an overlayfs whose lower dir is the binary's dir, and an overlay does
+	// not see a file bound onto the root's tmpfs (it found the empty placeholder and every
+	// container failed "fork/exec /proc/self/fd/6: permission denied").
+	if ns.Runtime.Dir != "" {
+		m.mkdir(ns.Runtime.Dir, 0o755)
+		m.mount(ns.Runtime.Dir, ns.Runtime.Dir, "", unix.MS_BIND, "")
+		m.remount(ns.Runtime.Dir, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+	}
 	for _, a := range strings.Fields(string(applets)) {
 		if _, err := os.Lstat(filepath.Join(r, a)); err == nil {
 			continue
@@ -190,8 +202,15 @@ func buildRoot(ns nodeState) error {
 	// The node's own dirs, read-write: its guest dir (containerd's root, the kubelet's
 	// dirs, pod logs, the join bundle) and its run dir (sockets, containerd's state, runc's
 	// root).
+	// With the node runtime, the path to the run dir may be passed (0711; not read): a pod in
+	// a user namespace has its root under it, and its uid 0 is no owner of it (runc failed
+	// "remount-propagation ... rootfs: permission denied").
 	for _, d := range []string{ns.Dir, ns.RunDir} {
-		m.mkdir(d, 0o700)
+		dirMode := os.FileMode(0o700)
+		if d == ns.RunDir && ns.Runtime.UserNamespaces() {
+			dirMode = 0o711
+		}
+		m.mkdir(d, dirMode)
 		m.mount(d, d, "", unix.MS_BIND, "")
 	}
 
@@ -207,6 +226,17 @@ func buildRoot(ns nodeState) error {
 	// proc of the node's PID namespace; /proc/sys read-only but for net (the node's own
 	// network namespace: the CNI bridge sets its forwarding there).
 	m.mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	// A proc the node's masks and read-only binds below do not cover, out of the way: the
+	// kernel lets a user namespace (a pod's with hostUsers: false) mount a proc only when one
+	// is fully visible in its mount namespace and no more restricted than the new one
+	// (mount_too_revealing): runc failed every such pod "error mounting proc ... operation
+	// not permitted". Read-write, as runc mounts a container's (a read-only one was not
+	// enough). It shows the node's root nothing it could not mount itself (it keeps
+	// CAP_SYS_ADMIN for its mounts): the masks are against mistakes, not the node's root.
+	if ns.Runtime.UserNamespaces() {
+		m.mkdir(fullProcDir, 0o700)
+		m.mount("proc", fullProcDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}
 	m.mount(m.path("proc/sys"), "proc/sys", "", unix.MS_BIND|unix.MS_REC, "")
 	m.mount(m.path("proc/sys/net"), "proc/sys/net", "", unix.MS_BIND, "")
 	m.remount("proc/sys", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)

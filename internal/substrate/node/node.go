@@ -70,6 +70,11 @@ type Config struct {
 	// Binary is the socialweb binary (it runs `node-agent` and `kube kubelet`); empty means
 	// this process's executable.
 	Binary string
+	// RuntimeDir holds the node runtime: containerd, containerd-shim-runc-v2, runc and ctr
+	// (hack/build-node-runtime.sh builds containerd v2 and runc, which run pods with
+	// hostUsers: false). Empty: node-runtime beside Binary when it holds all four, else the
+	// host's on PATH; HostRuntime: the host's.
+	RuntimeDir string
 	// ImageDir holds OCI image-layout tarballs (*.tar) imported into every node at boot;
 	// pods use them with imagePullPolicy Never (or IfNotPresent). Empty: none but the
 	// sandbox image.
@@ -114,7 +119,14 @@ type Substrate struct {
 	// dnsUpstreams, dnsWhy: Config.DNSUpstream decided once, in New.
 	dnsUpstreams []string
 	dnsWhy       string
-	mu           sync.Mutex // guards address allocation
+	runtime      nodeRuntime // where namespace nodes' containerd and runc are, and why
+	mu           sync.Mutex  // guards address allocation
+}
+
+// Runtime is the dir of the namespace nodes' containerd and runc (empty: the host's on
+// PATH), and why; userns says whether their pods may run with hostUsers: false.
+func (s *Substrate) Runtime() (dir, why string, userns bool) {
+	return s.runtime.Dir, s.runtime.Why, s.runtime.UserNamespaces()
 }
 
 // Flavour is the flavour of the nodes this substrate boots, and why.
@@ -160,7 +172,11 @@ func New(cfg Config) (*Substrate, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured"}
+	rt, err := chooseRuntime(cfg.RuntimeDir, cfg.Binary)
+	if err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "%v", err)
+	}
+	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured", runtime: rt}
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
 	if s.dnsUpstreams, s.dnsWhy, err = nodedns.ChooseUpstreams(cfg.DNSUpstream, resolvConf); err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "DNS upstream: %v", err)
@@ -238,6 +254,8 @@ type nodeState struct {
 	PauseTar  string `json:"pauseTar"`            // the sandbox image tarball
 	PodSubnet string `json:"podSubnet,omitempty"` // a node booted with a fixed bridge subnet; now the Node's spec.podCIDR
 	Cgroup    string `json:"cgroup"`              // the name of the node's cgroup in each hierarchy
+	// Runtime is where the node's containerd and runc are (empty: the host's on PATH).
+	Runtime nodeRuntime `json:"runtime,omitempty"`
 
 	// DNSUpstreams get the names outside the cluster from the node's DNS server (none:
 	// SERVFAIL); DNSUpstreamWhy says where they came from, for the agent's log.
@@ -344,7 +362,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	ns := nodeState{
 		NodeName: j.NodeName, Server: j.Server, Index: idx,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
-		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
+		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, Runtime: s.runtime, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
 		PauseTar:  filepath.Join(s.cfg.StateDir, ".images", "pause.tar"),
 		Cgroup:    "socialweb-node-" + tag,
 		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,

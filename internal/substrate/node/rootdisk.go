@@ -39,9 +39,16 @@ const (
 )
 
 // rootDiskFiles are the host files a vm node runs; each dynamic one brings its libraries.
-func rootDiskFiles(binary string) ([][2]string, error) {
+func rootDiskFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 	files := [][2]string{{binary, guestBinary}, {BusyboxStatic, "/bin/busybox"}}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nft"} {
+	if rt.Dir == "" { // the node runtime's dir is bound whole (buildRoot)
+		rtFiles, err := rt.files()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, rtFiles...)
+	}
+	for _, b := range []string{"nft"} {
 		p, err := exec.LookPath(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", b, err)
@@ -154,7 +161,7 @@ func rootDiskKey(files [][2]string) (string, error) {
 // disks of other keys are removed (no node boots from them once a new one exists: a running
 // vm keeps its open file).
 func ensureRootDisk(ctx context.Context, dir, binary string) (string, error) {
-	files, err := rootDiskFiles(binary)
+	files, err := rootDiskFiles(binary, nodeRuntime{}) // a vm node: the host's runtime (its disk is built for every vm node alike)
 	if err != nil {
 		return "", err
 	}
