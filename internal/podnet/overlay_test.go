@@ -130,6 +130,21 @@ func dialFrom(t *testing.T, ns substratetest.Netns, local, addr string, timeout 
 	return line, err
 }
 
+// reach dials from ns (source src) to addr until a connection answers or within has passed:
+// the first packet waits for a WireGuard handshake, retried every 5 s, which a loaded host
+// can take longer than one attempt to complete.
+func reach(t *testing.T, ns substratetest.Netns, src, addr string, within time.Duration) (string, error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, err := dialFrom(t, ns, src, addr, 5*time.Second)
+		if err == nil || time.Now().After(deadline) {
+			return got, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestOverlayJoinsPodSubnetsAndRefusesAnotherClustersNode: two nodes of a cluster, in
 // namespaces joined only through a third that stands for the internet, reach each other's
 // pod addresses by TCP through the overlay, with the pod address preserved; a node of
@@ -155,14 +170,14 @@ func TestOverlayJoinsPodSubnetsAndRefusesAnotherClustersNode(t *testing.T) {
 	echoServer(t, b.ns, b.pod+":8080")
 	echoServer(t, a.ns, a.pod+":8080")
 
-	got, err := dialFrom(t, a.ns, a.pod, b.pod+":8080", 10*time.Second)
+	got, err := reach(t, a.ns, a.pod, b.pod+":8080", 30*time.Second)
 	if err != nil {
 		t.Fatalf("pod on a -> pod on b through the overlay: %v", err)
 	}
 	if host, _, _ := net.SplitHostPort(got[:len(got)-1]); host != a.pod {
 		t.Errorf("b saw the connection from %q, want a's pod address %s (no NAT on the overlay)", got, a.pod)
 	}
-	if _, err := dialFrom(t, b.ns, b.pod, a.pod+":8080", 10*time.Second); err != nil {
+	if _, err := reach(t, b.ns, b.pod, a.pod+":8080", 30*time.Second); err != nil {
 		t.Fatalf("pod on b -> pod on a: %v", err)
 	}
 
@@ -210,7 +225,7 @@ func TestOverlayCarriesPeerNodeAddresses(t *testing.T) {
 	}
 	echoServer(t, b.ns, b.addr+":8080")
 
-	got, err := dialFrom(t, a.ns, a.pod, b.addr+":8080", 20*time.Second)
+	got, err := reach(t, a.ns, a.pod, b.addr+":8080", 30*time.Second)
 	if err != nil {
 		t.Fatalf("pod on a -> b's node address through the overlay: %v", err)
 	}
@@ -218,7 +233,7 @@ func TestOverlayCarriesPeerNodeAddresses(t *testing.T) {
 		t.Errorf("b saw the connection from %q, want a's pod address %s", got, a.pod)
 	}
 	echoServer(t, b.ns, b.pod+":8080")
-	if _, err := dialFrom(t, a.ns, a.pod, b.pod+":8080", 10*time.Second); err != nil {
+	if _, err := reach(t, a.ns, a.pod, b.pod+":8080", 30*time.Second); err != nil {
 		t.Fatalf("pod on a -> pod on b: %v", err)
 	}
 
