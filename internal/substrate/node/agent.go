@@ -619,26 +619,8 @@ func containerdConfig(ns nodeState) string {
 	if ns.Runtime.Dir != "" {
 		return containerdConfigV3(ns)
 	}
-	return fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-
+	return containerdHeader(ns, 2, "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+		"io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs") + fmt.Sprintf(`
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   restrict_oom_score_adj = true
@@ -658,17 +640,22 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
-`, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
-		ns.work("containerd", "opt"), PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
+`, PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
 }
 
-// containerdConfigV3 is containerdConfig for containerd v2: the runc shim and runc are the
-// node runtime's (by path: the host's on PATH are never taken for them).
-func containerdConfigV3(ns nodeState) string {
-	return fmt.Sprintf(`version = 3
+// containerdHeader is what both config versions share: the node's own root, state and
+// sockets, the tracing plugin and unused snapshotters off (besides disabled), no debug or
+// metrics listeners.
+func containerdHeader(ns nodeState, version int, disabled ...string) string {
+	plugins := append([]string{"io.containerd.internal.v1.tracing"}, disabled...)
+	quoted := make([]string, len(plugins))
+	for i, p := range plugins {
+		quoted[i] = strconv.Quote(p)
+	}
+	return fmt.Sprintf(`version = %d
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
+disabled_plugins = [%s]
 
 [grpc]
   address = %q
@@ -684,7 +671,15 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
+`, version, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), strings.Join(quoted, ", "),
+		ns.sock(), ns.sock()+".ttrpc", ns.work("containerd", "opt"))
+}
 
+// containerdConfigV3 is containerdConfig for containerd v2: the runc shim and runc are the
+// node runtime's (by path: the host's on PATH are never taken for them).
+func containerdConfigV3(ns nodeState) string {
+	return containerdHeader(ns, 3, "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+		"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs") + fmt.Sprintf(`
 [plugins."io.containerd.cri.v1.images"]
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
@@ -711,8 +706,7 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
     bin_dirs = [%q]
     conf_dir = %q
     max_conf_num = 1
-`, ns.work("containerd", "root"), filepath.Join(ns.RunDir, "state"), ns.sock(), ns.sock()+".ttrpc",
-		ns.work("containerd", "opt"), PauseImage, ns.registryDir(),
+`, PauseImage, ns.registryDir(),
 		ns.Runtime.path("containerd-shim-runc-v2"), filepath.Join(ns.RunDir, "runc"), ns.Runtime.path("runc"),
 		CNIBinDir, ns.work("cni", "net.d"))
 }
