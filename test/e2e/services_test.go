@@ -47,9 +47,11 @@ func writeProbeImage(t *testing.T, dir string) {
 	}
 }
 
-const servicesObjects = `apiVersion: v1
+// probeServer is a pod of Service "probe" (label app: probe) answering on 8080 with its name.
+func probeServer(name string) string {
+	return `apiVersion: v1
 kind: Pod
-metadata: {name: server-0, namespace: default, labels: {app: probe}}
+metadata: {name: ` + name + `, namespace: default, labels: {app: probe}}
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
@@ -59,20 +61,10 @@ spec:
     imagePullPolicy: Never
     args: [serve, "8080"]
     env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: server-1, namespace: default, labels: {app: probe}}
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: ` + probeImage + `
-    imagePullPolicy: Never
-    args: [serve, "8080"]
-    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
----
+`
+}
+
+var servicesObjects = probeServer("server-0") + "---\n" + probeServer("server-1") + `---
 apiVersion: v1
 kind: Pod
 metadata: {name: client, namespace: default}

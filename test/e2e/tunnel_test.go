@@ -61,19 +61,7 @@ spec:
     volumeMounts: [{name: tls, mountPath: /tls}]
   volumes: [{name: tls, secret: {secretName: webhook-tls}}]
 ---
-apiVersion: v1
-kind: Pod
-metadata: {name: server-0, namespace: default, labels: {app: probe}}
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: `+probeImage+`
-    imagePullPolicy: Never
-    args: [serve, "8080"]
-    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
----
+`+probeServer("server-0")+`---
 apiVersion: v1
 kind: Service
 metadata: {name: webhook, namespace: default}
