@@ -127,6 +127,15 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, cu
 		"--enable-admission-plugins=NodeRestriction,PodSecurity," + FloorPluginName,
 		"--admission-control-config-file=" + l.AdmissionConfig(),
 		"--allow-privileged=false",
+		// The aggregation layer: aggregated API servers (tenants' pods) authenticate the
+		// apiserver's proxied requests by this CA and take the user from the headers (pki.go).
+		"--requestheader-client-ca-file=" + p.Cert("front-proxy-ca"),
+		"--requestheader-allowed-names=" + FrontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.Cert("front-proxy-client"),
+		"--proxy-client-key-file=" + p.Key("front-proxy-client"),
 		"--kubelet-client-certificate=" + p.Cert("apiserver-kubelet-client"),
 		"--kubelet-client-key=" + p.Key("apiserver-kubelet-client"),
 		// Never let the apiserver resolve a node name through the host's resolver.

@@ -25,6 +25,15 @@ import (
 //	admin.crt/key         system:masters, used by the Cluster controller
 //	controller-manager.crt/key, scheduler.crt/key
 //	apiserver-kubelet-client.crt/key   the apiserver's identity towards kubelets
+//	front-proxy-ca.crt/key             a CA of its own for the aggregation layer's client
+//	front-proxy-client.crt/key         the apiserver's identity towards aggregated API servers
+//
+// The front-proxy pair is what kubeadm's is: an aggregated API server (a tenant's pod) trusts
+// the requestheader CA published in kube-system/extension-apiserver-authentication and takes
+// the user from the X-Remote-* headers of a request signed by it. It has a CA of its own, not
+// the cluster CA, so that no client certificate the cluster CA signs (an owner's, a node's)
+// can assert a user to those servers; the apiserver accepts the headers only from the name
+// FrontProxyClientName, and the key never leaves the control plane's directory.
 const (
 	leafValidity   = 365 * 24 * time.Hour
 	leafRenewAfter = 300 * 24 * time.Hour
@@ -99,6 +108,9 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 			return nil, err
 		}
 	}
+	if err := ensureFrontProxy(p); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(filepath.Join(dir, "sa.key")); errors.Is(err, os.ErrNotExist) {
 		if err := writeServiceAccountKey(dir); err != nil {
 			return nil, err
@@ -107,6 +119,33 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// FrontProxyClientName is the common name of the aggregation layer's client certificate, the
+// one name --requestheader-allowed-names admits.
+const FrontProxyClientName = "front-proxy-client"
+
+// ensureFrontProxy keeps the front-proxy CA and its client pair, reissuing the client when it
+// is stale or not signed by the CA on disk.
+func ensureFrontProxy(p *PKI) error {
+	ca, caKey, err := loadPair(p.path("front-proxy-ca"))
+	if errors.Is(err, os.ErrNotExist) {
+		ca, caKey, err = certs.NewCA("socialweb-tenant-front-proxy-ca")
+		if err == nil {
+			err = writePair(p.path("front-proxy-ca"), ca, caKey)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tenant front-proxy CA in %s: %w", p.Dir, err)
+	}
+	if c, _, err := loadPair(p.path("front-proxy-client")); err == nil && !stale(c, ca) && c.Subject.CommonName == FrontProxyClientName {
+		return nil
+	}
+	c, k, err := certs.Issue(ca, caKey, certs.Leaf{Subject: pkix.Name{CommonName: FrontProxyClientName}, Usage: x509.ExtKeyUsageClientAuth, Validity: leafValidity})
+	if err != nil {
+		return err
+	}
+	return writePair(p.path("front-proxy-client"), c, k)
 }
 
 func (p *PKI) path(base string) string { return filepath.Join(p.Dir, base) }

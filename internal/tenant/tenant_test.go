@@ -81,6 +81,15 @@ func TestPKIAndMintedKubeconfig(t *testing.T) {
 			t.Errorf("%s: CN %q usage %v", id.File, c.Subject.CommonName, c.ExtKeyUsage)
 		}
 	}
+	// The aggregation layer's client is signed by a CA of its own: nothing the cluster CA
+	// signs (an owner's or a node's certificate) can assert a user to an aggregated API.
+	fpCA, fp := readCert(t, p.Cert("front-proxy-ca")), readCert(t, p.Cert("front-proxy-client"))
+	if fp.Subject.CommonName != FrontProxyClientName || fp.CheckSignatureFrom(fpCA) != nil || fp.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		t.Errorf("front-proxy client: CN %q, want %q signed by the front-proxy CA for client auth", fp.Subject.CommonName, FrontProxyClientName)
+	}
+	if fpCA.Equal(p.CA) || fp.CheckSignatureFrom(p.CA) == nil {
+		t.Error("the front-proxy client is signed by the cluster CA")
+	}
 	for _, f := range []string{"sa.key", "sa.pub"} {
 		if _, err := os.Stat(filepath.Join(l.PKI(), f)); err != nil {
 			t.Error(err)
@@ -90,6 +99,9 @@ func TestPKIAndMintedKubeconfig(t *testing.T) {
 	p2, err := EnsurePKI(l.PKI(), ips, ServingDNSNames)
 	if err != nil || !p2.CA.Equal(p.CA) {
 		t.Fatalf("CA changed on reload: %v", err)
+	}
+	if !readCert(t, p.Cert("front-proxy-client")).Equal(fp) {
+		t.Error("front-proxy client reissued on reload")
 	}
 
 	b, notAfter, err := MintKubeconfig(root, k, "did:plc:owner", "https://127.0.0.1:1234", time.Hour)
