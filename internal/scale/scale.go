@@ -12,6 +12,12 @@ const (
 	BatchMax  = 10 * time.Second
 )
 
+// SchedulerSettle is how long after a node became Ready the scheduler is taken to have tried
+// every pending pod on it. The scheduler requeues unschedulable pods on a node's add or
+// update within a second or two; a pod still Unschedulable after that does not fit the node
+// (its resources, affinity, taints, ports), whatever free slots PodsPerNode counts there.
+const SchedulerSettle = 5 * time.Second
+
 // Pod is one pod of the tenant cluster, as the decision needs it.
 type Pod struct {
 	// Name identifies the pod (namespace/name); only used in tests and logs.
@@ -36,6 +42,10 @@ type Pod struct {
 // Node is one Node of the tenant cluster.
 type Node struct {
 	Name string
+	// ReadySince is when its Ready condition last became True. Until SchedulerSettle after
+	// it, the scheduler may not have tried the pending pods on it yet, so its free slots
+	// count for them; later they do not. Zero means long ago.
+	ReadySince time.Time
 }
 
 // Claim is one NodeClaim of the cluster.
@@ -124,8 +134,11 @@ type Decision struct {
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
 //     the closing time.
 //  2. Capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
-//     yet) plus the free slots of each node that is not being released (PodsPerNode minus
-//     its running non-daemon pods). Pending pods that fit are Hold (ReasonCapacity). The
+//     yet) plus the free slots of each node that is not being released and has been Ready
+//     for less than SchedulerSettle (PodsPerNode minus its running non-daemon pods; the
+//     decision then looks again when that node settles). A node Ready for longer offers
+//     nothing: the scheduler has tried the pending pods there and found they do not fit.
+//     Pending pods that fit are Hold (ReasonCapacity). The
 //     rest need ceil(rest/PodsPerNode) nodes, bounded by MaxNodes minus nodes and claims in
 //     flight (deleting ones included: they still exist); 0 left is Hold (ReasonAtMax).
 //  3. Without pending pods, a node with a claim, not being released, with no non-daemon pod
@@ -213,17 +226,25 @@ func Decide(in Input) Decision {
 			return d
 		}
 		free := inFlight * perNode
+		var settles time.Duration
 		for _, n := range in.Nodes {
 			if c, ok := claimOf[n.Name]; ok && c.Deleting {
 				continue
 			}
+			left := n.ReadySince.Add(SchedulerSettle).Sub(in.Now)
+			if n.ReadySince.IsZero() || left <= 0 {
+				continue
+			}
 			if f := perNode - busy[n.Name]; f > 0 {
 				free += f
+				if settles == 0 || left < settles {
+					settles = left
+				}
 			}
 		}
 		rest := len(pending) - free
 		if rest <= 0 {
-			d.Reason = ReasonCapacity
+			d.Reason, d.RequeueAfter = ReasonCapacity, settles
 			return d
 		}
 		need := (rest + perNode - 1) / perNode

@@ -92,10 +92,24 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Hold, Reason: ReasonNoNodesAllowed},
 		},
 		{
-			name: "a free slot on a joined node takes the pending pod",
+			name: "a free slot on a node Ready for 2 s may still take the pending pod: look again when it settles",
 			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n1"}, pending("a", 2*time.Second)},
-				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
-			want: Decision{Action: Hold, Reason: ReasonCapacity},
+				Nodes: []Node{{Name: "n1", ReadySince: t0.Add(-2 * time.Second)}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonCapacity, RequeueAfter: 3 * time.Second},
+		},
+		{
+			// The scheduler said no (memory, anti-affinity, a port): its free slots are not
+			// the pod's.
+			name: "a free slot on a settled node does not take a pod the scheduler refused: one more",
+			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n1"}, pending("a", 2*time.Second), pending("b", 2*time.Second)},
+				Nodes: []Node{{Name: "n1", ReadySince: t0.Add(-time.Minute)}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 40, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
+		},
+		{
+			name: "a node with no Ready time counts as settled",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second)},
+				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 40, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
 		},
 		{
 			name: "a full node: one more",
@@ -137,7 +151,7 @@ func TestDecide(t *testing.T) {
 			in: Input{Now: t0, Pods: []Pod{{Name: "r", Node: "n2"}, pending("a", 2*time.Second)},
 				Nodes: []Node{{Name: "n1"}, {Name: "n2"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}},
 				MaxNodes: 2, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}}},
-			want: Decision{Action: Hold, Reason: ReasonCapacity},
+			want: Decision{Action: Hold, Reason: ReasonAtMax},
 		},
 		{
 			name: "a node being released is not released again",
@@ -185,7 +199,11 @@ func randomInput(r *rand.Rand) Input {
 		State: State{EmptySince: map[string]time.Time{}}}
 	for i := 0; i < r.Intn(7); i++ {
 		n := fmt.Sprintf("n%d", i)
-		in.Nodes = append(in.Nodes, Node{Name: n})
+		node := Node{Name: n}
+		if r.Intn(3) > 0 { // Ready some time in the last 10 s, so settled or not
+			node.ReadySince = t0.Add(-time.Duration(r.Intn(10000)) * time.Millisecond)
+		}
+		in.Nodes = append(in.Nodes, node)
 		if r.Intn(5) > 0 {
 			in.Claims = append(in.Claims, Claim{Name: "c-" + n, NodeName: n, Deleting: r.Intn(6) == 0})
 		}
@@ -254,6 +272,9 @@ func TestDecideProperties(t *testing.T) {
 		for _, n := range in.Nodes {
 			if c, ok := claimOf[n.Name]; ok && c.Deleting {
 				continue
+			}
+			if n.ReadySince.IsZero() || !in.Now.Before(n.ReadySince.Add(SchedulerSettle)) {
+				continue // settled: the scheduler has tried it
 			}
 			if f := in.PodsPerNode - busy[n.Name]; f > 0 {
 				freeSlots += f

@@ -66,6 +66,16 @@ func NodeJoined(n *corev1.Node) bool {
 	return false
 }
 
+// readySince is when a Ready node's Ready condition became True.
+func readySince(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 // ClaimOf is what the decision needs of a NodeClaim.
 func ClaimOf(c *v1alpha1.NodeClaim) scale.Claim {
 	return scale.Claim{Name: c.Name, NodeName: c.Spec.NodeName, Deleting: c.DeletionTimestamp != nil}
@@ -115,7 +125,7 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 	}
 	for _, n := range nodes {
 		if n != nil && NodeJoined(n) {
-			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name})
+			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: readySince(n)})
 		}
 	}
 	for _, c := range claims {

@@ -97,7 +97,8 @@ func TestPodOf(t *testing.T) {
 func node(name string, ready corev1.ConditionStatus) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if ready != "" {
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}, {Type: corev1.NodeReady, Status: ready}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+			{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(t0.Add(-3 * time.Second))}}
 	}
 	return n
 }
@@ -140,7 +141,7 @@ func TestInputOf(t *testing.T) {
 		s, st)
 	want := scale.Input{Now: t0, MaxNodes: 3, PodsPerNode: 2, Hold: time.Minute, BatchIdle: time.Second, BatchMax: 5 * time.Second, State: st,
 		Pods:  []scale.Pod{{Name: "default/p", Unschedulable: true, PendingSince: t0}, {Name: "default/q", Node: "n1"}},
-		Nodes: []scale.Node{{Name: "n1"}},
+		Nodes: []scale.Node{{Name: "n1", ReadySince: t0.Add(-3 * time.Second)}},
 		Claims: []scale.Claim{{Name: "c-n1", NodeName: "n1"}, {Name: "c-n2", NodeName: "n2"},
 			{Name: "c-n3", NodeName: "n3", Deleting: true}, {Name: "c-n4", NodeName: "n4"}, {Name: "c-n5", NodeName: "n5"}},
 	}
