@@ -83,10 +83,12 @@ func TestNode_NetworkServicesComeBack(t *testing.T) {
 	}
 }
 
-// An in-place resize is refused by the tenant apiserver: the node's kubelet (no pod-level
-// cgroups) dereferenced a pod cgroup it does not have and panicked, and the node was lost
-// with every pod on it. The pod keeps running and the kubelet stays the same process.
-func TestNode_InPlaceResizeRefused(t *testing.T) {
+// An in-place resize reaches the container: the node's kubelet keeps a cgroup per pod
+// (cgroupsPerQOS under the node's own cgroup), so a resize of the pod's CPU limit is written
+// to the container's cgroup and reported in its status, with no restart of the container.
+// Without pod cgroups the kubelet dereferenced the missing pod cgroup and panicked, losing
+// the node with every pod on it: the kubelet stays the same process.
+func TestNode_InPlaceResize(t *testing.T) {
 	const nodeName = "node-rz"
 	tc := joinableCluster(t, "rz1", nodeName, 10*time.Minute)
 	n := readyNode(t, tc, "rz1-a", nodeName, nodeOptions{})
@@ -110,16 +112,27 @@ spec:
 	})
 	dir := filepath.Join(n.State, "rz1-a")
 	kubelet := nodeService(dir, "kubelet")
+	quota := func() string {
+		out, _ := tkubectlErr(kc, "exec", "sized", "--", "/bin/sh", "-c", "cat /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null | head -1; cat /sys/fs/cgroup/cpu.max 2>/dev/null")
+		return strings.TrimSpace(out)
+	}
+	if q := quota(); !strings.HasPrefix(q, "20000") {
+		t.Errorf("the container's CPU quota before the resize is %q, want 20000 (200m)\n%s", q, n.Dump())
+	}
 	out, err := tkubectlErr(kc, "patch", "pod", "sized", "--subresource", "resize", "--type=merge", "-p",
 		`{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"150m","memory":"20Mi"},"limits":{"cpu":"300m","memory":"40Mi"}}}]}}`)
-	if err == nil || !strings.Contains(err.Error(), "in-place pod resize is not offered") {
-		t.Errorf("resize: %q %v, want refused", out, err)
+	if err != nil {
+		t.Fatalf("resize: %q %v", out, err)
 	}
-	time.Sleep(10 * time.Second)
+	testenv.Eventually(t, 60*time.Second, "the resize applied to the container", func() (bool, error) {
+		got, _ := tkubectlErr(kc, "get", "pod", "sized", "-o", "jsonpath={.status.containerStatuses[0].resources.limits.cpu}")
+		q := quota()
+		return got == "300m" && strings.HasPrefix(q, "30000"), fmt.Errorf("status limit %q, quota %q", got, q)
+	})
 	if now := nodeService(dir, "kubelet"); kubelet == 0 || now != kubelet {
 		t.Fatalf("the kubelet was %d, is %d\n%s", kubelet, now, n.Dump())
 	}
-	if out, _ := tkubectlErr(kc, "get", "pod", "sized", "-o", "jsonpath={.status.phase}"); out != "Running" {
-		t.Fatalf("the pod is %q after the resize\n%s", out, n.Dump())
+	if out, _ := tkubectlErr(kc, "get", "pod", "sized", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount}"); out != "Running 0" {
+		t.Fatalf("the pod is %q after the resize, want Running with no restart\n%s", out, n.Dump())
 	}
 }

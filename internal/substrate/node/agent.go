@@ -99,6 +99,8 @@ type agent struct {
 	stopServices func()
 	// stopTunnel closes the node's tunnel to its control plane (tunnel.go).
 	stopTunnel func()
+	// cpuManager is the kubelet config's CPU manager stanza for the node's cpuset.
+	cpuManager string
 }
 
 func (a *agent) start() error {
@@ -138,6 +140,7 @@ func (a *agent) start() error {
 		return err
 	}
 	a.logf("cgroups %v, limits %s", cg, limits)
+	a.cpuManager = kubeletCPUManager(onlineCPUs(), limits.CPUSet)
 
 	// 1. The apiserver port, forwarded into the namespace on the same address.
 	u, err := url.Parse(ns.Server)
@@ -214,7 +217,7 @@ func (a *agent) start() error {
 	}
 
 	// 5. The kubelet.
-	if err := os.WriteFile(ns.work("kubelet", "config.yaml"), []byte(kubeletConfig(ns)), 0o600); err != nil {
+	if err := writeKubeletConfig(ns, kubeletConfig(ns)+a.cpuManager); err != nil {
 		return err
 	}
 	kubeletArgv := []string{ns.Binary, "kube", "kubelet",
@@ -763,8 +766,10 @@ func cniConfig(ns nodeState, subnet string) string {
 `, podBridge, podnet.MTU, subnet, ns.work("cni", "ipam"))
 }
 
-// kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs,
-// no per-QoS cgroups) and nothing that reaches outside the node: no resolv.conf of the host
+// kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs) and
+// pod-level cgroups under the node's (cgroupsPerQOS: the root of the node's cgroup namespace
+// is the node's own cgroup, so kubepods and every pod's cgroup sit inside its limits; an
+// in-place resize changes a pod's cgroup) and nothing that reaches outside the node: no resolv.conf of the host
 // (a pod's DNS is the node's own server on NodeLocalDNS, services.go),
 // no read-only port, the API on the node's address, pod logs in the node's dir, evictions
 // at thresholds a shared host does not trip. The join bundle's client certificate lives a
@@ -774,7 +779,8 @@ func kubeletConfig(ns nodeState) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
-cgroupsPerQOS: false
+cgroupsPerQOS: true
+cgroupRoot: /
 cgroupDriver: cgroupfs
 enforceNodeAllocatable: []
 failSwapOn: false

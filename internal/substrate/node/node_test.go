@@ -83,7 +83,7 @@ func TestConfigsPinTheHostSettings(t *testing.T) {
 		}
 	}
 	kc := kubeletConfig(ns)
-	for _, want := range []string{"failCgroupV1: false", "cgroupsPerQOS: false", "cgroupDriver: cgroupfs", "address: 10.78.0.6", `resolvConf: ""`, "clusterDNS: [169.254.20.10]", "clusterDomain: cluster.local", "readOnlyPort: 0",
+	for _, want := range []string{"failCgroupV1: false", "cgroupsPerQOS: true", "cgroupRoot: /", "cgroupDriver: cgroupfs", "address: 10.78.0.6", `resolvConf: ""`, "clusterDNS: [169.254.20.10]", "clusterDomain: cluster.local", "readOnlyPort: 0",
 		// The kubelet's API serves what its owner's pods need (logs, exec, port-forward), not
 		// the node's /var/log or its profile.
 		"enableSystemLogHandler: false", "enableProfilingHandler: false"} {

@@ -119,18 +119,9 @@ func newFloor(config io.Reader) (*floor, error) {
 	}, nil
 }
 
-// ErrNoInPlaceResize refuses a pod's in-place resize: a node's kubelet runs without
-// pod-level cgroups (cgroupsPerQOS false, the node's own cgroup bounds it), and the
-// kubelet's resize path dereferences the pod cgroup's CPU quota it then does not have: one
-// resize made the kubelet panic and the node, with every pod on it, was lost.
-var ErrNoInPlaceResize = errors.New("in-place pod resize is not offered by this cluster's nodes: change the resources in the pod's owner (a Deployment rolls out new pods) or recreate the pod")
-
 func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	switch a.GetResource().GroupResource() {
 	case core.Resource("pods"):
-		if a.GetSubresource() == "resize" {
-			return admission.NewForbidden(a, ErrNoInPlaceResize)
-		}
 		result := f.delegate.ValidatePod(ctx, &v1PodAttributes{Attributes: a})
 		if result.Allowed {
 			return nil
