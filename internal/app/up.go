@@ -13,6 +13,7 @@ import (
 	"socialweb.computer/config/crd"
 	"socialweb.computer/internal/core"
 	"socialweb.computer/internal/gateway"
+	"socialweb.computer/internal/hostcheck"
 	"socialweb.computer/internal/logsink"
 	"socialweb.computer/internal/procmem"
 	"socialweb.computer/internal/quota"
@@ -115,6 +116,12 @@ func Up(ctx context.Context, o UpOptions) error {
 	}
 	defer logFile.Close()
 
+	// What this host can run, one line per substrate (`socialweb check-host` says it row by
+	// row); the stack starts whatever it says, each substrate saying below whether it runs.
+	hc := o.hostCheckConfig()
+	for _, l := range hostcheck.Summary(hostcheck.Check(hostcheck.Probe(hc), hc), hc) {
+		phase("host: %s", l)
+	}
 	phase("starting core in %s (etcd, API server, %d CRDs)", dir.Root, len(crds))
 	c, err := core.Start(ctx, core.Config{Dir: dir, Listen: o.Listen, CRDs: crds, Logger: log})
 	if err != nil {
@@ -228,6 +235,14 @@ func Up(ctx context.Context, o UpOptions) error {
 		}
 	}
 	return runErr
+}
+
+// hostCheckConfig is what up runs, as the host check sees it: the deno bidder, tenant
+// clusters and their node bidder with up's node flags.
+func (o UpOptions) hostCheckConfig() hostcheck.Config {
+	return hostcheck.Config{Deno: true, Tenants: true, NodeFlavour: o.NodeFlavour, VMImage: o.NodeVMImage,
+		NodeRuntime: o.NodeRuntimeDir, RegistryConfig: o.NodeRegistryConfig, TenantAdvertise: o.TenantAdvertise,
+		EgressAllow: o.NodeEgressAllow}
 }
 
 // showPassword prints a local account's password the one time it exists outside the PDS:
