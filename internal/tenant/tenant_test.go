@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"socialweb.computer/internal/hostcheck"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,12 @@ func TestAdvertiseAddressChecks(t *testing.T) {
 	}
 	if _, err := NewManager(Config{Root: t.TempDir(), Binary: "x", Advertise: net.IPv4(127, 0, 0, 1)}); err == nil {
 		t.Error("a loopback advertise address was accepted")
+	}
+}
+
+// The host check names the tenants' advertise address without importing this package.
+func TestHostCheckAgreesOnTheAdvertiseAddress(t *testing.T) {
+	if hostcheck.TenantAdvertiseIP != AdvertiseIP.String() {
+		t.Errorf("the host check says %s, tenants advertise %s", hostcheck.TenantAdvertiseIP, AdvertiseIP)
 	}
 }
