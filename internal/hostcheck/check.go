@@ -134,18 +134,22 @@ func Install(pkg string) string { return "apt-get install -y " + pkg }
 // Tools of each area, looked up on PATH (Probe looks up every one of AllTools).
 var (
 	denoTools = []Tool{{"unshare", "util-linux", "enters the jail's namespaces"}}
-	// nodeTools are node.Prerequisites' programs (the host's containerd and runc are
-	// required there whatever the node runtime), and nft for NetworkPolicy.
+	// nodeTools are node.Prerequisites' programs, and nft for NetworkPolicy.
 	nodeTools = []Tool{
 		{"ip", "iproute2", "the node's network namespace and veth pair"},
 		{"nsenter", "util-linux", "enters the node's namespaces"},
 		{"setpriv", "util-linux", "drops the node's privileges"},
 		{"iptables", "iptables", "the host refuses connections a node opens; kube-proxy"},
+		{"nft", "nftables", "writes each node's NetworkPolicy rules"},
+	}
+	// hostRuntimeTools are the host's containerd and runc: node.Prerequisites asks for them
+	// when nodes run on them (no node runtime dir, or vm nodes, whose root disk carries
+	// them).
+	hostRuntimeTools = []Tool{
 		{"containerd", "containerd", "the node's container runtime"},
 		{"containerd-shim-runc-v2", "containerd", "the runtime's shim"},
 		{"runc", "runc", "runs the node's containers"},
 		{"ctr", "containerd", "imports the node's images"},
-		{"nft", "nftables", "writes each node's NetworkPolicy rules"},
 	}
 	vmTools     = []Tool{{"qemu-system-x86_64", "qemu-system-x86", "the microVM"}}
 	vmNodeTools = []Tool{{"mkfs.ext4", "e2fsprogs", "writes the disks of vm nodes"}}
@@ -161,7 +165,7 @@ var (
 // AllTools are every program some row looks up.
 func AllTools() []string {
 	var names []string
-	for _, list := range [][]Tool{denoTools, nodeTools, vmTools, vmNodeTools, imageTools, tenantTools} {
+	for _, list := range [][]Tool{denoTools, nodeTools, hostRuntimeTools, vmTools, vmNodeTools, imageTools, tenantTools} {
 		for _, t := range list {
 			if !slices.Contains(names, t.Name) {
 				names = append(names, t.Name)
@@ -256,6 +260,15 @@ func Check(h Host, c Config) []Row {
 	add(nodes, rootRow(AreaNodes, h, "network namespaces, mounts, containerd"))
 	for _, t := range nodeTools {
 		add(nodes, toolRow(AreaNodes, h, t))
+	}
+	onHostRuntime := c.NodeRuntime == HostRuntime || (c.NodeRuntime == "" && h.NodeRuntime.Missing != "") || flavour != FlavourNamespace
+	for _, t := range hostRuntimeTools {
+		r := toolRow(AreaNodes, h, t)
+		if !onHostRuntime {
+			r.Optional = true
+			r.Detail += " (not used: namespace nodes run the node runtime's)"
+		}
+		add(nodes, r)
 	}
 	for _, f := range nodeFiles {
 		add(nodes, fileRow(AreaNodes, h, f))

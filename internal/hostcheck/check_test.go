@@ -121,6 +121,21 @@ func TestCheck(t *testing.T) {
 		{name: "no tenants: node rows unused", host: func(h *Host) { delete(h.Tools, "containerd") }, cfg: func(c *Config) { c.Tenants = false }, ready: true, rows: []want{
 			{AreaNodes, "containerd", Missing, false, "apt-get install -y containerd"},
 		}},
+		{name: "namespace nodes on the node runtime: no host containerd needed", host: func(h *Host) {
+			delete(h.Tools, "containerd")
+			delete(h.Tools, "runc")
+		}, cfg: func(c *Config) { c.NodeFlavour = FlavourNamespace }, ready: true, rows: []want{
+			{AreaNodes, "containerd", Missing, false, "apt-get install -y containerd"},
+			{AreaNodes, "runc", Missing, false, "apt-get install -y runc"},
+		}},
+		{name: "namespace nodes on the host's runtime need it", host: func(h *Host) { delete(h.Tools, "containerd") },
+			cfg: func(c *Config) { c.NodeFlavour, c.NodeRuntime = FlavourNamespace, HostRuntime }, rows: []want{
+				{AreaNodes, "containerd", Missing, true, "apt-get install -y containerd"},
+			}},
+		{name: "vm nodes carry the host's runtime", host: func(h *Host) { delete(h.Tools, "ctr") },
+			cfg: func(c *Config) { c.NodeFlavour = FlavourVM }, rows: []want{
+				{AreaNodes, "ctr", Missing, true, "apt-get install -y containerd"},
+			}},
 		{name: "no node runtime beside the binary", host: func(h *Host) { h.NodeRuntime.Missing = "runc" }, ready: true, rows: []want{
 			{AreaNodes, "node runtime", Holds, true, ""},
 			{AreaNodes, "pods with hostUsers: false", Missing, false, "bash hack/build.sh"},

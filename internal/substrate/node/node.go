@@ -161,9 +161,6 @@ func New(cfg Config) (*Substrate, error) {
 	if err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "%v", err)
 	}
-	if err := Prerequisites(); err != nil {
-		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
-	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -175,6 +172,11 @@ func New(cfg Config) (*Substrate, error) {
 	rt, err := chooseRuntime(cfg.RuntimeDir, cfg.Binary)
 	if err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "%v", err)
+	}
+	// A vm node's root disk carries the host's containerd and runc; a namespace node with a
+	// node runtime dir needs none of the host's.
+	if err := prerequisites(rt.Dir == "" || cfg.Flavour != FlavourNamespace); err != nil {
+		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
 	}
 	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured", runtime: rt}
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
@@ -212,10 +214,19 @@ func New(cfg Config) (*Substrate, error) {
 // CNIBinDir is where Debian's containernetworking-plugins puts bridge, host-local, loopback.
 const CNIBinDir = "/usr/lib/cni"
 
-// Prerequisites reports what this host lacks to run nodes (ErrUnavailable), or nil.
-func Prerequisites() error {
+// Prerequisites reports what this host lacks to run nodes on its own containerd and runc
+// (ErrUnavailable), or nil.
+func Prerequisites() error { return prerequisites(true) }
+
+// prerequisites is Prerequisites, with the host's containerd, shim, runc and ctr on PATH
+// required only when hostRuntime.
+func prerequisites(hostRuntime bool) error {
 	var missing []string
-	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables", "containerd", "containerd-shim-runc-v2", "runc", "ctr"} {
+	tools := []string{"ip", "nsenter", "setpriv", "iptables"}
+	if hostRuntime {
+		tools = append(tools, runtimeBinaries...)
+	}
+	for _, b := range tools {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}

@@ -126,3 +126,25 @@ func TestBootRefusesInvalidSpecs(t *testing.T) {
 		t.Errorf("a refused spec left a guest: %v", err)
 	}
 }
+
+// A host without containerd and runc of its own runs namespace nodes on a node runtime dir:
+// only then are the host's runtime binaries not required.
+func TestPrerequisitesAskTheHostRuntimeOnlyWhenItRuns(t *testing.T) {
+	if err := Prerequisites(); err != nil {
+		t.Skip(err) // this host lacks more than the runtime
+	}
+	bin := t.TempDir()
+	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables"} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
+	if err := prerequisites(false); err != nil {
+		t.Errorf("with a node runtime dir: %v, want nil", err)
+	}
+	err := prerequisites(true)
+	if err == nil || !errors.Is(err, substrate.ErrUnavailable) || !strings.Contains(err.Error(), "containerd, containerd-shim-runc-v2, runc, ctr") {
+		t.Errorf("on the host's runtime without it: %v, want ErrUnavailable naming containerd, the shim, runc and ctr", err)
+	}
+}
