@@ -2,8 +2,14 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +19,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -151,6 +158,39 @@ func TestSecurity_RevokeEndsTokens(t *testing.T) {
 		if err := use(tok); err != nil {
 			t.Fatalf("before revocation, %s: %v", what, err)
 		}
+	}
+	// A client certificate is the one credential no rotation ends: the member (cluster-admin,
+	// who could approve it) may not ask for one through the CSR API, for its own name or
+	// another's, nor through the ServiceAccount it bound to cluster-admin. A node's renewal
+	// of its own passes.
+	csrKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must("a CSR key", err)
+	csrFor := func(cn string, groups ...string) []byte {
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn, Organization: groups}}, csrKey)
+		must("a CSR", err)
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	}
+	csr := func(cs kubernetes.Interface, name, signer string, req []byte) error {
+		return create(ctx, cs.CertificatesV1().CertificateSigningRequests(), &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certificatesv1.CertificateSigningRequestSpec{Request: req, SignerName: signer, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth, certificatesv1.UsageDigitalSignature}}})
+	}
+	for _, c := range []struct {
+		what   string
+		cs     kubernetes.Interface
+		signer string
+		req    []byte
+	}{
+		{"the member, for itself", member, certificatesv1.KubeAPIServerClientSignerName, csrFor(acct.DID)},
+		{"the member, for system:masters", member, certificatesv1.KubeAPIServerClientSignerName, csrFor("backdoor", "system:masters")},
+		{"the member, as a node", member, certificatesv1.KubeAPIServerClientKubeletSignerName, csrFor("system:node:n9", "system:nodes")},
+		{"the member's cluster-admin ServiceAccount", asToken(minted["own ServiceAccount bound to cluster-admin"]), certificatesv1.KubeAPIServerClientSignerName, csrFor("backdoor")},
+	} {
+		if err := csr(c.cs, "mint-"+strings.ToLower(strings.NewReplacer(" ", "-", ",", "", "'", "", ":", "-").Replace(c.what)), c.signer, c.req); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "come from its gateway") {
+			t.Errorf("a client certificate request by %s: %v, want Forbidden", c.what, err)
+		}
+	}
+	if err := csr(node, "node-n1-renewal", certificatesv1.KubeAPIServerClientKubeletSignerName, csrFor("system:node:n1", "system:nodes")); err != nil {
+		t.Errorf("node n1 renewing its client certificate: %v", err)
 	}
 	for what, tok := range map[string]string{"the pod's token": podToken, "an unbound token of the admin's": unboundByAdmin} {
 		if err := use(tok); err != nil {

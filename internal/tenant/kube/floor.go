@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -12,7 +14,9 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/apis/certificates"
 	"k8s.io/kubernetes/pkg/apis/core"
 	_ "k8s.io/kubernetes/pkg/apis/core/install" // the core/v1 conversions
 	podsecurityadmission "k8s.io/pod-security-admission/admission"
@@ -131,6 +135,14 @@ func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admissio
 			msg = result.Result.Message
 		}
 		return admission.NewForbidden(a, fmt.Errorf("%s (this cluster's provider enforces Pod Security %q on every pod, whatever the namespace's labels)", msg, f.level))
+	case certificates.Resource("certificatesigningrequests"):
+		csr, ok := a.GetObject().(*certificates.CertificateSigningRequest)
+		if !ok || a.GetOperation() != admission.Create || a.GetSubresource() != "" {
+			return nil
+		}
+		if err := clientCertificateRequest(csr.Spec.SignerName, a.GetUserInfo()); err != nil {
+			return admission.NewForbidden(a, err)
+		}
 	case core.Resource("persistentvolumes"):
 		pv, ok := a.GetObject().(*core.PersistentVolume)
 		if !ok || a.GetSubresource() != "" {
@@ -151,6 +163,33 @@ func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admissio
 		}
 	}
 	return nil
+}
+
+// ErrClientCertificateRequest refuses a CertificateSigningRequest for a client certificate
+// of this cluster from anyone but its own nodes and control plane. A client certificate
+// cannot be taken back (the apiserver checks no revocation list), so one a member signed
+// for themselves through the CSR API (cluster-admin may approve its own request) would
+// outlive revokeIdentity. Client certificates come from the gateway, which gives them a
+// lifetime and knows whose they are.
+var ErrClientCertificateRequest = errors.New("client certificates of this cluster come from its gateway (`socialweb cluster kubeconfig`, or the getKubeconfig call), which dates them and knows whose they are; through the CSR API only a node renews its own")
+
+// clientCertificateRequest is nil when u may ask for a certificate of signer: a signer
+// that does not issue this cluster's client certificates, or the kubelet's client signer
+// asked by a node (its renewal) or the control plane (system:masters).
+func clientCertificateRequest(signer string, u user.Info) error {
+	switch signer {
+	case certificates.KubeAPIServerClientSignerName, certificates.KubeAPIServerClientKubeletSignerName:
+	default:
+		return nil
+	}
+	groups := u.GetGroups()
+	if slices.Contains(groups, user.SystemPrivilegedGroup) {
+		return nil
+	}
+	if signer == certificates.KubeAPIServerClientKubeletSignerName && slices.Contains(groups, user.NodesGroup) && strings.HasPrefix(u.GetName(), "system:node:") {
+		return nil
+	}
+	return fmt.Errorf("%w (signer %s, requested by %s)", ErrClientCertificateRequest, signer, u.GetName())
 }
 
 // provisionedVolume is nil when pv is exactly a volume the local-path provisioner makes and

@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/kubernetes/pkg/apis/certificates"
 	"strings"
 	"testing"
 
@@ -235,5 +237,41 @@ func TestRegisterFloor_OrderedAfterPodSecurity(t *testing.T) {
 	registered := strings.Join(plugins.Registered(), ",")
 	if registered != "TenantPodSecurityFloor" {
 		t.Errorf("registered %s", registered)
+	}
+}
+
+// A client certificate of the cluster is asked through the CSR API only by a node (its own
+// renewal) or the control plane: a member's, or a ServiceAccount's, would outlive
+// revokeIdentity. Other signers pass.
+func TestFloor_ClientCertificateRequests(t *testing.T) {
+	f := floorFor(t, "baseline")
+	member := &user.DefaultInfo{Name: "did:plc:member", Groups: []string{user.AllAuthenticated}}
+	sa := &user.DefaultInfo{Name: "system:serviceaccount:default:backdoor", Groups: []string{user.AllAuthenticated, "system:serviceaccounts"}}
+	nodeN1 := &user.DefaultInfo{Name: "system:node:n1", Groups: []string{user.NodesGroup, user.AllAuthenticated}}
+	admin := &user.DefaultInfo{Name: "system:kube-controller-manager", Groups: []string{user.SystemPrivilegedGroup}}
+	for _, tc := range []struct {
+		name    string
+		signer  string
+		who     user.Info
+		refused bool
+	}{
+		{"a member asks for a client certificate", certificates.KubeAPIServerClientSignerName, member, true},
+		{"a member asks for a kubelet client certificate", certificates.KubeAPIServerClientKubeletSignerName, member, true},
+		{"a ServiceAccount asks for a client certificate", certificates.KubeAPIServerClientSignerName, sa, true},
+		{"a node renews its client certificate", certificates.KubeAPIServerClientKubeletSignerName, nodeN1, false},
+		{"a node asks for a user's client certificate", certificates.KubeAPIServerClientSignerName, nodeN1, true},
+		{"the control plane", certificates.KubeAPIServerClientSignerName, admin, false},
+		{"a kubelet serving certificate", certificates.KubeletServingSignerName, member, false},
+		{"a signer of the member's own", "example.com/e2e", member, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			csr := &certificates.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: certificates.CertificateSigningRequestSpec{SignerName: tc.signer}}
+			a := admission.NewAttributesRecord(csr, nil, certificates.Kind("CertificateSigningRequest").WithVersion("v1"), "", csr.Name,
+				certificates.Resource("certificatesigningrequests").WithVersion("v1"), "", admission.Create, nil, false, tc.who)
+			err := f.Validate(context.Background(), a, nil)
+			if refused := err != nil; refused != tc.refused || refused && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), ErrClientCertificateRequest.Error())) {
+				t.Errorf("%s by %s: %v, want refused %v", tc.signer, tc.who.GetName(), err, tc.refused)
+			}
+		})
 	}
 }
