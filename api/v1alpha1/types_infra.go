@@ -282,6 +282,11 @@ type InfraStatus struct {
 	// +optional
 	ContractsReady string `json:"contractsReady,omitempty"`
 
+	// contractsByPhase counts the declared contracts by observed phase, in lifecycle order,
+	// e.g. "2 Deployed, 1 Staged"; "none" when none is declared.
+	// +optional
+	ContractsByPhase string `json:"contractsByPhase,omitempty"`
+
 	// record is the state of the last sync with the bound record.
 	// +optional
 	Record *InfraRecordStatus `json:"record,omitempty"`
@@ -365,7 +370,9 @@ type InfraRecordStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=inf,categories=socialweb
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Contracts",type=string,JSONPath=`.status.contractsReady`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.contractsReady`,description="deployed contracts over requested ones"
+// +kubebuilder:printcolumn:name="Contracts",type=string,JSONPath=`.status.contractsByPhase`,description="declared contracts by phase"
+// +kubebuilder:printcolumn:name="Winner",type=string,JSONPath=`.status.contracts[*].winner`,description="the bidders whose guests run the contracts"
 // +kubebuilder:printcolumn:name="Synced",type=string,JSONPath=`.status.conditions[?(@.type=="Synced")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Infra struct {
@@ -432,7 +439,9 @@ type EphemeralInfraStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=einf,categories=socialweb
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Contracts",type=string,JSONPath=`.status.contractsReady`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.contractsReady`,description="deployed contracts over requested ones"
+// +kubebuilder:printcolumn:name="Contracts",type=string,JSONPath=`.status.contractsByPhase`,description="declared contracts by phase"
+// +kubebuilder:printcolumn:name="Winner",type=string,JSONPath=`.status.contracts[*].winner`,description="the bidders whose guests run the contracts"
 // +kubebuilder:printcolumn:name="Synced",type=string,JSONPath=`.status.conditions[?(@.type=="Synced")].status`
 // +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

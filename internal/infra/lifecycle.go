@@ -3,6 +3,7 @@ package infra
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -424,6 +425,44 @@ func ContractsReady(spec []v1alpha1.InfraContract, status []v1alpha1.InfraContra
 		}
 	}
 	return itoa(deployed) + "/" + itoa(requested)
+}
+
+// contractPhaseOrder is the order of ContractsByPhase: a contract's lifecycle.
+var contractPhaseOrder = []v1alpha1.InfraContractPhase{v1alpha1.InfraContractDeployed, v1alpha1.InfraContractRequesting,
+	v1alpha1.InfraContractStaged, v1alpha1.InfraContractReleasing, v1alpha1.InfraContractReleased, v1alpha1.InfraContractFailed}
+
+// ContractsByPhase is status.contractsByPhase: the declared contracts counted by observed
+// phase in lifecycle order ("2 Deployed, 1 Staged"); a declared contract without a status
+// yet counts as Staged, a phase this version does not know comes last by name; "none" when
+// nothing is declared.
+func ContractsByPhase(spec []v1alpha1.InfraContract, status []v1alpha1.InfraContractStatus) string {
+	if len(spec) == 0 {
+		return "none"
+	}
+	phase := map[string]v1alpha1.InfraContractPhase{}
+	for _, s := range status {
+		phase[s.Name] = s.Phase
+	}
+	count := map[v1alpha1.InfraContractPhase]int{}
+	var other []v1alpha1.InfraContractPhase
+	for _, c := range spec {
+		p := phase[c.Name]
+		if p == "" {
+			p = v1alpha1.InfraContractStaged
+		}
+		if count[p] == 0 && !slices.Contains(contractPhaseOrder, p) {
+			other = append(other, p)
+		}
+		count[p]++
+	}
+	slices.Sort(other)
+	var parts []string
+	for _, p := range append(slices.Clone(contractPhaseOrder), other...) {
+		if n := count[p]; n > 0 {
+			parts = append(parts, itoa(n)+" "+string(p))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ExpiresAt is an EphemeralInfra's deadline: created + ttlSeconds (DefaultTTLSeconds when 0).

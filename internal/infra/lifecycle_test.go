@@ -326,6 +326,41 @@ func TestContractsReady(t *testing.T) {
 	}
 }
 
+func TestContractsByPhase(t *testing.T) {
+	c := func(names ...string) []v1alpha1.InfraContract {
+		var out []v1alpha1.InfraContract
+		for _, n := range names {
+			out = append(out, v1alpha1.InfraContract{Name: n})
+		}
+		return out
+	}
+	st := func(name string, p v1alpha1.InfraContractPhase) v1alpha1.InfraContractStatus {
+		return v1alpha1.InfraContractStatus{Name: name, Phase: p}
+	}
+	for _, tc := range []struct {
+		name   string
+		spec   []v1alpha1.InfraContract
+		status []v1alpha1.InfraContractStatus
+		want   string
+	}{
+		{"nothing declared", nil, nil, "none"},
+		{"one staged, no status yet", c("a"), nil, "1 Staged"},
+		{"lifecycle order, not declaration order", c("a", "b", "c", "d"),
+			[]v1alpha1.InfraContractStatus{st("a", v1alpha1.InfraContractFailed), st("b", v1alpha1.InfraContractStaged), st("c", v1alpha1.InfraContractDeployed), st("d", v1alpha1.InfraContractDeployed)},
+			"2 Deployed, 1 Staged, 1 Failed"},
+		{"a status of a contract no longer declared is not counted", c("a"),
+			[]v1alpha1.InfraContractStatus{st("a", v1alpha1.InfraContractRequesting), st("gone", v1alpha1.InfraContractDeployed)}, "1 Requesting"},
+		{"a phase this version does not know comes last", c("a", "b"),
+			[]v1alpha1.InfraContractStatus{st("a", "Hibernating"), st("b", v1alpha1.InfraContractReleased)}, "1 Released, 1 Hibernating"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ContractsByPhase(tc.spec, tc.status); got != tc.want {
+				t.Errorf("ContractsByPhase = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestEnded(t *testing.T) {
 	exp := t0.Add(time.Hour)
 	const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +172,12 @@ func editInfra(t *testing.T, env *testenv.Env, name string, change func(*v1alpha
 		t.Fatalf("editing %s: %v", name, err)
 	}
 	return &inf
+}
+
+// infraRow is the Infra's row as kubectl get prints it, split into fields (NAME PHASE READY
+// CONTRACTS... WINNER SYNCED AGE; "2 Staged" is two fields).
+func infraRow(t *testing.T, env *testenv.Env, name string) []string {
+	t.Helper()
+	out := tkubectl(t, env.Core.KubeconfigPath, "", "get", "infra", name, "-n", ns, "--no-headers")
+	return strings.Fields(out)
 }

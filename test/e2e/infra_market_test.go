@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,8 +101,12 @@ func deployInfra(t *testing.T, env *testenv.Env, b *runningBidder, mut ...func(*
 	inf := waitInfra(t, env, "web", "Deployed with the winner", func(inf *v1alpha1.Infra) bool {
 		return inf.Status.Phase == v1alpha1.InfraDeployed && len(inf.Status.Contracts) == 1 &&
 			inf.Status.Contracts[0].Phase == v1alpha1.InfraContractDeployed && inf.Status.Contracts[0].Winner == b.DID() &&
-			inf.Status.ContractsReady == "1/1"
+			inf.Status.ContractsReady == "1/1" && inf.Status.ContractsByPhase == "1 Deployed"
 	})
+	// What kubectl prints: the contracts by phase and the winner, at a glance.
+	if row := infraRow(t, env, "web"); len(row) < 6 || !slices.Equal(row[1:6], []string{"Deployed", "1/1", "1", "Deployed", b.DID()}) {
+		t.Errorf("kubectl get infra web: %q, want PHASE Deployed, READY 1/1, CONTRACTS 1 Deployed, WINNER %s", row, b.DID())
+	}
 	testenv.Eventually(t, 30*time.Second, "the record says deployed with the winner", func() (bool, error) {
 		rec := pdsRecord(t, env, infraNSID, "web")
 		c := recordContract(rec, "api")

@@ -25,6 +25,10 @@ func TestACC29_StagedNoRFP(t *testing.T) {
 	if inf.Status.Phase != v1alpha1.InfraStaged || inf.Status.ContractsReady != "0/0" {
 		t.Fatalf("phase %s contracts %s, want Staged 0/0", inf.Status.Phase, inf.Status.ContractsReady)
 	}
+	// kubectl says the two contracts are staged, not "0/0" alone.
+	if row := infraRow(t, env, "web"); len(row) < 6 || !slices.Equal(row[1:6], []string{"Staged", "0/0", "2", "Staged", "True"}) {
+		t.Errorf("kubectl get infra web: %q, want PHASE Staged, READY 0/0, CONTRACTS 2 Staged, no winner, SYNCED True", row)
+	}
 	wantURI := "at://" + env.Account.DID + "/" + infraNSID + "/web"
 	if inf.Status.Record.URI != wantURI {
 		t.Fatalf("uri %s, want %s", inf.Status.Record.URI, wantURI)

@@ -38,7 +38,7 @@ func (r *Reconciler) ownedContracts(ctx context.Context, o *object) ([]infra.Exi
 }
 
 // contracts plans each contract's ComputeContract (PlanContracts), applies the plan, and
-// reports status.contracts, the phase and contractsReady.
+// reports status.contracts, the phase, contractsReady and contractsByPhase.
 func (r *Reconciler) contracts(ctx context.Context, p *pass) error {
 	o := p.obj
 	existing, err := r.ownedContracts(ctx, o)
@@ -55,6 +55,7 @@ func (r *Reconciler) contracts(ctx context.Context, p *pass) error {
 	o.status.Contracts = plan.Status
 	o.status.Phase = infra.DeploymentPhase(plan.Status, false, o.ended())
 	o.status.ContractsReady = infra.ContractsReady(o.spec.Contracts, plan.Status)
+	o.status.ContractsByPhase = infra.ContractsByPhase(o.spec.Contracts, plan.Status)
 	return nil
 }
 
