@@ -18,6 +18,21 @@ const (
 // (its resources, affinity, taints, ports), whatever free slots PodsPerNode counts there.
 const SchedulerSettle = 5 * time.Second
 
+// Resources are a pod's requests or a node's allocatable CPU and memory.
+type Resources struct {
+	MilliCPU int64
+	MemBytes int64
+}
+
+// known says whether r says anything (a node size of zero is unknown).
+func (r Resources) known() bool { return r.MilliCPU > 0 || r.MemBytes > 0 }
+
+// fitsIn says whether requests r fit allocatable a (a resource a leaves unknown, 0, bounds
+// nothing).
+func (r Resources) fitsIn(a Resources) bool {
+	return (a.MilliCPU <= 0 || r.MilliCPU <= a.MilliCPU) && (a.MemBytes <= 0 || r.MemBytes <= a.MemBytes)
+}
+
 // Pod is one pod of the tenant cluster, as the decision needs it.
 type Pod struct {
 	// Name identifies the pod (namespace/name); only used in tests and logs.
@@ -37,6 +52,8 @@ type Pod struct {
 	Daemon bool
 	// Job is true for a pod owned by a Job (or another run-to-completion owner).
 	Job bool
+	// Requests are what the scheduler places the pod by (its effective requests).
+	Requests Resources
 }
 
 // Node is one Node of the tenant cluster.
@@ -72,6 +89,9 @@ type Input struct {
 	Claims []Claim
 	// MaxNodes bounds nodes plus claims in flight.
 	MaxNodes int
+	// NodeSize is what a new node offers pods (its allocatable); zero: not known yet (no
+	// node has joined), and every pod may fit.
+	NodeSize Resources
 	// PodsPerNode is how many non-daemon pods one node is sized for (at least 1).
 	PodsPerNode int
 	// Hold is how long a node must stay empty before it is released.
@@ -125,10 +145,16 @@ type Decision struct {
 	RequeueAfter time.Duration
 	// State is what to pass back in the next Input.
 	State State
+	// Unfittable are the pending pods whose requests no new node can hold (Input.NodeSize),
+	// sorted: they ask for no node and block no release, and are reported.
+	Unfittable []string
 }
 
 // Decide is the scale decision.
 //
+//  0. A pending pod whose requests exceed what a new node offers (Input.NodeSize, when
+//     known) fits nowhere: it is reported (Decision.Unfittable) and is no pending pod below.
+//     Renting for it would buy nodes it can never run on, and keep them.
 //  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
 //     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
@@ -162,15 +188,19 @@ func Decide(in Input) Decision {
 	}
 	busy := map[string]int{}
 	var pending []Pod
+	var unfittable []string
 	for _, p := range in.Pods {
 		switch {
 		case p.Finished || p.Daemon:
 		case p.Node != "":
 			busy[p.Node]++
+		case p.Unschedulable && in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize):
+			unfittable = append(unfittable, p.Name)
 		case p.Unschedulable:
 			pending = append(pending, p)
 		}
 	}
+	sort.Strings(unfittable)
 
 	// Emptiness carried over: a node keeps its first empty time while it stays empty.
 	st := State{EmptySince: map[string]time.Time{}}
@@ -184,7 +214,7 @@ func Decide(in Input) Decision {
 		}
 		st.EmptySince[n.Name] = since
 	}
-	d := Decision{Action: Hold, State: st}
+	d := Decision{Action: Hold, State: st, Unfittable: unfittable}
 
 	inFlight, total := 0, len(in.Nodes)
 	for _, c := range in.Claims {

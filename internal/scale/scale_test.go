@@ -3,6 +3,7 @@ package scale
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,6 +166,34 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Hold, Reason: ReasonReleaseUnclaimed},
 		},
 		{
+			// A 64-CPU pod on a market of 1-CPU nodes: renting would buy nodes it never runs on.
+			name: "a pod larger than a new node fits nowhere: reported, no node rented",
+			in: Input{Now: t0, Pods: []Pod{{Name: "big", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MilliCPU: 64000}}},
+				NodeSize: Resources{MilliCPU: 1000, MemBytes: 256 << 20}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonNoIntent, Unfittable: []string{"big"}},
+		},
+		{
+			name: "a pod that fits nowhere blocks no release, and one that fits still gets a node",
+			in: Input{Now: t0, Pods: []Pod{{Name: "big", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MemBytes: 1 << 30}}},
+				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, NodeSize: Resources{MilliCPU: 1000, MemBytes: 256 << 20},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, State: State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}}},
+			want: Decision{Action: Release, Release: []string{"n1"}, ReleaseClaims: []string{"c1"}, Reason: ReasonEmptyPastHold, Unfittable: []string{"big"}},
+		},
+		{
+			name: "requests equal to a new node's size fit it",
+			in: Input{Now: t0, Pods: []Pod{
+				{Name: "exact", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MilliCPU: 1000, MemBytes: 256 << 20}},
+				{Name: "big", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MilliCPU: 1001}}},
+				NodeSize: Resources{MilliCPU: 1000, MemBytes: 256 << 20}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode, Unfittable: []string{"big"}},
+		},
+		{
+			name: "the node size not known yet (no node joined): a big pod asks for one",
+			in: Input{Now: t0, Pods: []Pod{{Name: "big", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MilliCPU: 64000}}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
+		},
+		{
 			name: "a claim in flight and no pods: hold",
 			in:   Input{Now: t0, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold},
 			want: Decision{Action: Hold, Reason: ReasonInFlight},
@@ -211,11 +240,15 @@ func randomInput(r *rand.Rand) Input {
 			in.State.EmptySince[n] = t0.Add(-time.Duration(r.Intn(400)) * time.Second)
 		}
 	}
+	if r.Intn(2) == 0 { // a node size known: some pods fit no new node
+		in.NodeSize = Resources{MilliCPU: 1000, MemBytes: 256 << 20}
+	}
 	for i := 0; i < r.Intn(4); i++ {
 		in.Claims = append(in.Claims, Claim{Name: fmt.Sprintf("f%d", i), NodeName: fmt.Sprintf("f%d", i), Deleting: r.Intn(5) == 0})
 	}
 	for i := 0; i < r.Intn(12); i++ {
-		p := Pod{Name: fmt.Sprintf("p%d", i), Daemon: r.Intn(5) == 0, Job: r.Intn(3) == 0, Finished: r.Intn(6) == 0}
+		p := Pod{Name: fmt.Sprintf("p%d", i), Daemon: r.Intn(5) == 0, Job: r.Intn(3) == 0, Finished: r.Intn(6) == 0,
+			Requests: Resources{MilliCPU: int64(r.Intn(1500)), MemBytes: int64(r.Intn(400)) << 20}}
 		if len(in.Nodes) > 0 && r.Intn(2) == 0 {
 			p.Node = in.Nodes[r.Intn(len(in.Nodes))].Name
 		} else {
@@ -261,8 +294,15 @@ func TestDecideProperties(t *testing.T) {
 			if p.Node != "" {
 				busy[p.Node]++
 				jobOn[p.Node] = jobOn[p.Node] || p.Job
+			} else if p.Unschedulable && in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize) {
+				if !slices.Contains(d.Unfittable, p.Name) {
+					fail("%s fits no node of %+v but is not reported", p.Name, in.NodeSize)
+				}
 			} else if p.Unschedulable {
 				pendingPods++
+				if slices.Contains(d.Unfittable, p.Name) {
+					fail("%s fits a new node but is reported unfittable", p.Name)
+				}
 			}
 		}
 		claimOf := map[string]Claim{}

@@ -22,6 +22,14 @@ import (
 // their claims, Hold does nothing. The outcome is recorded for the status.
 func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scale.Input, d scale.Decision) error {
 	counts := fmt.Sprintf("%d pending pod(s), %d Ready node(s), %d claim(s)", pending(in.Pods), len(in.Nodes), len(in.Claims))
+	if n := len(d.Unfittable); n > 0 {
+		names := d.Unfittable
+		if n > 5 {
+			names = append(names[:5:5], "...")
+		}
+		counts += fmt.Sprintf("; %d pod(s) request more than a node offers (%dm CPU, %d MiB) and get no node: %s",
+			n, in.NodeSize.MilliCPU, in.NodeSize.MemBytes>>20, strings.Join(names, ", "))
+	}
 	switch d.Action {
 	case scale.Provision:
 		names, err := r.provision(ctx, p, d.Provision)

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/scale"
@@ -24,6 +25,9 @@ const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 //   - Job: controlled by a Job.
 func PodOf(p *corev1.Pod) scale.Pod {
 	out := scale.Pod{Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName}
+	// What the scheduler places it by: containers, init containers, overhead.
+	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	out.Requests = scale.Resources{MilliCPU: req.Cpu().MilliValue(), MemBytes: req.Memory().Value()}
 	switch p.Status.Phase {
 	case corev1.PodSucceeded, corev1.PodFailed:
 		out.Finished = true
@@ -126,6 +130,10 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 	for _, n := range nodes {
 		if n != nil && NodeJoined(n) {
 			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: readySince(n)})
+			// A new node offers what the largest joined one does: every node of a
+			// cluster is rented by the same contract size.
+			in.NodeSize.MilliCPU = max(in.NodeSize.MilliCPU, n.Status.Allocatable.Cpu().MilliValue())
+			in.NodeSize.MemBytes = max(in.NodeSize.MemBytes, n.Status.Allocatable.Memory().Value())
 		}
 	}
 	for _, c := range claims {

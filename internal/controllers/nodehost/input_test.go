@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -228,5 +229,32 @@ func TestConditionReason(t *testing.T) {
 		if !valid.MatchString(got) {
 			t.Errorf("ConditionReason(%q) = %q is not a valid condition reason", in, got)
 		}
+	}
+}
+
+// A pod's requests are what the scheduler places it by (its largest init container when that
+// is larger than its containers together, plus overhead); a new node offers what the
+// largest joined node's allocatable does.
+func TestInputOfSizes(t *testing.T) {
+	rl := func(cpu, mem string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+	}
+	p := pod("p", func(p *corev1.Pod) {
+		unschedulable(p)
+		p.Spec.Containers = []corev1.Container{{Name: "a", Resources: rl("100m", "64Mi")}, {Name: "b", Resources: rl("200m", "64Mi")}}
+		p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: rl("250m", "512Mi")}}
+		p.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
+	})
+	small, large := node("n1", corev1.ConditionTrue), node("n2", corev1.ConditionTrue)
+	small.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	large.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	notReady := node("n3", corev1.ConditionFalse)
+	notReady.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+	in := InputOf(t0, []*corev1.Pod{p}, []*corev1.Node{small, large, notReady}, nil, Settings{MaxNodes: 3, PodsPerNode: 1}, scale.State{})
+	if want := (scale.Resources{MilliCPU: 310, MemBytes: 512 << 20}); in.Pods[0].Requests != want {
+		t.Errorf("requests %+v, want %+v (containers 300m, init 512Mi, overhead 10m)", in.Pods[0].Requests, want)
+	}
+	if want := (scale.Resources{MilliCPU: 2000, MemBytes: 256 << 20}); in.NodeSize != want {
+		t.Errorf("node size %+v, want %+v (the joined nodes' largest, each resource)", in.NodeSize, want)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"socialweb.computer/internal/controllers/cluster"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/nodehost"
+	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
 )
@@ -558,4 +559,36 @@ func TestNodeHost_DrivenNodes_RestartRestartsTheHold(t *testing.T) {
 	if waited := time.Since(restarted); waited < hold {
 		t.Errorf("the claim went %s after the restart; a restarted node host starts the hold of %s again", waited, hold)
 	}
+}
+
+// A pod that requests more than any node of the cluster offers (64 CPUs, nodes of 1) rents
+// nothing once a node has joined and shown the size: the Scaling condition names it, and a
+// pod that fits still gets its node. Without the rule every settled node that refused it
+// would be one more rented, up to maxNodes, and kept.
+func TestNodeHost_PodLargerThanANodeRentsNothing(t *testing.T) {
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 4, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
+	r.pod("a")
+	r.unschedulable("a")
+	r.readyNode(r.waitClaims(1, 30*time.Second)[0].Spec.NodeName)
+	r.eventually(30*time.Second, "a bound", func() (bool, string) {
+		got, err := r.tc.CoreV1().Pods("default").Get(context.Background(), "a", metav1.GetOptions{})
+		return err == nil && got.Spec.NodeName != "", fmt.Sprint(err)
+	})
+	huge := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "huge"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/pause:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}}}}
+	if _, err := r.tc.CoreV1().Pods("default").Create(context.Background(), huge, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.unschedulable("huge")
+	r.eventually(30*time.Second, "Scaling names the pod that fits no node", func() (bool, string) {
+		c := r.scaling()
+		return c != nil && strings.Contains(c.Message, "request more than a node offers") && strings.Contains(c.Message, "default/huge"), fmt.Sprintf("%+v", c)
+	})
+	// Past the batch and the node's settle time: still one claim.
+	r.stayClaims(1, scale.BatchMax+scale.SchedulerSettle)
+	// A pod that fits gets a node of its own (the only node holds one pod).
+	r.pod("b")
+	r.unschedulable("b")
+	r.waitClaims(2, 30*time.Second)
 }
