@@ -54,6 +54,10 @@ type Pod struct {
 	Job bool
 	// Requests are what the scheduler places the pod by (its effective requests).
 	Requests Resources
+	// NoNewNode says why no new node could run the pod whatever its size (its nodeSelector
+	// or required node affinity matches no node of the kind this cluster rents); "" when
+	// one could, or when that is not known yet.
+	NoNewNode string
 }
 
 // Node is one Node of the tenant cluster.
@@ -145,7 +149,7 @@ type Decision struct {
 	RequeueAfter time.Duration
 	// State is what to pass back in the next Input.
 	State State
-	// Unfittable are the pending pods whose requests no new node can hold (Input.NodeSize),
+	// Unfittable are the pending pods no new node can run (Input.NodeSize, Pod.NoNewNode),
 	// sorted: they ask for no node and block no release, and are reported.
 	Unfittable []string
 }
@@ -153,8 +157,9 @@ type Decision struct {
 // Decide is the scale decision.
 //
 //  0. A pending pod whose requests exceed what a new node offers (Input.NodeSize, when
-//     known) fits nowhere: it is reported (Decision.Unfittable) and is no pending pod below.
-//     Renting for it would buy nodes it can never run on, and keep them.
+//     known), or that no new node could run for another reason (Pod.NoNewNode), fits
+//     nowhere: it is reported (Decision.Unfittable) and is no pending pod below. Renting for
+//     it would buy nodes it can never run on, and keep them.
 //  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
 //     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
@@ -194,7 +199,7 @@ func Decide(in Input) Decision {
 		case p.Finished || p.Daemon:
 		case p.Node != "":
 			busy[p.Node]++
-		case p.Unschedulable && in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize):
+		case p.Unschedulable && (p.NoNewNode != "" || in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize)):
 			unfittable = append(unfittable, p.Name)
 		case p.Unschedulable:
 			pending = append(pending, p)

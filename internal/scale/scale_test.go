@@ -188,6 +188,12 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode, Unfittable: []string{"big"}},
 		},
 		{
+			name: "a pod whose node selector no new node matches fits nowhere, whatever its size",
+			in: Input{Now: t0, Pods: []Pod{{Name: "gpu", Unschedulable: true, PendingSince: t0.Add(-time.Minute), NoNewNode: "node selector"}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonNoIntent, Unfittable: []string{"gpu"}},
+		},
+		{
 			name: "the node size not known yet (no node joined): a big pod asks for one",
 			in: Input{Now: t0, Pods: []Pod{{Name: "big", Unschedulable: true, PendingSince: t0.Add(-time.Minute), Requests: Resources{MilliCPU: 64000}}},
 				MaxNodes: 3, PodsPerNode: 1, Hold: hold},
@@ -249,6 +255,9 @@ func randomInput(r *rand.Rand) Input {
 	for i := 0; i < r.Intn(12); i++ {
 		p := Pod{Name: fmt.Sprintf("p%d", i), Daemon: r.Intn(5) == 0, Job: r.Intn(3) == 0, Finished: r.Intn(6) == 0,
 			Requests: Resources{MilliCPU: int64(r.Intn(1500)), MemBytes: int64(r.Intn(400)) << 20}}
+		if r.Intn(8) == 0 {
+			p.NoNewNode = "node selector"
+		}
 		if len(in.Nodes) > 0 && r.Intn(2) == 0 {
 			p.Node = in.Nodes[r.Intn(len(in.Nodes))].Name
 		} else {
@@ -294,7 +303,7 @@ func TestDecideProperties(t *testing.T) {
 			if p.Node != "" {
 				busy[p.Node]++
 				jobOn[p.Node] = jobOn[p.Node] || p.Job
-			} else if p.Unschedulable && in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize) {
+			} else if p.Unschedulable && (p.NoNewNode != "" || in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize)) {
 				if !slices.Contains(d.Unfittable, p.Name) {
 					fail("%s fits no node of %+v but is not reported", p.Name, in.NodeSize)
 				}

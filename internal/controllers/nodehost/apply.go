@@ -27,7 +27,7 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		if n > 5 {
 			names = append(names[:5:5], "...")
 		}
-		counts += fmt.Sprintf("; %d pod(s) request more than a node offers (%dm CPU, %d MiB) and get no node: %s",
+		counts += fmt.Sprintf("; %d pod(s) no new node can run (they request more than a node offers, %dm CPU and %d MiB, or select labels no node has) get no node: %s",
 			n, in.NodeSize.MilliCPU, in.NodeSize.MemBytes>>20, strings.Join(names, ", "))
 	}
 	switch d.Action {

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/scale"
@@ -141,5 +142,58 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 			in.Claims = append(in.Claims, ClaimOf(c))
 		}
 	}
+	if tmpl := newNodeTemplate(nodes); tmpl != nil {
+		i := 0
+		for _, p := range pods {
+			if p == nil {
+				continue
+			}
+			if in.Pods[i].Unschedulable {
+				in.Pods[i].NoNewNode = noNewNode(p, tmpl)
+			}
+			i++
+		}
+	}
 	return in
+}
+
+// Labels a node gets for itself, not for its kind: a new node has its own.
+var perNodeLabels = []string{corev1.LabelHostname, ClaimLabel}
+
+// newNodeTemplate is what a new node of this cluster looks like to a pod's node selector
+// and required node affinity: the labels of a joined node (the first by name; every node
+// of a cluster is rented from the same contract) without the ones that name that node.
+// nil when no node has joined: nothing is known yet.
+func newNodeTemplate(nodes []*corev1.Node) *corev1.Node {
+	var first *corev1.Node
+	for _, n := range nodes {
+		if n != nil && NodeJoined(n) && (first == nil || n.Name < first.Name) {
+			first = n
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	labels := map[string]string{}
+	for k, v := range first.Labels {
+		labels[k] = v
+	}
+	for _, k := range perNodeLabels {
+		delete(labels, k)
+	}
+	labels[corev1.LabelHostname] = "(a new node)"
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "(a new node)", Labels: labels}}
+}
+
+// noNewNode says why no node like tmpl could run p (its nodeSelector or required node
+// affinity, as the scheduler's NodeAffinity filter reads them), or "".
+func noNewNode(p *corev1.Pod, tmpl *corev1.Node) string {
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(p).Match(tmpl)
+	switch {
+	case err != nil:
+		return "its node affinity cannot be read: " + err.Error()
+	case !ok:
+		return "its node selector or required node affinity matches no node this cluster rents"
+	}
+	return ""
 }

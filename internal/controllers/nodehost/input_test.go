@@ -258,3 +258,43 @@ func TestInputOfSizes(t *testing.T) {
 		t.Errorf("node size %+v, want %+v (the joined nodes' largest, each resource)", in.NodeSize, want)
 	}
 }
+
+// A pending pod whose node selector or required node affinity no new node of the cluster
+// would match (read from a joined node's labels, less the ones naming that node) is marked:
+// renting cannot help it. Before a node has joined nothing is known and nothing is marked.
+func TestInputOfNoNewNode(t *testing.T) {
+	joined := node("node-a", corev1.ConditionTrue)
+	joined.Labels = map[string]string{corev1.LabelArchStable: "amd64", corev1.LabelHostname: "node-a", ClaimLabel: "c-node-a",
+		"socialweb.computer/user-namespaces": "true"}
+	selecting := func(name string, sel map[string]string) *corev1.Pod {
+		return pod(name, func(p *corev1.Pod) { unschedulable(p); p.Spec.NodeSelector = sel })
+	}
+	pods := []*corev1.Pod{
+		selecting("any", nil),
+		selecting("amd64", map[string]string{corev1.LabelArchStable: "amd64"}),
+		selecting("userns", map[string]string{"socialweb.computer/user-namespaces": "true"}),
+		selecting("ssd", map[string]string{"disktype": "ssd"}),
+		selecting("arm", map[string]string{corev1.LabelArchStable: "arm64"}),
+		selecting("pinned", map[string]string{corev1.LabelHostname: "node-a"}),
+		pod("affinity", func(p *corev1.Pod) {
+			unschedulable(p)
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"s390x"}}}}}}}}
+		}),
+	}
+	in := InputOf(t0, pods, []*corev1.Node{joined}, nil, Settings{MaxNodes: 3, PodsPerNode: 1}, scale.State{})
+	for _, p := range in.Pods {
+		marked := p.NoNewNode != ""
+		want := map[string]bool{"default/ssd": true, "default/arm": true, "default/pinned": true, "default/affinity": true}[p.Name]
+		if marked != want {
+			t.Errorf("%s: NoNewNode %q, want marked %v", p.Name, p.NoNewNode, want)
+		}
+	}
+	in = InputOf(t0, pods, nil, nil, Settings{MaxNodes: 3, PodsPerNode: 1}, scale.State{})
+	for _, p := range in.Pods {
+		if p.NoNewNode != "" {
+			t.Errorf("%s marked %q with no node joined", p.Name, p.NoNewNode)
+		}
+	}
+}

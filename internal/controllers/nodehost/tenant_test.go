@@ -561,9 +561,9 @@ func TestNodeHost_DrivenNodes_RestartRestartsTheHold(t *testing.T) {
 	}
 }
 
-// A pod that requests more than any node of the cluster offers (64 CPUs, nodes of 1) rents
-// nothing once a node has joined and shown the size: the Scaling condition names it, and a
-// pod that fits still gets its node. Without the rule every settled node that refused it
+// A pod that requests more than any node of the cluster offers (64 CPUs, nodes of 1), and
+// one whose node selector no node has, rent nothing once a node has joined and shown what
+// nodes are: the Scaling condition names them, and a pod that fits still gets its node. Without the rule every settled node that refused it
 // would be one more rented, up to maxNodes, and kept.
 func TestNodeHost_PodLargerThanANodeRentsNothing(t *testing.T) {
 	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 4, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
@@ -581,9 +581,17 @@ func TestNodeHost_PodLargerThanANodeRentsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.unschedulable("huge")
-	r.eventually(30*time.Second, "Scaling names the pod that fits no node", func() (bool, string) {
+	// And one whose node selector no node of the cluster has.
+	ssd := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ssd"},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"disktype": "ssd"}, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/pause:1"}}}}
+	if _, err := r.tc.CoreV1().Pods("default").Create(context.Background(), ssd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.unschedulable("ssd")
+	r.eventually(30*time.Second, "Scaling names the pods that fit no node", func() (bool, string) {
 		c := r.scaling()
-		return c != nil && strings.Contains(c.Message, "request more than a node offers") && strings.Contains(c.Message, "default/huge"), fmt.Sprintf("%+v", c)
+		return c != nil && strings.Contains(c.Message, "2 pod(s) no new node can run") && strings.Contains(c.Message, "default/huge") &&
+			strings.Contains(c.Message, "default/ssd"), fmt.Sprintf("%+v", c)
 	})
 	// Past the batch and the node's settle time: still one claim.
 	r.stayClaims(1, scale.BatchMax+scale.SchedulerSettle)
