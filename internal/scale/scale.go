@@ -169,9 +169,9 @@ type Decision struct {
 //     for less than SchedulerSettle (PodsPerNode minus its running non-daemon pods; the
 //     decision then looks again when that node settles). A node Ready for longer offers
 //     nothing: the scheduler has tried the pending pods there and found they do not fit.
-//     Pending pods that fit are Hold (ReasonCapacity). The
-//     rest need ceil(rest/PodsPerNode) nodes, bounded by MaxNodes minus nodes and claims in
-//     flight (deleting ones included: they still exist); 0 left is Hold (ReasonAtMax).
+//     Pending pods that fit are Hold (ReasonCapacity). The rest need ceil(rest/PodsPerNode)
+//     nodes, bounded by MaxNodes minus nodes and claims in flight (deleting ones included:
+//     they still exist); 0 left is Hold (ReasonAtMax).
 //  3. Without pending pods, a node with a claim, not being released, with no non-daemon pod
 //     (a running Job pod is a non-daemon pod) since at least Hold is released; several are
 //     released together, the rest stay. A node that became empty more recently is Hold
