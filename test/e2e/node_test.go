@@ -385,6 +385,9 @@ func bootNode(t *testing.T, s *node.Substrate, id, nodeName string, bundle tenan
 type nodeOptions struct {
 	// DNSUpstream is the node's node.Config.DNSUpstream ("none": no upstream).
 	DNSUpstream string
+	// RuntimeDir is the node's node.Config.RuntimeDir ("": the node runtime beside the
+	// binary, else the host's; node.HostRuntime: the host's).
+	RuntimeDir string
 	// Logs are the files of the guest's state dir the dump tails, Lines lines of each
 	// (defaults: log and kubelet.log, 25 lines).
 	Logs  []string
@@ -413,11 +416,14 @@ func readyNode(t *testing.T, tc tenantToJoin, id, nodeName string, o nodeOptions
 		o.Lines = 25
 	}
 	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: o.DNSUpstream, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
+	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, RuntimeDir: o.RuntimeDir, ImageDir: tc.images, DNSUpstream: o.DNSUpstream,
+		EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
 	if err != nil {
 		t.Fatal(err)
 	}
 	substratetest.Cleanup(t, s, state)
+	dir, why, userns := s.Runtime()
+	t.Logf("node runtime %q (%s), user namespaces %v", dir, why, userns)
 	dump := func() string {
 		var b strings.Builder
 		for _, f := range o.Logs {

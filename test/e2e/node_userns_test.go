@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
-	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -64,33 +61,8 @@ func hostUIDOf(marker int) int {
 // nodeName of tc's cluster and waits for it to be Ready.
 func bootRuntimeNode(t *testing.T, tc tenantToJoin, id, nodeName, runtimeDir string) (dump func() string) {
 	t.Helper()
-	state := filepath.Join(t.TempDir(), "nodes")
-	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, RuntimeDir: runtimeDir, ImageDir: tc.images, DNSUpstream: "none", EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	substratetest.Cleanup(t, s, state)
-	dir, why, userns := s.Runtime()
-	t.Logf("node runtime %q (%s), user namespaces %v", dir, why, userns)
-	dump = func() string {
-		var b strings.Builder
-		for _, f := range []string{"log", "kubelet.log", "containerd.log"} {
-			out, _ := guestproc.Tail(filepath.Join(state, id, f), 15)
-			fmt.Fprintf(&b, "--- %s\n%s\n", f, out)
-		}
-		return b.String()
-	}
-	t0 := time.Now()
-	bootNode(t, s, id, nodeName, tc.bundle)
-	testenv.Eventually(t, 90*time.Second, "node Ready", func() (bool, error) {
-		if g, _ := s.Status(context.Background(), id); g.Phase.Ended() {
-			t.Fatalf("node guest ended: %+v\n%s", g, dump())
-		}
-		out, _ := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		return out == "True", fmt.Errorf("%q\n%s", out, dump())
-	})
-	t.Logf("boot -> node Ready in %.2fs", time.Since(t0).Seconds())
-	return dump
+	return readyNode(t, tc, id, nodeName, nodeOptions{RuntimeDir: runtimeDir, DNSUpstream: "none",
+		Logs: []string{"log", "kubelet.log", "containerd.log"}, Lines: 15}).Dump
 }
 
 // A pod with hostUsers: false runs in a user namespace of its own on a node of the node
