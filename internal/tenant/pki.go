@@ -74,13 +74,7 @@ func EnsurePKI(dir string, ips []net.IP, dnsNames []string) (*PKI, error) {
 		return nil, err
 	}
 	p := &PKI{Dir: dir}
-	crt, key, err := loadPair(p.path("ca"))
-	if errors.Is(err, os.ErrNotExist) {
-		crt, key, err = certs.NewCA("socialweb-tenant-ca")
-		if err == nil {
-			err = writePair(p.path("ca"), crt, key)
-		}
-	}
+	crt, key, err := p.loadOrCreateCA("ca", "socialweb-tenant-ca")
 	if err != nil {
 		return nil, fmt.Errorf("tenant CA in %s: %w", dir, err)
 	}
@@ -128,13 +122,7 @@ const FrontProxyClientName = "front-proxy-client"
 // ensureFrontProxy keeps the front-proxy CA and its client pair, reissuing the client when it
 // is stale or not signed by the CA on disk.
 func ensureFrontProxy(p *PKI) error {
-	ca, caKey, err := loadPair(p.path("front-proxy-ca"))
-	if errors.Is(err, os.ErrNotExist) {
-		ca, caKey, err = certs.NewCA("socialweb-tenant-front-proxy-ca")
-		if err == nil {
-			err = writePair(p.path("front-proxy-ca"), ca, caKey)
-		}
-	}
+	ca, caKey, err := p.loadOrCreateCA("front-proxy-ca", "socialweb-tenant-front-proxy-ca")
 	if err != nil {
 		return fmt.Errorf("tenant front-proxy CA in %s: %w", p.Dir, err)
 	}
@@ -146,6 +134,18 @@ func ensureFrontProxy(p *PKI) error {
 		return err
 	}
 	return writePair(p.path("front-proxy-client"), c, k)
+}
+
+// loadOrCreateCA loads the CA pair base in the PKI dir, making one named cn when there is
+// none: a CA is made once and kept, so what it signed stays valid across restarts.
+func (p *PKI) loadOrCreateCA(base, cn string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	crt, key, err := loadPair(p.path(base))
+	if errors.Is(err, os.ErrNotExist) {
+		if crt, key, err = certs.NewCA(cn); err == nil {
+			err = writePair(p.path(base), crt, key)
+		}
+	}
+	return crt, key, err
 }
 
 func (p *PKI) path(base string) string { return filepath.Join(p.Dir, base) }
