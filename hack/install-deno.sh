@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned Deno (hack/deno/package.json + package-lock.json) from
+# Installs the pinned Deno (internal/denodist/npm/package.json + package-lock.json) from
 # the npm registry into <repo>/.cache/deno and prints the path of the binary
 # on stdout (everything else goes to stderr). The deno substrate uses this
 # path by default. Idempotent: a present binary of the pinned version is kept.
@@ -8,7 +8,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="$root/.cache/deno"
-want="$(sed -n 's/.*"deno": *"\([0-9.]*\)".*/\1/p' "$root/hack/deno/package.json")"
+want="$(sed -n 's/.*"deno": *"\([0-9.]*\)".*/\1/p' "$root/internal/denodist/npm/package.json")"
 
 case "$(uname -m)" in
 x86_64) plat=linux-x64-glibc ;;
@@ -23,7 +23,7 @@ if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | head -1 | grep -q "deno $wa
 fi
 
 mkdir -p "$prefix"
-cp "$root/hack/deno/package.json" "$root/hack/deno/package-lock.json" "$prefix/"
+cp "$root/internal/denodist/npm/package.json" "$root/internal/denodist/npm/package-lock.json" "$prefix/"
 echo "install-deno: npm ci deno@$want into $prefix" >&2
 npm ci --prefix "$prefix" --ignore-scripts --no-audit --no-fund --loglevel=error >&2
 chmod +x "$bin"

@@ -116,6 +116,11 @@ func Up(ctx context.Context, o UpOptions) error {
 	}
 	defer logFile.Close()
 
+	// Deno guests need the pinned Deno; up fetches it itself when no binary is there yet.
+	if _, err := EnsureDeno(ctx, phase); err != nil {
+		phase("deno not provisioned: %v", err)
+	}
+
 	// What this host can run, one line per substrate (`socialweb check-host` says it row by
 	// row); the stack starts whatever it says, each substrate saying below whether it runs.
 	hc := o.hostCheckConfig()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"socialweb.computer/internal/denodist"
 	"socialweb.computer/internal/substrate/deno"
 	"socialweb.computer/internal/substrate/jail"
 	"socialweb.computer/internal/substrate/vm/image"
@@ -146,6 +147,8 @@ func probeDeno() Deno {
 		d.Where = "$" + deno.EnvDeno
 	case strings.Contains(p, "/.cache/deno/"):
 		d.Where = "the project's .cache/deno"
+	case p == denodist.InstalledBinary():
+		d.Where = "the pinned one in the user's cache"
 	}
 	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		d.Path, d.Err = "", p+" ("+d.Where+") is not an executable file"

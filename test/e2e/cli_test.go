@@ -53,6 +53,13 @@ func (p *upProc) phase(t *testing.T, prefix string) string {
 
 func startUp(t *testing.T, dir string, args ...string) *upProc {
 	t.Helper()
+	return startUpWith(t, dir, nil, args...)
+}
+
+// startUpWith is startUp with the command adjusted by with (its environment, its working
+// directory) before it starts.
+func startUpWith(t *testing.T, dir string, with func(*exec.Cmd), args ...string) *upProc {
+	t.Helper()
 	if !slices.Contains(args, "--node-flavour") {
 		// Whatever image a developer built where up looks by default: the rows that do not
 		// name a flavour are written for namespace nodes.
@@ -67,6 +74,9 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	// the internet (substratetest.NewInternet): no address off this machine.
 	args = append(args, "--node-egress-deny", strings.Join(testEgressDeny, ","), "--node-egress-allow", strings.Join(testEgressAllow, ","))
 	cmd := exec.Command(socialwebBin, append([]string{"up", "--data-dir", dir}, args...)...)
+	if with != nil {
+		with(cmd)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

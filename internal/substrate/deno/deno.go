@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"socialweb.computer/internal/denodist"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/jail"
@@ -97,7 +98,7 @@ func New(cfg Config) (*Substrate, error) {
 		cfg.Deno = DefaultBinary()
 	}
 	if cfg.Deno == "" {
-		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "no deno binary: run hack/install-deno.sh or set %s", EnvDeno)
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "no deno binary: run socialweb install-deps (or up, which fetches the pinned one), or set %s", EnvDeno)
 	}
 	abs, err := filepath.Abs(cfg.Deno)
 	if err != nil {
@@ -156,7 +157,8 @@ func New(cfg Config) (*Substrate, error) {
 
 // DefaultBinary finds deno: $SOCIALWEB_DENO, else the project's own install
 // (.cache/deno from hack/install-deno.sh, in the module root above the
-// working directory), else deno on PATH; "" when there is none.
+// working directory), else the pinned one `up` fetched into the user's cache
+// (denodist), else deno on PATH; "" when there is none.
 func DefaultBinary() string {
 	if p := os.Getenv(EnvDeno); p != "" {
 		return p
@@ -168,6 +170,9 @@ func DefaultBinary() string {
 				return p
 			}
 		}
+	}
+	if p := denodist.InstalledBinary(); p != "" {
+		return p
 	}
 	if p, err := exec.LookPath("deno"); err == nil {
 		return p
