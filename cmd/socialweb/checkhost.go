@@ -33,6 +33,12 @@ starts nothing. Exits non-zero when a requirement the configuration needs does n
 			return hostcheck.Err(rows)
 		},
 	}
+	addHostConfigFlags(cmd, &c)
+	return cmd
+}
+
+// addHostConfigFlags are up's flags that decide what the host needs (hostcheck.Config).
+func addHostConfigFlags(cmd *cobra.Command, c *hostcheck.Config) {
 	f := cmd.Flags()
 	f.BoolVar(&c.Deno, "deno", true, "deno guests run (up's local bidder)")
 	f.BoolVar(&c.Tenants, "tenants", true, "tenant clusters run, and with them the local node bidder")
@@ -42,5 +48,4 @@ starts nothing. Exits non-zero when a requirement the configuration needs does n
 	f.StringVar(&c.RegistryConfig, "node-registry-config", "", "as up's: a directory in containerd's hosts layout")
 	f.StringVar(&c.TenantAdvertise, "tenant-advertise-address", "", "as up's: the tenant apiservers' advertise address")
 	f.StringSliceVar(&c.EgressAllow, "node-egress-allow", nil, "as up's: CIDRs pods may reach although the deny list holds them")
-	return cmd
 }

@@ -62,6 +62,9 @@ type Row struct {
 	// Fix is the exact command that installs a Missing requirement, or the flag that passes
 	// a MustBePassedIn one in; "" for a row that holds.
 	Fix string
+	// Package is the Debian package that installs a Missing requirement (what
+	// `socialweb install-deps` installs); "" when no package does.
+	Package string
 	// Optional: the area runs without it (it adds something: pods in user namespaces, KVM
 	// speed, a private registry).
 	Optional bool
@@ -216,7 +219,7 @@ func Check(h Host, c Config) []Row {
 	add := func(enabled bool, r Row) {
 		r.Needed = enabled && !r.Optional
 		if r.Status == Holds {
-			r.Fix = ""
+			r.Fix, r.Package = "", ""
 		}
 		rows = append(rows, r)
 	}
@@ -229,12 +232,12 @@ func Check(h Host, c Config) []Row {
 	if h.Deno.Path != "" {
 		add(c.Deno, Row{Area: AreaDeno, Requirement: "deno", Status: Holds, Detail: h.Deno.Path + " (" + h.Deno.Where + ")"})
 	} else {
-		d := "not at $SOCIALWEB_DENO, in <module root>/.cache/deno or on PATH"
+		d := "not at $SOCIALWEB_DENO, in <module root>/.cache/deno, in the user's cache or on PATH"
 		if h.Deno.Err != "" {
 			d = h.Deno.Err
 		}
 		add(c.Deno, Row{Area: AreaDeno, Requirement: "deno", Status: Missing, Detail: d,
-			Fix: "bash hack/install-deno.sh (needs npm: " + Install("npm") + "), or SOCIALWEB_DENO=PATH"})
+			Fix: "socialweb install-deps (up fetches it too: the pinned deno from the npm registry), or SOCIALWEB_DENO=PATH"})
 	}
 	for _, t := range denoTools {
 		add(c.Deno, toolRow(AreaDeno, h, t))
@@ -312,14 +315,14 @@ func toolRow(area string, h Host, t Tool) Row {
 	if p := h.Tools[t.Name]; p != "" {
 		return Row{Area: area, Requirement: t.Name, Status: Holds, Detail: p}
 	}
-	return Row{Area: area, Requirement: t.Name, Status: Missing, Detail: "not on PATH (" + t.Why + ")", Fix: Install(t.Package)}
+	return Row{Area: area, Requirement: t.Name, Status: Missing, Detail: "not on PATH (" + t.Why + ")", Fix: Install(t.Package), Package: t.Package}
 }
 
 func fileRow(area string, h Host, f File) Row {
 	if h.Files[f.Path] {
 		return Row{Area: area, Requirement: f.Path, Status: Holds, Detail: f.Why}
 	}
-	return Row{Area: area, Requirement: f.Path, Status: Missing, Detail: "no such file (" + f.Why + ")", Fix: Install(f.Package)}
+	return Row{Area: area, Requirement: f.Path, Status: Missing, Detail: "no such file (" + f.Why + ")", Fix: Install(f.Package), Package: f.Package}
 }
 
 func namespacesRow(area string, h Host) Row {
@@ -526,4 +529,20 @@ func Err(rows []Row) error {
 		return nil
 	}
 	return &NotReadyError{Rows: blocking}
+}
+
+// Packages are the Debian packages that install the rows that do not hold: those the
+// configuration needs, and with optional also those it runs without. Sorted, each once.
+func Packages(rows []Row, optional bool) []string {
+	var pkgs []string
+	for _, r := range rows {
+		if r.Status == Holds || r.Package == "" || !(r.Needed || optional && r.Optional) {
+			continue
+		}
+		if !slices.Contains(pkgs, r.Package) {
+			pkgs = append(pkgs, r.Package)
+		}
+	}
+	slices.Sort(pkgs)
+	return pkgs
 }

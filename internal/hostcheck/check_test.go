@@ -63,10 +63,10 @@ func TestCheck(t *testing.T) {
 			{AreaTenants, "advertise address", Holds, true, ""},
 		}},
 		{name: "no deno", host: func(h *Host) { h.Deno = Deno{} }, rows: []want{
-			{AreaDeno, "deno", Missing, true, "bash hack/install-deno.sh"},
+			{AreaDeno, "deno", Missing, true, "socialweb install-deps"},
 		}},
 		{name: "no deno, deno off", host: func(h *Host) { h.Deno = Deno{} }, cfg: func(c *Config) { c.Deno = false }, ready: true, rows: []want{
-			{AreaDeno, "deno", Missing, false, "bash hack/install-deno.sh"},
+			{AreaDeno, "deno", Missing, false, "socialweb install-deps"},
 		}},
 		{name: "not root", host: func(h *Host) { h.EUID = 1000 }, rows: []want{
 			{AreaDeno, "root", Missing, true, "run as root"},
@@ -256,11 +256,53 @@ func TestPrint(t *testing.T) {
 		"host: kernel 6.18.0, euid 0, cgroups v2, /dev/kvm usable",
 		"\ndeno guests\n",
 		"  MISSING            needed    deno  ",
-		"-> bash hack/install-deno.sh",
-		"\ndeno guests: missing deno (bash hack/install-deno.sh",
+		"-> socialweb install-deps",
+		"\ndeno guests: missing deno (socialweb install-deps",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
+	}
+}
+
+func TestPackages(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		host     func(*Host)
+		cfg      func(*Config)
+		optional bool
+		want     []string
+	}{
+		{name: "everything holds", want: nil},
+		{name: "missing tools of a needed area, each package once", host: func(h *Host) {
+			delete(h.Tools, "nsenter")
+			delete(h.Tools, "setpriv")
+			delete(h.Tools, "nft")
+		}, want: []string{"nftables", "util-linux"}},
+		{name: "missing files", host: func(h *Host) { h.Files[CNIBinDir+"/bridge"] = false }, want: []string{"containernetworking-plugins"}},
+		{name: "an area the configuration does not run is left alone", host: func(h *Host) {
+			delete(h.Tools, "qemu-system-x86_64")
+		}, want: nil},
+		{name: "namespace nodes on the node runtime need no host runc", host: func(h *Host) { delete(h.Tools, "runc") },
+			cfg: func(c *Config) { c.NodeFlavour = FlavourNamespace }, want: nil},
+		{name: "unless optional ones are asked for", host: func(h *Host) { delete(h.Tools, "runc") },
+			cfg: func(c *Config) { c.NodeFlavour = FlavourNamespace }, optional: true, want: []string{"runc"}},
+		{name: "deno comes from no package", host: func(h *Host) { h.Deno = Deno{} }, want: nil},
+		{name: "tenants off: their tools are not installed", host: func(h *Host) { delete(h.Tools, "nsenter") },
+			cfg: func(c *Config) { c.Tenants = false }, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, c := fullHost(), upDefaults()
+			if tc.host != nil {
+				tc.host(&h)
+			}
+			if tc.cfg != nil {
+				tc.cfg(&c)
+			}
+			got := Packages(Check(h, c), tc.optional)
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("Packages = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -99,3 +99,41 @@ func TestCheckHost_ThisMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallDeps_ThisMachine: on this machine (hack/install-test-deps.sh ran) install-deps for
+// a user with an empty HOME finds no Debian package missing, fetches the pinned Deno into
+// that user's cache, and exits 0 with every area ready; with nothing on PATH, --dry-run names
+// the apt-get command that installs every missing tool of vm nodes, and changes nothing.
+func TestInstallDeps_ThisMachine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the rows of this machine hold as root")
+	}
+	registry, hits := npmRegistry(t)
+	home, _, with := freshUser(t, registry)
+	cmd := exec.Command(socialwebBin, "install-deps")
+	with(cmd)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("install-deps: %v\n%s", err, out)
+	}
+	for _, s := range []string{"== no Debian package missing", "== deno: " + home + "/.cache/socialweb/deno/", "deno guests: ready", "nodes: ready"} {
+		if !strings.Contains(string(out), s) {
+			t.Errorf("install-deps output lacks %q\n%s", s, out)
+		}
+	}
+	if hits.Load() != 1 {
+		t.Errorf("%d requests for the deno package, want 1", hits.Load())
+	}
+
+	empty := t.TempDir()
+	cmd = exec.Command(socialwebBin, "install-deps", "--dry-run", "--node-flavour", "vm", "--vm-image", t.TempDir())
+	cmd.Env = []string{"PATH=" + empty, "HOME=" + home}
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("install-deps --dry-run: %v\n%s", err, out)
+	}
+	want := "== would run: apt-get update && apt-get install -y containerd e2fsprogs iproute2 iptables nftables qemu-system-x86 runc util-linux\n"
+	if !strings.Contains(string(out), want) {
+		t.Errorf("install-deps --dry-run with an empty PATH lacks %q\n%s", want, out)
+	}
+}
