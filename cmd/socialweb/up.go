@@ -33,6 +33,9 @@ objects are kept for the next up on the same data dir.`,
 			}
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.PDSAdminPassword = os.Getenv(app.AdminPasswordEnv)
+			if o.NodeVMImage == "" {
+				o.NodeVMImage = filepath.Join(o.DataDir, "images", "vm")
+			}
 			return app.Up(cmd.Context(), o)
 		},
 	}
@@ -53,7 +56,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.NodeDNSUpstream, "node-dns-upstream", "", "where the local node bidder's nodes forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	cmd.Flags().StringVar(&o.NodeRuntimeDir, "node-runtime", "", "the local node bidder's node runtime: a directory holding containerd, containerd-shim-runc-v2, runc and ctr (hack/build-node-runtime.sh; they run pods with hostUsers: false); default node-runtime beside this binary when present, else the host's on PATH; \"host\": the host's")
 	cmd.Flags().StringVar(&o.NodeRegistryConfig, "node-registry-config", "", "how the local node bidder's nodes reach image registries: a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md); default DATA_DIR/node-bidder/registries")
-	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
+	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", "", "with --node-flavour vm: the image `socialweb image build` wrote (default DATA_DIR/images/vm)")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", string(tenant.PodSecurityBaseline), "Pod Security level every tenant cluster enforces on every pod: baseline or restricted (an owner may choose restricted for their cluster, never less than this)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
 	return cmd

@@ -84,6 +84,12 @@ func OpenDataDir(root string) (*DataDir, error) {
 	return d, nil
 }
 
+// stagedBeforeFirstStart are the entries an operator may put in a data dir before its first
+// `up` (the vm image `socialweb image build` writes to DATA_DIR/images/vm, image tarballs and
+// registry config of the local node bidder), besides the lock a refused start leaves: a dir
+// holding only these is taken as ours.
+var stagedBeforeFirstStart = map[string]bool{"lock": true, "images": true, "node-bidder": true}
+
 func (d *DataDir) checkMarker() error {
 	b, err := os.ReadFile(filepath.Join(d.Root, markerName))
 	if errors.Is(err, os.ErrNotExist) {
@@ -92,7 +98,7 @@ func (d *DataDir) checkMarker() error {
 			return &DataDirError{Path: d.Root, Reason: rerr.Error()}
 		}
 		for _, e := range entries {
-			if e.Name() != "lock" {
+			if !stagedBeforeFirstStart[e.Name()] {
 				return &DataDirError{Path: d.Root, Reason: fmt.Sprintf("not a socialweb data dir (it holds %q but no %s); refusing to use it", e.Name(), markerName)}
 			}
 		}

@@ -209,6 +209,39 @@ func TestCore_RefusesForeignAndCorruptDataDirs(t *testing.T) {
 	}
 }
 
+// A data dir may hold what an operator stages before the first start (the vm image, the node
+// bidder's image tarballs); anything else still marks it as someone else's.
+func TestCore_DataDirStagedBeforeFirstStart(t *testing.T) {
+	staged := t.TempDir()
+	for _, p := range []string{"images/vm/image.json", "node-bidder/images/probe.tar"} {
+		if err := os.MkdirAll(filepath.Join(staged, filepath.Dir(p)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(staged, p), []byte("staged"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := core.OpenDataDir(staged)
+	if err != nil {
+		t.Fatalf("a dir holding only staged images: %v", err)
+	}
+	d.Close()
+	if b, _ := os.ReadFile(filepath.Join(staged, "node-bidder/images/probe.tar")); string(b) != "staged" {
+		t.Error("the staged tarball was changed")
+	}
+	if _, err := os.Stat(filepath.Join(staged, "socialweb.json")); err != nil {
+		t.Errorf("no marker written: %v", err)
+	}
+
+	mixed := t.TempDir()
+	os.MkdirAll(filepath.Join(mixed, "images"), 0o700)
+	os.WriteFile(filepath.Join(mixed, "notes.txt"), []byte("mine"), 0o600)
+	var dde *core.DataDirError
+	if _, err := core.OpenDataDir(mixed); !errors.As(err, &dde) || !strings.Contains(err.Error(), "notes.txt") {
+		t.Fatalf("staged images beside a foreign file: %v, want a DataDirError naming it", err)
+	}
+}
+
 func TestCore_PortInUseIsOneClearError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
