@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -330,6 +331,19 @@ func TestCLI_HelpAndVersion(t *testing.T) {
 	out, code := runCLI(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "socialweb ") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+	// The Kubernetes line is the version of k8s.io/kubernetes in go.mod, the one tenant
+	// apiservers serve at /version (internal/kubeversion).
+	gomod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s.io/kubernetes (v\S+)`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatal("go.mod requires no k8s.io/kubernetes")
+	}
+	if want := "\nkubernetes " + string(m[1]) + " "; !strings.Contains(out, want) {
+		t.Errorf("version: %q, want a line %q", out, want)
 	}
 }
 
