@@ -80,6 +80,17 @@ type ClusterSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=baseline;restricted
 	PodSecurity string `json:"podSecurity,omitempty"`
+
+	// podUserNamespaces says whether every pod runs in a user namespace of its own
+	// (hostUsers: false), so that uid 0 in a pod is an unprivileged uid on its node's host:
+	// required (a new pod that does not say gets hostUsers: false, one asking for
+	// hostUsers: true is refused, and the cluster rents only nodes whose bidder states the
+	// pod-user-namespaces layer) or optional (a pod chooses). The provider sets a floor; a
+	// looser choice has no effect, and status.podUserNamespaces reports what is in force.
+	// Changing it restarts the control plane; pods made before keep theirs.
+	// +optional
+	// +kubebuilder:validation:Enum=required;optional
+	PodUserNamespaces string `json:"podUserNamespaces,omitempty"`
 }
 
 // MemberState is an identity's access to a cluster.
@@ -160,6 +171,11 @@ type ClusterStatus struct {
 	// podSecurity is the Pod Security level the control plane enforces on every pod.
 	// +optional
 	PodSecurity string `json:"podSecurity,omitempty"`
+
+	// podUserNamespaces is required when the control plane runs every new pod in a user
+	// namespace of its own, optional otherwise.
+	// +optional
+	PodUserNamespaces string `json:"podUserNamespaces,omitempty"`
 
 	// teardownBlocked says what keeps a deleted cluster from going, if anything.
 	// +optional

@@ -31,6 +31,9 @@ objects are kept for the next up on the same data dir.`,
 			if _, err := tenant.ParsePodSecurityLevel(o.PodSecurity); err != nil {
 				return err
 			}
+			if _, _, err := tenant.ChoosePodUserNamespaces(o.PodUserNamespaces, false, ""); err != nil {
+				return err
+			}
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.PDSAdminPassword = os.Getenv(app.AdminPasswordEnv)
 			if o.NodeVMImage == "" {
@@ -58,6 +61,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.NodeRegistryConfig, "node-registry-config", "", "how the local node bidder's nodes reach image registries: a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md); default DATA_DIR/node-bidder/registries")
 	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", "", "with --node-flavour vm: the image `socialweb image build` wrote (default DATA_DIR/images/vm)")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", string(tenant.PodSecurityBaseline), "Pod Security level every tenant cluster enforces on every pod: baseline or restricted (an owner may choose restricted for their cluster, never less than this)")
+	cmd.Flags().StringVar(&o.PodUserNamespaces, "pod-user-namespaces", tenant.PodUserNamespacesAuto, "whether every tenant cluster runs every pod in a user namespace of its own (hostUsers: false defaulted, hostUsers: true refused; the cluster rents only nodes that run them): required, optional, or auto (required when the local node bidder's nodes run them); an owner may require them for their cluster, never drop the requirement")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
 	return cmd
 }

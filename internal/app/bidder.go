@@ -48,34 +48,56 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 // substrate, so nodes get their own account rather than a second substrate in the deno
 // bidder. It runs only beside tenant control planes (a node joins a gate on this host) and
 // when the node substrate's prerequisites hold (root, containerd, runc, the CNI plugins);
-// otherwise it says why and runs none.
-func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, nodes node.Config, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+// otherwise it says why and runs none. newLocalNodeSubstrate makes the substrate (nil when
+// this host cannot run nodes, having said why); startLocalNodeBidder runs the bidder.
+func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ...any)) (*node.Substrate, error) {
 	dir := filepath.Join(root, "node-bidder")
 	images := filepath.Join(dir, "images")
 	if err := os.MkdirAll(images, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	nodes.StateDir, nodes.ImageDir, nodes.Progress = filepath.Join(dir, "guests"), images, phase
 	if nodes.RegistryConfigDir == "" {
 		nodes.RegistryConfigDir = filepath.Join(dir, "registries")
 		if err := os.MkdirAll(nodes.RegistryConfigDir, 0o700); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	sub, err := node.New(nodes)
 	if errors.Is(err, substrate.ErrUnavailable) {
 		phase("local node bidder not started: %v", err)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	flavour, why := sub.Flavour()
 	phase("local node bidder runs %s nodes: %s", flavour, why)
 	if rtDir, rtWhy, _ := sub.Runtime(); flavour == node.FlavourNamespace {
 		phase("local node bidder's node runtime: %s (%s)", or(rtDir, "the host's containerd and runc"), rtWhy)
 	}
-	return runLocalBidder(ctx, srv, dir, LocalNodeBidderHandle, sub, sources, log, phase)
+	return sub, nil
+}
+
+// startLocalNodeBidder runs the node bidder of sub (newLocalNodeSubstrate) from its own
+// account.
+func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sub *node.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+	return runLocalBidder(ctx, srv, filepath.Join(root, "node-bidder"), LocalNodeBidderHandle, sub, sources, log, phase)
+}
+
+// localNodesRunUserNamespaces says whether sub's nodes run pods in user namespaces, or why
+// not.
+func localNodesRunUserNamespaces(sub *node.Substrate) (bool, string) {
+	if sub == nil {
+		return false, "no local node bidder"
+	}
+	if flavour, _ := sub.Flavour(); flavour != node.FlavourNamespace {
+		return false, flavour + " nodes: their guest kernel has no idmapped mounts on tmpfs"
+	}
+	if _, _, userns := sub.Runtime(); !userns {
+		return false, "the host's containerd and runc are too old for them; the node runtime (bash hack/build.sh) runs them"
+	}
+	return true, ""
 }
 
 // runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends,

@@ -12,8 +12,8 @@ import (
 // startTenants makes the manager of tenant control planes for `socialweb up`: their data
 // under <data dir>/tenants, the child processes run from this very binary. Without an
 // advertise address it returns nil and the reason, which every Cluster then reports. Every
-// cluster enforces podSecurity at least.
-func startTenants(dataDir, advertise string, podSecurity tenant.PodSecurityLevel, log *slog.Logger) (*tenant.Manager, string) {
+// cluster enforces policy at least.
+func startTenants(dataDir, advertise string, policy tenant.PodPolicy, log *slog.Logger) (*tenant.Manager, string) {
 	var ip net.IP
 	var err error
 	if advertise != "" {
@@ -28,7 +28,7 @@ func startTenants(dataDir, advertise string, podSecurity tenant.PodSecurityLevel
 	if err != nil {
 		return nil, "cannot find this binary to run tenant control planes from: " + err.Error()
 	}
-	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, PodSecurity: podSecurity, Logger: log})
+	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, PodSecurity: policy.Level, PodUserNamespaces: policy.UserNamespaces, Logger: log})
 	if err != nil {
 		return nil, err.Error()
 	}

@@ -65,7 +65,10 @@ type UpOptions struct {
 	// PodSecurity is the Pod Security level every tenant cluster enforces at least
 	// (tenant.PodSecurityBaseline, the default, or tenant.PodSecurityRestricted).
 	PodSecurity string
-	LogLevel    slog.Level
+	// PodUserNamespaces is required, optional or auto (""): whether every tenant cluster
+	// runs every pod in a user namespace (tenant.ChoosePodUserNamespaces).
+	PodUserNamespaces string
+	LogLevel          slog.Level
 	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
 	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
 	MarketFollow []string
@@ -158,13 +161,27 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("PDS sign-up is open to anyone reaching %s (no invite code)", srv.URL())
 	}
 
-	tenants, why := startTenants(dir.Root, o.TenantAdvertise, tenant.PodSecurityLevel(o.PodSecurity), log)
+	// The local node bidder's substrate first: whether its nodes run pods in user namespaces
+	// decides the tenant clusters' default (--pod-user-namespaces auto).
+	nodeSub, err := newLocalNodeSubstrate(dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
+		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny}, phase)
+	if err != nil {
+		return err
+	}
+	runThem, whyNot := localNodesRunUserNamespaces(nodeSub)
+	userns, usernsWhy, err := tenant.ChoosePodUserNamespaces(o.PodUserNamespaces, runThem, whyNot)
+	if err != nil {
+		return err
+	}
+	policy := tenant.PodPolicy{Level: tenant.PodSecurityLevel(o.PodSecurity), UserNamespaces: userns}
+	tenants, why := startTenants(dir.Root, o.TenantAdvertise, policy, log)
 	if tenants != nil {
 		defer func() {
 			phase("stopping tenant control planes")
 			tenants.Shutdown()
 		}()
-		phase("tenant clusters served here (data in %s)", filepath.Join(dir.Root, "tenants"))
+		phase("tenant clusters served here (data in %s); every pod: Pod Security %s at least, user namespaces %s (%s)",
+			filepath.Join(dir.Root, "tenants"), policy.Level, policy.UserNamespaces, usernsWhy)
 	} else {
 		phase("tenant clusters unavailable: %s", why)
 	}
@@ -190,9 +207,10 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	if tenants != nil {
-		if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
-			EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny}, o.MarketFollow, log, phase); err != nil {
-			return err
+		if nodeSub != nil {
+			if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, nodeSub, o.MarketFollow, log, phase); err != nil {
+				return err
+			}
 		}
 		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {
 			return err

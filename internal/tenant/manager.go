@@ -48,15 +48,23 @@ type Status struct {
 	Restarts int
 	LastExit string // how the previous child ended, when it ended unasked
 	ReadyAt  time.Time
-	// PodSecurity is the level the control plane enforces (the operator's floor or the
-	// owner's stricter choice).
-	PodSecurity PodSecurityLevel
+	// Policy is what the control plane's floor enforces on every pod (the operator's floor,
+	// tightened by the owner's choices).
+	Policy PodPolicy
 }
 
 // StartOptions are what a cluster's owner chose for its control plane.
 type StartOptions struct {
 	// PodSecurity is the owner's level; the manager's floor applies when it is looser.
 	PodSecurity PodSecurityLevel
+	// PodUserNamespaces is the owner's choice; the manager's floor applies when it is
+	// looser.
+	PodUserNamespaces PodUserNamespaces
+}
+
+// policy is what the owner chose.
+func (o StartOptions) policy() PodPolicy {
+	return PodPolicy{Level: o.PodSecurity, UserNamespaces: o.PodUserNamespaces}
 }
 
 // Config of a Manager.
@@ -78,7 +86,10 @@ type Config struct {
 	// PodSecurity is the operator's floor for every cluster: baseline (the default) or
 	// restricted. An owner may choose a stricter level, never a looser one.
 	PodSecurity PodSecurityLevel
-	Logger      *slog.Logger
+	// PodUserNamespaces is the operator's floor for every cluster: optional (the default)
+	// or required. An owner may require them, never drop the requirement.
+	PodUserNamespaces PodUserNamespaces
+	Logger            *slog.Logger
 }
 
 // Manager runs the control planes of tenant clusters as supervised child processes, each
@@ -113,6 +124,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("tenant manager: %w", err)
 	}
 	cfg.PodSecurity = floor
+	if cfg.PodUserNamespaces, err = ParsePodUserNamespaces(string(cfg.PodUserNamespaces)); err != nil {
+		return nil, fmt.Errorf("tenant manager: %w", err)
+	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
 	}
@@ -177,24 +191,24 @@ type instance struct {
 // Start makes sure the cluster's control plane runs (idempotent): directory, PKI, ports,
 // gate, then the supervised child. It returns at once; Status reports Starting until the
 // apiserver is ready and the default namespaces list. A control plane running with another
-// Pod Security level than o asks for (with the floor applied) is restarted with it.
+// pod policy than o asks for (with the floor applied) is restarted with it.
 func (m *Manager) Start(k Key, o StartOptions) (Status, error) {
-	level := Stricter(m.cfg.PodSecurity, o.PodSecurity)
-	in, err := m.ensure(k, level)
+	policy := m.policy(o)
+	in, err := m.ensure(k, policy)
 	if err != nil {
 		return Status{}, err
 	}
 	in.mu.Lock()
-	applied := in.status.PodSecurity
+	applied := in.status.Policy
 	in.mu.Unlock()
-	if applied != level {
-		// The apiserver reads its admission configuration once: a new level is a restart.
-		if err := writeAdmissionConfig(in.layout, level); err != nil {
+	if applied != policy {
+		// The apiserver reads its admission configuration once: a new policy is a restart.
+		if err := writeAdmissionConfig(in.layout, policy); err != nil {
 			return Status{}, err
 		}
 		m.halt(in)
 		in.mu.Lock()
-		in.status.PodSecurity = level
+		in.status.Policy = policy
 		in.mu.Unlock()
 	}
 	in.mu.Lock()
@@ -209,7 +223,13 @@ func (m *Manager) Start(k Key, o StartOptions) (Status, error) {
 }
 
 // ensure prepares a cluster's directory, PKI, ports, admission configuration and gate.
-func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
+// policy is the pod policy a cluster started with o runs: the operator's floor tightened by
+// the owner's choices.
+func (m *Manager) policy(o StartOptions) PodPolicy {
+	return Tighten(PodPolicy{Level: m.cfg.PodSecurity, UserNamespaces: m.cfg.PodUserNamespaces}, o.policy())
+}
+
+func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if in := m.clusters[k]; in != nil {
@@ -245,7 +265,7 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 	if err := m.writeSpec(l, p, pr); err != nil {
 		return nil, err
 	}
-	if err := writeAdmissionConfig(l, level); err != nil {
+	if err := writeAdmissionConfig(l, policy); err != nil {
 		return nil, err
 	}
 	if err := writeEgressSelectorConfig(l); err != nil {
@@ -260,7 +280,7 @@ func (m *Manager) ensure(k Key, level PodSecurityLevel) (*instance, error) {
 		return nil, fmt.Errorf("gate on its leased port %d: %w", pr.Gate, err)
 	}
 	reapStale(l, m.cfg.Logger)
-	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, PodSecurity: level}}
+	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, Policy: policy}}
 	if in.egress, err = m.startEgress(in, cert); err != nil {
 		g.Close()
 		return nil, err
@@ -295,7 +315,7 @@ func (m *Manager) ApplyRevocations(k Key, revoked []string, o StartOptions) (boo
 	if len(revoked) == 0 {
 		return false, nil
 	}
-	in, err := m.ensure(k, Stricter(m.cfg.PodSecurity, o.PodSecurity))
+	in, err := m.ensure(k, m.policy(o))
 	if err != nil {
 		return false, err
 	}

@@ -55,7 +55,7 @@ func TestAdmissionConfig(t *testing.T) {
 				Configuration map[string]any
 			}
 		}
-		if err := yaml.UnmarshalStrict(AdmissionConfig(level), &c); err != nil {
+		if err := yaml.UnmarshalStrict(AdmissionConfig(PodPolicy{Level: level}), &c); err != nil {
 			t.Fatal(err)
 		}
 		if c.Kind != "AdmissionConfiguration" || len(c.Plugins) != 2 {
@@ -72,8 +72,56 @@ func TestAdmissionConfig(t *testing.T) {
 				t.Errorf("%s: exemptions %s = %v, want none", level, k, ex[k])
 			}
 		}
-		if fl.Name != FloorPluginName || fl.Configuration["level"] != string(level) {
+		if fl.Name != FloorPluginName || fl.Configuration["level"] != string(level) || fl.Configuration["userNamespaces"] != "optional" {
 			t.Errorf("%s: floor %+v", level, fl)
+		}
+	}
+}
+
+// An owner tightens the operator's floor in each part and never loosens it.
+func TestTighten(t *testing.T) {
+	req, opt := PodUserNamespacesRequired, PodUserNamespacesOptional
+	for _, tc := range []struct {
+		floor, owner, want PodPolicy
+	}{
+		{PodPolicy{}, PodPolicy{}, PodPolicy{PodSecurityBaseline, opt}},
+		{PodPolicy{UserNamespaces: req}, PodPolicy{UserNamespaces: opt}, PodPolicy{PodSecurityBaseline, req}},
+		{PodPolicy{UserNamespaces: opt}, PodPolicy{UserNamespaces: req}, PodPolicy{PodSecurityBaseline, req}},
+		{PodPolicy{PodSecurityRestricted, opt}, PodPolicy{PodSecurityBaseline, req}, PodPolicy{PodSecurityRestricted, req}},
+		{PodPolicy{PodSecurityBaseline, ""}, PodPolicy{PodSecurityRestricted, ""}, PodPolicy{PodSecurityRestricted, opt}},
+	} {
+		if got := Tighten(tc.floor, tc.owner); got != tc.want {
+			t.Errorf("Tighten(%+v, %+v) = %+v, want %+v", tc.floor, tc.owner, got, tc.want)
+		}
+	}
+	if _, err := ParsePodUserNamespaces("sometimes"); err == nil {
+		t.Error("ParsePodUserNamespaces accepted sometimes")
+	}
+	var c struct {
+		Plugins []struct{ Configuration map[string]any }
+	}
+	if err := yaml.Unmarshal(AdmissionConfig(PodPolicy{UserNamespaces: req}), &c); err != nil || c.Plugins[1].Configuration["userNamespaces"] != "required" {
+		t.Errorf("AdmissionConfig with required user namespaces: %+v, %v", c, err)
+	}
+}
+
+func TestChoosePodUserNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		flag    string
+		run     bool
+		want    PodUserNamespaces
+		wantErr bool
+	}{
+		{"auto", true, PodUserNamespacesRequired, false},
+		{"auto", false, PodUserNamespacesOptional, false},
+		{"", true, PodUserNamespacesRequired, false},
+		{"required", false, PodUserNamespacesRequired, false},
+		{"optional", true, PodUserNamespacesOptional, false},
+		{"always", true, "", true},
+	} {
+		got, why, err := ChoosePodUserNamespaces(tc.flag, tc.run, "vm nodes")
+		if got != tc.want || (err != nil) != tc.wantErr || err == nil && why == "" {
+			t.Errorf("ChoosePodUserNamespaces(%q, %v) = %q, %q, %v; want %q", tc.flag, tc.run, got, why, err, tc.want)
 		}
 	}
 }

@@ -124,7 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// A revoked identity's tokens stop working before anything else runs: its tokens
 		// are denied and the signing key rotated, restarting a running control plane
 		// (tenant.Manager.ApplyRevocations); then the bootstrap removes what it made.
-		start := tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity)}
+		start := tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity), PodUserNamespaces: tenant.PodUserNamespaces(c.Spec.PodUserNamespaces)}
 		if _, err := r.Tenants.ApplyRevocations(key, c.Spec.RevokedDids(), start); err != nil {
 			c.Status.Phase = v1alpha1.ClusterInitializing
 			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not apply the revocations: "+err.Error())
@@ -138,7 +138,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			result.RequeueAfter = 5 * time.Second
 			break
 		}
-		c.Status.Server, c.Status.Instance, c.Status.PodSecurity = s.Server, s.Instance, string(s.PodSecurity)
+		c.Status.Server, c.Status.Instance = s.Server, s.Instance
+		c.Status.PodSecurity, c.Status.PodUserNamespaces = string(s.Policy.Level), string(s.Policy.UserNamespaces)
 		switch s.State {
 		case tenant.StateReady:
 			if err := r.bootstrap(ctx, key, s.Instance, c.Spec.Account, c.Spec.RevokedDids()); err != nil {

@@ -66,12 +66,16 @@ type floor struct {
 	// provisionerProof is the value the local-path provisioner's requests carry; "" lets
 	// no node-filesystem volume through.
 	provisionerProof string
+	// userNamespaces: every pod runs with hostUsers: false (tenant.PodUserNamespacesRequired);
+	// Admit defaults it and Validate refuses hostUsers: true (floor_userns.go).
+	userNamespaces bool
 }
 
 var _ admission.ValidationInterface = (*floor)(nil)
 
 type floorConfig struct {
-	Level string `json:"level"`
+	Level          string `json:"level"`
+	UserNamespaces string `json:"userNamespaces"`
 }
 
 func newFloor(config io.Reader) (*floor, error) {
@@ -86,6 +90,10 @@ func newFloor(config io.Reader) (*floor, error) {
 		}
 	}
 	level, err := tenant.ParsePodSecurityLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("%s configuration: %w", tenant.FloorPluginName, err)
+	}
+	userns, err := tenant.ParsePodUserNamespaces(c.UserNamespaces)
 	if err != nil {
 		return nil, fmt.Errorf("%s configuration: %w", tenant.FloorPluginName, err)
 	}
@@ -117,15 +125,19 @@ func newFloor(config io.Reader) (*floor, error) {
 		return nil, err
 	}
 	return &floor{
-		Handler:  admission.NewHandler(admission.Create, admission.Update),
-		level:    podsecurityapi.Level(level),
-		delegate: delegate,
+		Handler:        admission.NewHandler(admission.Create, admission.Update),
+		level:          podsecurityapi.Level(level),
+		delegate:       delegate,
+		userNamespaces: userns == tenant.PodUserNamespacesRequired,
 	}, nil
 }
 
 func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	switch a.GetResource().GroupResource() {
 	case core.Resource("pods"):
+		if err := f.validateHostUsers(a); err != nil {
+			return err
+		}
 		result := f.delegate.ValidatePod(ctx, &v1PodAttributes{Attributes: a})
 		if result.Allowed {
 			return nil

@@ -275,3 +275,54 @@ func TestFloor_ClientCertificateRequests(t *testing.T) {
 		})
 	}
 }
+
+// In a cluster that requires user namespaces, a new pod that does not say gets hostUsers:
+// false, one that asks for the host's uids is refused, and updates and subresources of pods
+// (which cannot change hostUsers) pass; a cluster that does not require them changes nothing.
+func TestFloor_UserNamespaces(t *testing.T) {
+	yes, no := true, false
+	required, err := newFloor(strings.NewReader("level: baseline\nuserNamespaces: required"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	optional := floorFor(t, "baseline")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		floor     *floor
+		pod       *core.Pod
+		old       *core.Pod
+		sub       string
+		want      *bool // hostUsers after Admit
+		forbidden bool
+	}{
+		{name: "unset is defaulted to false", floor: required, pod: pod("plain", nil), want: &no},
+		{name: "false is kept", floor: required, pod: pod("userns", func(p *core.Pod) { p.Spec.HostUsers = &no }), want: &no},
+		{name: "true is refused", floor: required, pod: pod("host", func(p *core.Pod) { p.Spec.HostUsers = &yes }), want: &yes, forbidden: true},
+		{name: "an update of a pod made before is left alone", floor: required, pod: pod("old", nil), old: pod("old", nil), want: nil},
+		{name: "a subresource is left alone", floor: required, pod: pod("eph", nil), sub: "ephemeralcontainers", want: nil},
+		{name: "optional: unset stays unset", floor: optional, pod: pod("plain", nil), want: nil},
+		{name: "optional: true is allowed", floor: optional, pod: pod("host", func(p *core.Pod) { p.Spec.HostUsers = &yes }), want: &yes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := podAttributes(tc.pod, tc.old, tc.sub)
+			if err := tc.floor.Admit(ctx, a, nil); err != nil {
+				t.Fatalf("Admit: %v", err)
+			}
+			got := tc.pod.Spec.HostUsers
+			if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+				t.Fatalf("hostUsers after Admit = %v, want %v", got, tc.want)
+			}
+			err := tc.floor.Validate(ctx, a, nil)
+			if tc.forbidden != (err != nil) {
+				t.Fatalf("Validate: %v, forbidden want %v", err, tc.forbidden)
+			}
+			if tc.forbidden && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "user namespace of its own")) {
+				t.Fatalf("Validate: %v, want Forbidden naming the user namespace", err)
+			}
+		})
+	}
+	if _, err := newFloor(strings.NewReader("level: baseline\nuserNamespaces: sometimes")); err == nil {
+		t.Fatal("a floor configuration with userNamespaces: sometimes was accepted")
+	}
+}
