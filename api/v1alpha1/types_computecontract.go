@@ -65,6 +65,16 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:Enum=vm;namespace
 	RequireIsolation IsolationBoundary `json:"requireIsolation,omitempty"`
 
+	// requireLayers are isolation layers the winner's offering must state for this computeKind,
+	// each by its short name (e.g. pod-user-namespaces: a node's pods run in user namespaces of
+	// their own). Bidders whose offering lacks one are not waited for and their bids are refused.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][a-z0-9-]*$`
+	RequireLayers []string `json:"requireLayers,omitempty"`
+
 	// policyArgs are the arguments passed to the policy workflow.
 	// +optional
 	PolicyArgs map[string]string `json:"policyArgs,omitempty"`

@@ -540,6 +540,11 @@ func (in *ComputeContractSpec) DeepCopyInto(out *ComputeContractSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.RequireLayers != nil {
+		in, out := &in.RequireLayers, &out.RequireLayers
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.PolicyArgs != nil {
 		in, out := &in.PolicyArgs, &out.PolicyArgs
 		*out = make(map[string]string, len(*in))
@@ -1039,6 +1044,11 @@ func (in *InfraContract) DeepCopyInto(out *InfraContract) {
 	}
 	if in.SSHAuthorizedKeys != nil {
 		in, out := &in.SSHAuthorizedKeys, &out.SSHAuthorizedKeys
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.RequireLayers != nil {
+		in, out := &in.RequireLayers, &out.RequireLayers
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}

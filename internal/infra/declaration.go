@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -220,6 +222,18 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".requireIsolation", "%q is not vm or namespace", *rc.RequireIsolation)
 		}
 	}
+	for i, l := range rc.RequireLayers {
+		if !layerName.MatchString(l) || len(l) > 64 {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, fmt.Sprintf("%s.requireLayers[%d]", path, i), "%q is not a layer name (lowercase letters, digits and dashes)", l)
+		}
+		if slices.Contains(c.RequireLayers, l) {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, fmt.Sprintf("%s.requireLayers[%d]", path, i), "%q is listed twice", l)
+		}
+		c.RequireLayers = append(c.RequireLayers, l)
+	}
+	if len(rc.RequireLayers) > 16 {
+		return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".requireLayers", "%d layers, at most 16", len(rc.RequireLayers))
+	}
 	if rc.ComputeKind != nil {
 		switch k := v1alpha1.ComputeKind(*rc.ComputeKind); k {
 		case v1alpha1.ComputeKindVM, v1alpha1.ComputeKindDeno, v1alpha1.ComputeKindNode:
@@ -307,6 +321,9 @@ func policyArgsFromRecord(raw json.RawMessage) (map[string]string, error) {
 }
 
 // contractToRecord renders one spec contract for a record.
+// layerName is an isolation layer's short name, as offerings state them.
+var layerName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+
 func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 	rc := atinfra.InfraContract{
 		Name:              c.Name,
@@ -316,6 +333,7 @@ func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 		Policy:            ptrIf(c.Policy),
 		ComputeKind:       ptrIf(string(c.ComputeKind)),
 		RequireIsolation:  ptrIf(string(c.RequireIsolation)),
+		RequireLayers:     copyStrings(c.RequireLayers),
 		BidderDids:        copyStrings(c.BidderDids),
 		DenyBidderDids:    copyStrings(c.DenyBidderDids),
 		SSHAuthorizedKeys: copyStrings(c.SSHAuthorizedKeys),
@@ -360,6 +378,7 @@ type canonicalContract struct {
 	Ports              []canonicalPort   `json:"ports,omitempty"`
 	ReleaseRequestedAt string            `json:"releaseRequestedAt,omitempty"`
 	RequireIsolation   string            `json:"requireIsolation,omitempty"`
+	RequireLayers      []string          `json:"requireLayers,omitempty"`
 	SSHAuthorizedKeys  []string          `json:"sshAuthorizedKeys,omitempty"`
 	State              string            `json:"state"`
 	UserData           string            `json:"userData,omitempty"`
@@ -387,7 +406,7 @@ func CanonicalJSON(d Declaration) []byte {
 		}
 		cc := canonicalContract{
 			BidderDids: c.BidderDids, ComputeKind: kind, DenyBidderDids: c.DenyBidderDids, Name: c.Name,
-			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), SSHAuthorizedKeys: c.SSHAuthorizedKeys,
+			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), RequireLayers: c.RequireLayers, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 			State: StateToRecord(c.State), UserData: c.UserData, VMName: c.VMName, VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		}
 		if c.ReleaseRequestedAt != nil {

@@ -75,6 +75,10 @@ func TestDeclarationFromRecord(t *testing.T) {
 		{name: "API word for state", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"Staged"}]}`, reason: InvalidUnknownState},
 		{name: "unknown compute kind", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","computeKind":"gpu"}]}`, reason: InvalidBadField},
 		{name: "unknown isolation requirement", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireIsolation":"process"}]}`, reason: InvalidBadField},
+		{name: "a required layer is named", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["pod-user-namespaces"]}]}`,
+			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, RequireLayers: []string{"pod-user-namespaces"}}}}},
+		{name: "a required layer that is no name", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["Pod User"]}]}`, reason: InvalidBadField},
+		{name: "a required layer twice", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["seccomp","seccomp"]}]}`, reason: InvalidBadField},
 		{name: "timeout out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","vmReadyTimeoutSec":0}]}`, reason: InvalidBadField},
 		{name: "bad datetime", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"released","releaseRequestedAt":"yesterday"}]}`, reason: InvalidBadField},
 		{name: "nested policyArgs", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","policyArgs":{"x":{"y":1}}}]}`, reason: InvalidBadField},
@@ -161,6 +165,7 @@ func randomDeclaration(r *rand.Rand) Declaration {
 		}
 		// By name, not drawn from r: the sync property test replays this stream.
 		c.RequireIsolation = map[string]v1alpha1.IsolationBoundary{"web": v1alpha1.IsolationVM, "db": v1alpha1.IsolationNamespace}[n]
+		c.RequireLayers = map[string][]string{"web": {"pod-user-namespaces"}, "db": {"seccomp", "cgroup-limits"}}[n]
 		if r.Intn(3) == 0 {
 			c.BidderDids = []string{pick("did:plc:a", "did:web:b.example")}
 		}

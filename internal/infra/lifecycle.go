@@ -354,6 +354,7 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 		Policy:            c.Policy,
 		RequireIsolation:  c.RequireIsolation,
+		RequireLayers:     c.RequireLayers,
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		Ports:             c.Ports,

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"socialweb.computer/api/v1alpha1"
@@ -48,6 +49,10 @@ type NodeEntry struct {
 	Bundle *v1alpha1.SecretKeyRef
 	// PolicyArgs are the contract's policyArgs (the node contracts' bid window).
 	PolicyArgs map[string]string
+	// RequireLayers are the layers the winner's offering must state (pod-user-namespaces
+	// for a cluster that runs every pod in a user namespace). An entry keeps the ones it
+	// was first declared with: its contract's market flow may already be under way.
+	RequireLayers []string
 }
 
 // NodeEntryState is the desired state of a claim's entry: Released once the claim is
@@ -141,15 +146,21 @@ func ComposeNodeEntry(spec v1alpha1.InfraSpec, c ClusterInfra, entry string, wan
 	return out
 }
 
-// nodeContract is the entry's contract: computeKind node, its name, state and vmName. A
-// Released entry keeps the releaseRequestedAt it had.
+// nodeContract is the entry's contract: computeKind node, its name, state, vmName and
+// required layers. A Released entry keeps the releaseRequestedAt it had; an entry declared
+// before keeps its required layers.
 func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraContract {
+	layers := slices.Clone(want.RequireLayers)
+	if prev.Name != "" {
+		layers = slices.Clone(prev.RequireLayers)
+	}
 	return v1alpha1.InfraContract{
 		Name:               want.Name,
 		State:              want.State,
 		VMName:             want.VMName,
 		ComputeKind:        v1alpha1.ComputeKindNode,
 		PolicyArgs:         maps.Clone(want.PolicyArgs),
+		RequireLayers:      layers,
 		ReleaseRequestedAt: prev.ReleaseRequestedAt.DeepCopy(),
 	}
 }
@@ -162,6 +173,7 @@ func NodeEntryOf(spec v1alpha1.InfraSpec, entry string) (*NodeEntry, bool) {
 		if c.Name == entry {
 			e.Name, e.State, e.VMName, found = c.Name, c.State, c.VMName, true
 			e.PolicyArgs = maps.Clone(c.PolicyArgs)
+			e.RequireLayers = slices.Clone(c.RequireLayers)
 		}
 	}
 	if !found {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,22 @@ func TestComposeNodeEntry(t *testing.T) {
 		}
 		if len(base.Nodes) != 2 || base.Nodes[1].Contract != "b" || len(base.Secrets) != 2 || base.Secrets[1].Contract != "b" {
 			t.Fatalf("nodes %+v secrets %+v", base.Nodes, base.Secrets)
+		}
+	})
+	t.Run("a new entry takes the required layers; a declared one keeps its own", func(t *testing.T) {
+		want := nodeEntry("c", v1alpha1.ContractStaged)
+		want.RequireLayers = []string{"pod-user-namespaces"}
+		got := ComposeNodeEntry(base, c, "c", want)
+		if l := got.Contracts[2].RequireLayers; !slices.Equal(l, []string{"pod-user-namespaces"}) {
+			t.Fatalf("new entry's layers %v", l)
+		}
+		if e, _ := NodeEntryOf(got, "c"); !slices.Equal(e.RequireLayers, []string{"pod-user-namespaces"}) {
+			t.Fatalf("NodeEntryOf layers %v", e.RequireLayers)
+		}
+		again := nodeEntry("c", v1alpha1.ContractRequested) // the cluster's policy changed meanwhile
+		got = ComposeNodeEntry(got, c, "c", again)
+		if l := got.Contracts[2].RequireLayers; !slices.Equal(l, []string{"pod-user-namespaces"}) {
+			t.Fatalf("a declared entry's layers changed to %v", l)
 		}
 	})
 	t.Run("replace changes only its entry and keeps the others and the record", func(t *testing.T) {

@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -73,30 +74,77 @@ func StatedBoundary(entries []Isolation, kind string) Boundary {
 	return out
 }
 
-// IsolationRule is a contract's requireIsolation and what each bidder's offering stated.
+// StatedLayers are the layers entries state for guests of kind: those every entry naming
+// kind states (a bidder may not pick the stronger entry for us); nil when none names it.
+func StatedLayers(entries []Isolation, kind string) []string {
+	var out []string
+	seen := false
+	for _, e := range entries {
+		if e.Substrate != kind {
+			continue
+		}
+		if !seen {
+			out = append([]string(nil), e.Layers...)
+			seen = true
+			continue
+		}
+		out = slices.DeleteFunc(out, func(l string) bool { return !slices.Contains(e.Layers, l) })
+	}
+	return out
+}
+
+// IsolationRule is a contract's requireIsolation and requireLayers, and what each bidder's
+// offering stated.
 type IsolationRule struct {
 	// Require is the weakest boundary the contract accepts (BoundaryNone: any bidder).
 	Require Boundary
+	// Layers are layers the winner's offering must state (none: any bidder).
+	Layers []string
 	// Kind is the contract's computeKind: the substrate whose entry counts.
 	Kind string
 	// Stated is the boundary each bidder's offering states for Kind (a bidder absent from
 	// it: no offering seen, which states nothing).
 	Stated map[string]Boundary
+	// StatedLayers are the layers each bidder's offering states for Kind.
+	StatedLayers map[string][]string
+}
+
+// Requires says whether the rule refuses any bidder at all.
+func (r IsolationRule) Requires() bool { return r.Require != BoundaryNone || len(r.Layers) > 0 }
+
+// String names the requirement, e.g. "requireIsolation vm, requireLayers pod-user-namespaces".
+func (r IsolationRule) String() string {
+	var parts []string
+	if r.Require != BoundaryNone {
+		parts = append(parts, "requireIsolation "+string(r.Require))
+	}
+	if len(r.Layers) > 0 {
+		parts = append(parts, "requireLayers "+strings.Join(r.Layers, " "))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Allows says whether bidder may win under the rule: nil, or an error naming the
 // requirement and what the bidder's offering said.
 func (r IsolationRule) Allows(bidder string) error {
-	if r.Require == BoundaryNone {
-		return nil
+	if r.Require != BoundaryNone {
+		got := r.Stated[bidder]
+		if !got.AtLeast(r.Require) {
+			said := "states no isolation"
+			if got != BoundaryNone {
+				said = "states boundary " + string(got)
+			}
+			return fmt.Errorf("requireIsolation %s: the bidder's offering %s for %s guests", r.Require, said, r.Kind)
+		}
 	}
-	got := r.Stated[bidder]
-	if got.AtLeast(r.Require) {
-		return nil
+	var missing []string
+	for _, l := range r.Layers {
+		if !slices.Contains(r.StatedLayers[bidder], l) {
+			missing = append(missing, l)
+		}
 	}
-	said := "states no isolation"
-	if got != BoundaryNone {
-		said = "states boundary " + string(got)
+	if len(missing) > 0 {
+		return fmt.Errorf("requireLayers %s: the bidder's offering does not state %s for %s guests", strings.Join(r.Layers, " "), strings.Join(missing, ", "), r.Kind)
 	}
-	return fmt.Errorf("requireIsolation %s: the bidder's offering %s for %s guests", r.Require, said, r.Kind)
+	return nil
 }

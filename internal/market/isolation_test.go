@@ -168,3 +168,53 @@ func TestNextIsolation(t *testing.T) {
 		t.Fatalf("without the requirement: %+v", d)
 	}
 }
+
+func TestStatedLayers(t *testing.T) {
+	entries := []Isolation{
+		{Substrate: "node", Boundary: BoundaryNamespace, Layers: []string{"seccomp", "pod-user-namespaces"}},
+		{Substrate: "node", Boundary: BoundaryVM, Layers: []string{"kvm", "seccomp"}},
+		{Substrate: "deno", Boundary: BoundaryNamespace, Layers: []string{"deno-permissions"}},
+	}
+	if got := StatedLayers(entries, "node"); !slices.Equal(got, []string{"seccomp"}) {
+		t.Errorf("two node entries: %v, want only what both state", got)
+	}
+	if got := StatedLayers(entries, "deno"); !slices.Equal(got, []string{"deno-permissions"}) {
+		t.Errorf("deno: %v", got)
+	}
+	if got := StatedLayers(entries, "vm"); got != nil {
+		t.Errorf("no entry: %v", got)
+	}
+}
+
+// A contract requiring a layer waits only for bidders whose offering states it, and refuses
+// the bids of the others, naming the layer they lack.
+func TestLayersRule(t *testing.T) {
+	layers := map[string][]string{
+		"did:b-userns": {"seccomp", "pod-user-namespaces"},
+		"did:a-plain":  {"seccomp"},
+	}
+	rule := IsolationRule{Layers: []string{"pod-user-namespaces"}, Kind: "node", StatedLayers: layers}
+	if got := Bidders([]string{"did:b-userns", "did:a-plain", "did:c-silent"}, nil, nil, rule); !slices.Equal(got, []string{"did:b-userns"}) {
+		t.Fatalf("bidders waited for: %v", got)
+	}
+	free := func(bidder string) Bid { return Bid{URI: "at://" + bidder + "/bid/1", Bidder: bidder, Free: true} }
+	// The plain bidder's DID sorts first: without the rule it would win.
+	w, refused := Choose([]Bid{free("did:b-userns"), free("did:a-plain")}, nil, nil, Policy{NSID: PolicyOpen}, IsolationRule{Kind: "node"})
+	if w == nil || w.Bidder != "did:a-plain" || len(refused) != 0 {
+		t.Fatalf("without the rule: %v %v", w, refused)
+	}
+	w, refused = Choose([]Bid{free("did:a-plain"), free("did:b-userns")}, nil, nil, Policy{NSID: PolicyOpen}, rule)
+	if w == nil || w.Bidder != "did:b-userns" {
+		t.Fatalf("winner %v, want did:b-userns", w)
+	}
+	if len(refused) != 1 || refused[0].Bid.Bidder != "did:a-plain" || !strings.Contains(refused[0].Reason, "does not state pod-user-namespaces for node guests") {
+		t.Fatalf("refused %+v", refused)
+	}
+	both := IsolationRule{Require: BoundaryVM, Layers: []string{"kvm"}, Kind: "node"}
+	if got := both.String(); got != "requireIsolation vm, requireLayers kvm" {
+		t.Errorf("String() = %q", got)
+	}
+	if (IsolationRule{}).Requires() || !rule.Requires() {
+		t.Error("Requires")
+	}
+}

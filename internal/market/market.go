@@ -316,7 +316,8 @@ type State struct {
 	BidderDids   []string
 	Deny         []string
 	Policy       Policy
-	// Isolation is spec.requireIsolation with what the offerings stated.
+	// Isolation is spec.requireIsolation and spec.requireLayers with what the offerings
+	// stated.
 	Isolation IsolationRule
 	Bids      []Bid
 
@@ -396,8 +397,8 @@ func Next(s State) Decision {
 		closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
 		if !closed {
 			msg := fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders))
-			if s.Isolation.Require != BoundaryNone {
-				msg += fmt.Sprintf("; %d known bidder(s) state requireIsolation %s for %s guests", len(s.Bidders), s.Isolation.Require, s.Isolation.Kind)
+			if s.Isolation.Requires() {
+				msg += fmt.Sprintf("; %d known bidder(s) meet %s for %s guests", len(s.Bidders), s.Isolation, s.Isolation.Kind)
 			}
 			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
 		}
@@ -405,8 +406,8 @@ func Next(s State) Decision {
 		if w == nil {
 			if len(s.Bids) == 0 {
 				req := ""
-				if s.Isolation.Require != BoundaryNone {
-					req = ", requireIsolation " + string(s.Isolation.Require)
+				if s.Isolation.Requires() {
+					req = ", " + s.Isolation.String()
 				}
 				return fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s%s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID), req)
 			}

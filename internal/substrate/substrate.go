@@ -64,8 +64,11 @@ const (
 	LayerNoNewPrivs       = "no-new-privs"
 	LayerDenoPermissions  = "deno-permissions"
 	LayerPodSecurity      = "pod-security"
-	LayerKVM              = "kvm"
-	LayerTCG              = "tcg"
+	// LayerPodUserNamespaces: a node's pods with hostUsers: false run in user namespaces of
+	// their own (uid 0 in a pod is an unprivileged uid of the host).
+	LayerPodUserNamespaces = "pod-user-namespaces"
+	LayerKVM               = "kvm"
+	LayerTCG               = "tcg"
 )
 
 // Isolation is what a substrate applies to every guest: its boundary and each layer. A

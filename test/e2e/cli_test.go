@@ -52,6 +52,20 @@ func (p *upProc) phase(t *testing.T, prefix string) string {
 	return word
 }
 
+// line waits for a phase line containing s and returns it whole.
+func (p *upProc) line(t *testing.T, s string) string {
+	t.Helper()
+	p.phase(t, s)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.phases {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
 func startUp(t *testing.T, dir string, args ...string) *upProc {
 	t.Helper()
 	return startUpWith(t, dir, nil, args...)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/testenv"
 )
@@ -34,6 +36,9 @@ func TestSecurity_TenantPodsRunInUserNamespaces(t *testing.T) {
 	}
 	up := startUp(t, dir)
 	up.phase(t, "user namespaces required")
+	if l := up.line(t, "local bidder "+app.LocalNodeBidderHandle); !strings.Contains(l, "pod-user-namespaces") {
+		t.Fatalf("the node bidder on the node runtime: %q; want its layers to name pod-user-namespaces", l)
+	}
 	c := coreClient(t, dir)
 	key := client.ObjectKey{Namespace: "default", Name: "us1"}
 	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
@@ -84,7 +89,88 @@ spec:
 		t.Fatalf("uid_map %v does not map uid 0 to the host uid %d", f, uid)
 	}
 
+	// The node was rented under a contract that required the layer, from a bidder stating it.
+	var ccs v1alpha1.ComputeContractList
+	if err := c.List(context.Background(), &ccs); err != nil {
+		t.Fatal(err)
+	}
+	nodeContracts := 0
+	for _, cc := range ccs.Items {
+		if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode {
+			continue
+		}
+		nodeContracts++
+		if !slices.Equal(cc.Spec.RequireLayers, []string{"pod-user-namespaces"}) {
+			t.Errorf("node contract %s/%s requires layers %v, want [pod-user-namespaces]", cc.Namespace, cc.Name, cc.Spec.RequireLayers)
+		}
+	}
+	if nodeContracts == 0 {
+		t.Error("no node contract")
+	}
+
 	// Deleting the cluster releases its node before up stops.
+	if err := c.Delete(context.Background(), cl); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 120*time.Second, "the Cluster is gone", func() (bool, error) {
+		err := c.Get(context.Background(), key, &v1alpha1.Cluster{})
+		return client.IgnoreNotFound(err) == nil && err != nil, err
+	})
+}
+
+// TestSecurity_UserNamespaceClusterRentsNoNodeThatCannotRunThem: a cluster that runs every
+// pod in a user namespace declares node contracts requiring the pod-user-namespaces layer; a
+// node bidder whose nodes run the host's older containerd and runc (no user namespaces)
+// does not state it, so it is not waited for, its bid is refused, and no node joins: the
+// pods would all fail there.
+func TestSecurity_UserNamespaceClusterRentsNoNodeThatCannotRunThem(t *testing.T) {
+	requireTenantHost(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir, "--pod-user-namespaces", "required", "--node-runtime", node.HostRuntime, "--node-bid-window", "1s")
+	up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
+	if l := up.line(t, "local bidder "+app.LocalNodeBidderHandle); !strings.Contains(l, "seccomp") || strings.Contains(l, "pod-user-namespaces") {
+		t.Fatalf("the node bidder on the host's runtime: %q; want its layers without pod-user-namespaces", l)
+	}
+	c := coreClient(t, dir)
+	key := client.ObjectKey{Namespace: "default", Name: "us2"}
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: us2, namespace: default}
+spec: {account: "`+tenantOwner+`", name: us2, running: true, maxNodes: 1}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, key, v1alpha1.ClusterReady, 90*time.Second)
+	kc := mint(t, dir, cl)
+	tkubectl(t, kc, `apiVersion: v1
+kind: Pod
+metadata: {name: waits, namespace: default}
+spec:
+  containers: [{name: c, image: socialweb.computer/pause:local, imagePullPolicy: Never}]
+`, "apply", "-f", "-")
+	var failed v1alpha1.ComputeContract
+	testenv.Eventually(t, 120*time.Second, "the node contract fails for want of the layer", func() (bool, error) {
+		var ccs v1alpha1.ComputeContractList
+		if err := c.List(context.Background(), &ccs); err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, cc := range ccs.Items {
+			if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode {
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %s %v: %s", cc.Name, cc.Status.Phase, cc.Spec.RequireLayers, cc.Status.Message))
+			if cc.Status.Phase == v1alpha1.ComputeContractFailed {
+				failed = cc
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("node contracts: %v", seen)
+	})
+	if !strings.Contains(failed.Status.Message, "requireLayers pod-user-namespaces") {
+		t.Errorf("the failed node contract's message does not name the layer: %q", failed.Status.Message)
+	}
+	if n := tkubectl(t, kc, "", "get", "nodes", "-o", "name"); strings.TrimSpace(n) != "" {
+		t.Errorf("a node joined: %s", n)
+	}
 	if err := c.Delete(context.Background(), cl); err != nil {
 		t.Fatal(err)
 	}

@@ -208,6 +208,10 @@ type InfraContract struct {
 	// contract's computeKind (vm is stronger than namespace). Absent: any bidder.
 	// (at most 64 bytes; known values vm, namespace)
 	RequireIsolation *string `json:"requireIsolation,omitempty"`
+	// Isolation layers the winner's offering must state for the contract's
+	// computeKind, each by its short name (the offering's layers, e.g.
+	// pod-user-namespaces). Absent: none. (at most 16 items)
+	RequireLayers []string `json:"requireLayers,omitzero"`
 	// (at most 32 items)
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitzero"`
 	// staged: declared, no RFP. requested: run the RFP flow and hold the guest.

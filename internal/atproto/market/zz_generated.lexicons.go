@@ -649,7 +649,8 @@ type OfferingIsolation struct {
 	Boundary string `json:"boundary"`
 	// Each layer applied, by a short name: mount-namespace, pid-namespace,
 	// user-namespace, network-namespace, seccomp, cgroup-limits, no-new-privs,
-	// deno-permissions, pod-security, kvm, tcg. (at most 32 items)
+	// deno-permissions, pod-security, pod-user-namespaces (a node's pods run in
+	// user namespaces of their own), kvm, tcg. (at most 32 items)
 	Layers []string `json:"layers,omitzero"`
 	// The compute kind the entry is about. (Required; at most 64 bytes; known
 	// values vm, deno, node)

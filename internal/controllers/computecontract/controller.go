@@ -224,10 +224,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// Only the bidders that boot this kind of guest are waited for: a deno bidder never
 	// answers a node contract, and waiting for it would hold every node rfp to its deadline.
-	// With requireIsolation, only those whose offering states that boundary for the kind.
-	s.Isolation = market.IsolationRule{Require: required, Kind: string(obj.Spec.ComputeKind)}
+	// With requireIsolation or requireLayers, only those whose offering states them for the kind.
+	s.Isolation = market.IsolationRule{Require: required, Layers: obj.Spec.RequireLayers, Kind: string(obj.Spec.ComputeKind)}
 	if required != market.BoundaryNone {
 		s.Isolation.Stated = r.Index.Stated(string(obj.Spec.ComputeKind))
+	}
+	if len(obj.Spec.RequireLayers) > 0 {
+		s.Isolation.StatedLayers = r.Index.StatedLayers(string(obj.Spec.ComputeKind))
 	}
 	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Isolation)
 	s.Winner = st.Winner

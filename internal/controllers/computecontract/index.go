@@ -265,6 +265,19 @@ func (x *Index) Stated(kind string) map[string]market.Boundary {
 	return out
 }
 
+// StatedLayers are the isolation layers each live offering states for guests of kind.
+func (x *Index) StatedLayers(kind string) map[string][]string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[string][]string{}
+	for d, live := range x.offerings {
+		if live {
+			out[d] = market.StatedLayers(x.isolation[d], kind)
+		}
+	}
+	return out
+}
+
 // Endpoint is the endpointUrl of did's offering ("" when none was seen).
 func (x *Index) Endpoint(did string) string {
 	x.mu.Lock()

@@ -16,6 +16,8 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/tenant"
 )
 
 // locks holds one mutex per Infra, so the claims of one cluster write its spec in turn.
@@ -63,7 +65,17 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 	if r.BidWindow > 0 {
 		e.PolicyArgs = map[string]string{market.ArgBidWindow: strconv.FormatFloat(r.BidWindow.Seconds(), 'f', -1, 64)}
 	}
+	e.RequireLayers = requiredLayers(p.cluster)
 	return e
+}
+
+// requiredLayers are the layers a node of cluster must run: pod-user-namespaces when its
+// control plane runs every pod in a user namespace (a node that cannot would fail them all).
+func requiredLayers(cluster *v1alpha1.Cluster) []string {
+	if cluster != nil && cluster.Status.PodUserNamespaces == string(tenant.PodUserNamespacesRequired) {
+		return []string{substrate.LayerPodUserNamespaces}
+	}
+	return nil
 }
 
 // setEntryState changes only the state of the claim's entry as the Infra holds it (a

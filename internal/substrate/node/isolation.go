@@ -7,8 +7,10 @@ import "socialweb.computer/internal/substrate"
 // host refusing connections from it), in mount and PID namespaces of their own under a root
 // that holds only read-only binaries and the node's own dirs, every container under
 // seccomp RuntimeDefault, and the whole node in a cgroup with the contract's CPU, memory and
-// pids limits. All on the host's kernel, as root: there is no user namespace, so an escaped
-// container is root in the node's namespaces (docs/security.md).
+// pids limits. All on the host's kernel, as root: the node itself has no user namespace, so
+// a container that escapes a pod in the host's user namespace is root in the node's
+// namespaces (docs/security.md). On the node runtime, pods with hostUsers: false run in user
+// namespaces of their own (pod-user-namespaces).
 //
 // Extend the list only with a layer every node gets and a test attacks (watch it fail
 // without the layer first): the bidder publishes it in its offering, and requesters choose
@@ -27,5 +29,11 @@ func (s *Substrate) Isolation() substrate.Isolation {
 	if s.cfg.Flavour == FlavourVM && s.vm != nil {
 		return s.vm.Isolation()
 	}
-	return substrate.Isolation{Boundary: substrate.BoundaryNamespace, Layers: append([]string(nil), namespaceLayers...)}
+	layers := append([]string(nil), namespaceLayers...)
+	if s.runtime.UserNamespaces() {
+		// TestNode_UserNamespacePodIsNotHostRoot, TestSecurity_TenantPodsRunInUserNamespaces:
+		// the pod's uid 0 is not host root.
+		layers = append(layers, substrate.LayerPodUserNamespaces)
+	}
+	return substrate.Isolation{Boundary: substrate.BoundaryNamespace, Layers: layers}
 }
