@@ -18,6 +18,7 @@ var wantKinds = map[string]string{
 	"computecontracts.socialweb.computer":          "ComputeContract",
 	"ephemeralinfracollections.socialweb.computer": "EphemeralInfraCollection",
 	"ephemeralinfras.socialweb.computer":           "EphemeralInfra",
+	"gatewayaccesses.socialweb.computer":           "GatewayAccess",
 	"infracollections.socialweb.computer":          "InfraCollection",
 	"infras.socialweb.computer":                    "Infra",
 	"nodeclaims.socialweb.computer":                "NodeClaim",
@@ -25,8 +26,9 @@ var wantKinds = map[string]string{
 }
 
 // noStatus lists the kinds without a status subresource: Secret is plain
-// data (type, data) with nothing a controller observes, so it has no status.
-var noStatus = map[string]bool{"Secret": true}
+// data (type, data) with nothing a controller observes, so it has no status;
+// GatewayAccess is the operator's list, read by the gateway, which reconciles nothing.
+var noStatus = map[string]bool{"Secret": true, "GatewayAccess": true}
 
 func TestCRDs(t *testing.T) {
 	crds, err := CRDs()

@@ -42,7 +42,7 @@ func StartGateway(o GatewayOptions) (*gateway.Server, error) {
 	}
 	return gateway.Start(gateway.Config{
 		Client: c, Directory: gateway.NewDirectory(o.PLCURL), TenantsRoot: o.TenantsRoot,
-		Addr: o.Addr, PublicURL: o.PublicURL, Audiences: o.Audiences, Access: o.Access, Quota: o.Quota,
+		Addr: o.Addr, PublicURL: o.PublicURL, Audiences: o.Audiences, Access: o.Access, WatchAccess: true, Quota: o.Quota,
 		Logger: o.Logger,
 	})
 }
@@ -71,5 +71,5 @@ func AccessLine(a gateway.Access) string {
 	if a.Open {
 		return "gateway admits every account whose DID resolves (--gateway-open)"
 	}
-	return fmt.Sprintf("gateway admits %d account(s): %v (--gateway-allow DID adds one, --gateway-open admits any)", len(a.Allow), a.Allow)
+	return fmt.Sprintf("gateway admits %d account(s): %v, and those of the GatewayAccess objects in namespace %s, live (--gateway-allow DID adds one, --gateway-open admits any)", len(a.Allow), a.Allow, gateway.AccessNamespace)
 }

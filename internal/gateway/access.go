@@ -40,7 +40,7 @@ func (a access) allows(did string) bool { return a.open || a.allow[did] }
 // operator admits it.
 func notAllowed(did string) *Error {
 	return xrpcErr(http.StatusForbidden, ErrAccountNotAllowed,
-		"account %s is not allowed on this gateway: its operator admits it with --gateway-allow %s (or serves every account with --gateway-open)", did, did)
+		"account %s is not allowed on this gateway: its operator admits it with --gateway-allow %s or a GatewayAccess in namespace %s (or serves every account with --gateway-open)", did, did, AccessNamespace)
 }
 
 // checkIssuer refuses a token whose iss names an account the gateway does not serve, before

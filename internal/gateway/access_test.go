@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -15,6 +16,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/auth"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -223,5 +226,95 @@ func TestRateLimit(t *testing.T) {
 	}
 	if got := call(t, perIP, list, f.a.token(t, perIP.DID(), list), nil, nil); got != gateway.ErrRateLimitExceeded {
 		t.Errorf("a valid token from the same address past its burst: %s, want RateLimitExceeded", got)
+	}
+}
+
+// The live allow-list: a GatewayAccess in namespace gateway admits accounts without a
+// restart, besides the flags' list; taking an account out of it (or deleting it) refuses that
+// account again at its next call, and never the flags' accounts. The API refuses an entry
+// that is not a DID.
+func TestAccessLive(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{PDS: true})
+	ctx := context.Background()
+	a := login(t, env.PDS.URL(), env.Account.Handle, env.Account.Password)
+	stranger := newPLCIdentity(t, env.PDS.PLCURL())
+	gw := startGatewayCfg(t, env, func(c *gateway.Config) {
+		c.Access = gateway.Access{Allow: []string{a.did}}
+		c.WatchAccess = true
+	})
+	get := cluster.ListClustersNSID
+	answer := func() string {
+		got, _ := callMsg(t, gw, get, stranger.token(t, gw.DID(), get), nil, nil)
+		return got
+	}
+	if got := answer(); got != gateway.ErrAccountNotAllowed {
+		t.Fatalf("the stranger before any GatewayAccess: %q, want AccountNotAllowed", got)
+	}
+	bad := &v1alpha1.GatewayAccess{ObjectMeta: metav1.ObjectMeta{Namespace: gateway.AccessNamespace, Name: "bad"},
+		Spec: v1alpha1.GatewayAccessSpec{Allow: []string{"not-a-did"}}}
+	if err := env.Client.Create(ctx, bad); !apierrors.IsInvalid(err) {
+		t.Fatalf("a GatewayAccess allowing not-a-did: %v, want Invalid", err)
+	}
+	ga := &v1alpha1.GatewayAccess{ObjectMeta: metav1.ObjectMeta{Namespace: gateway.AccessNamespace, Name: "friends"},
+		Spec: v1alpha1.GatewayAccessSpec{Allow: []string{stranger.did}}}
+	if err := env.Client.Create(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the stranger admitted by the GatewayAccess", func() (bool, error) {
+		got := answer()
+		return got == "", fmt.Errorf("call: %q", got)
+	})
+	ga.Spec.Allow = []string{a.did} // the flags' account listed again changes nothing
+	if err := env.Client.Update(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the stranger refused again", func() (bool, error) {
+		got := answer()
+		return got == gateway.ErrAccountNotAllowed, fmt.Errorf("call: %q", got)
+	})
+	ga.Spec = v1alpha1.GatewayAccessSpec{Open: true}
+	if err := env.Client.Update(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "open: the stranger served", func() (bool, error) {
+		got := answer()
+		return got == "", fmt.Errorf("call: %q", got)
+	})
+	if err := env.Client.Delete(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "deleted: the stranger refused", func() (bool, error) {
+		got := answer()
+		return got == gateway.ErrAccountNotAllowed, fmt.Errorf("call: %q", got)
+	})
+	if got, _ := callMsg(t, gw, get, a.token(t, gw.DID(), get), nil, nil); got != "" {
+		t.Errorf("the flags' account after the GatewayAccess went: %q", got)
+	}
+
+	// A gateway started after a GatewayAccess exists serves it from its first call.
+	ga = &v1alpha1.GatewayAccess{ObjectMeta: metav1.ObjectMeta{Namespace: gateway.AccessNamespace, Name: "again"},
+		Spec: v1alpha1.GatewayAccessSpec{Allow: []string{stranger.did}}}
+	if err := env.Client.Create(ctx, ga); err != nil {
+		t.Fatal(err)
+	}
+	later := startGatewayCfg(t, env, func(c *gateway.Config) {
+		c.Access = gateway.Access{Allow: []string{a.did}}
+		c.WatchAccess = true
+	})
+	if got, _ := callMsg(t, later, get, stranger.token(t, later.DID(), get), nil, nil); got != "" {
+		t.Errorf("a gateway started after the GatewayAccess, first call: %q", got)
+	}
+}
+
+func TestAccessFromObjects(t *testing.T) {
+	a, invalid := gateway.AccessFromObjects([]v1alpha1.GatewayAccess{
+		{Spec: v1alpha1.GatewayAccessSpec{Allow: []string{"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "bob"}}},
+		{Spec: v1alpha1.GatewayAccessSpec{Allow: []string{"did:web:example.com"}, Open: true}},
+	})
+	if len(a.Allow) != 2 || !a.Open || len(invalid) != 1 || invalid[0] != "bob" {
+		t.Fatalf("got %+v, invalid %v", a, invalid)
+	}
+	if a, _ := gateway.AccessFromObjects(nil); len(a.Allow) != 0 || a.Open {
+		t.Fatalf("none: %+v", a)
 	}
 }

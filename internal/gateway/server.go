@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
@@ -51,6 +52,9 @@ type Config struct {
 	// Access is who the gateway serves: the DIDs of Access.Allow, or any DID with
 	// Access.Open. The zero value serves no one.
 	Access Access
+	// WatchAccess adds what the GatewayAccess objects of namespace gateway admit to Access,
+	// live (access_live.go).
+	WatchAccess bool
 	// Quota is what one account may hold; the gateway enforces Quota.Clusters at
 	// createCluster (the node host enforces the node quotas). The zero value is no limit.
 	Quota quota.Limits
@@ -73,7 +77,8 @@ type Server struct {
 	log      *slog.Logger
 	methods  map[string]method
 
-	access        access
+	access        atomic.Pointer[access]
+	stopWatch     context.CancelFunc
 	perIP, perDID *limiters
 	// createMu makes createCluster's count and create one step, so concurrent creates of
 	// one account cannot pass the clusters quota together.
@@ -132,8 +137,22 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: listen: %w", err)
 	}
-	s := &Server{cfg: cfg, ln: ln, log: cfg.Logger, access: acc,
+	s := &Server{cfg: cfg, ln: ln, log: cfg.Logger, stopWatch: func() {},
 		perIP: newLimiters(rl.PerIP, rl.PerIPBurst), perDID: newLimiters(rl.PerDID, rl.PerDIDBurst)}
+	s.access.Store(&acc)
+	if cfg.WatchAccess {
+		var ctx context.Context
+		ctx, s.stopWatch = context.WithCancel(context.Background())
+		// The first read is waited for (a bounded time): an account the ConfigMap admits is
+		// served from the first call.
+		listed := make(chan struct{}, 1)
+		go s.watchAccess(ctx, listed)
+		select {
+		case <-listed:
+		case <-time.After(5 * time.Second):
+			s.log.Warn("gateway_access", "err", "the GatewayAccess objects not read within 5s; serving the flags' list until they are")
+		}
+	}
 	s.url = cfg.PublicURL
 	if s.url == "" {
 		s.url = "http://" + ln.Addr().String()
@@ -172,6 +191,7 @@ func (s *Server) Audiences() []string { return append([]string(nil), s.auds...) 
 
 // Close stops serving.
 func (s *Server) Close() error {
+	s.stopWatch()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.srv.Shutdown(ctx)
@@ -288,7 +308,7 @@ func (s *Server) authenticate(r *http.Request, nsid string) (string, error) {
 	}
 	// The verifier resolved the DID; the allow-list was checked on the unverified iss
 	// already, and again here on the verified one.
-	if !s.access.allows(account) {
+	if !s.access.Load().allows(account) {
 		return "", notAllowed(account)
 	}
 	if ok, wait := s.perDID.allow(account, s.now()); !ok {
@@ -308,7 +328,7 @@ func (s *Server) verify(r *http.Request, nsid string) (string, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", xrpcErr(http.StatusUnauthorized, ErrInvalidToken, "expected a Bearer service-auth token")
 	}
-	if err := s.access.checkIssuer(strings.TrimSpace(token)); err != nil {
+	if err := s.access.Load().checkIssuer(strings.TrimSpace(token)); err != nil {
 		return "", err
 	}
 	c, err := s.verifier.Verify(r.Context(), strings.TrimSpace(token), nsid)
