@@ -81,7 +81,7 @@ func (m *Manager) startEgress(in *instance, serving tls.Certificate) (*egress, e
 		return nil, fmt.Errorf("cluster %s: no CA certificate to verify nodes with", in.key)
 	}
 	lister := &nodeLister{m: m, key: in.key}
-	srv := tunnel.NewServer(clusterRanges, lister.list, m.cfg.Logger.With("cluster", in.key.String()))
+	srv := tunnel.NewServer(clusterRanges, lister.list, in.revokedNodes.Revoked, m.cfg.Logger.With("cluster", in.key.String()))
 	in.gate.SetTunnel(tunnel.ALPN, &tls.Config{
 		Certificates: []tls.Certificate{serving},
 		ClientCAs:    pool,

@@ -19,6 +19,7 @@ import (
 //	  spec.json      what the child process runs
 //	  admission.yaml the Pod Security level the apiserver enforces
 //	  ports.json     the leased loopback ports (apiserver, gate), kept so addresses survive restarts
+//	  revoked-nodes.json the released node names, whose credentials are refused
 //	  controlplane.pid, controlplane.log, etcd.log
 type Layout struct{ Dir string }
 
@@ -38,6 +39,9 @@ func (l Layout) Log() string         { return filepath.Join(l.Dir, "controlplane
 func (l Layout) AuditPolicy() string { return filepath.Join(l.Dir, "audit-policy.yaml") }
 func (l Layout) AuditLog() string    { return filepath.Join(l.Dir, "audit.log") }
 func (l Layout) Revocations() string { return filepath.Join(l.Dir, "revocations.json") }
+
+// RevokedNodes are the cluster's released node names (noderevocation.go).
+func (l Layout) RevokedNodes() string { return filepath.Join(l.Dir, "revoked-nodes.json") }
 
 // AdmissionConfig is the apiserver's admission configuration (the Pod Security level).
 func (l Layout) AdmissionConfig() string { return filepath.Join(l.Dir, "admission.yaml") }
@@ -207,5 +211,6 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, cu
 		// handlers): collecting it a quarter as often cuts its CPU by ~0.3 s.
 		APIServerStartGCPercent: 400,
 		TokenPolicy:             rev.Policy(currentKeyID, now),
+		RevokedNodesFile:        l.RevokedNodes(),
 	}
 }

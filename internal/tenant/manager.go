@@ -100,6 +100,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	clusters map[Key]*instance
+
+	revokeNodesMu sync.Mutex // one read-modify-write of a revoked-nodes.json at a time
 }
 
 // NewManager returns a manager; nothing runs until Start.
@@ -174,6 +176,8 @@ type instance struct {
 	ports  ports
 	gate   *gate.Gate
 	egress *egress
+	// revokedNodes are the cluster's released node names, for the gate's tunnels.
+	revokedNodes *RevokedNodesFile
 
 	revokeMu sync.Mutex // one ApplyRevocations at a time
 	// direct are the connections of AdminConfig clients, which reach the apiserver without
@@ -280,7 +284,8 @@ func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 		return nil, fmt.Errorf("gate on its leased port %d: %w", pr.Gate, err)
 	}
 	reapStale(l, m.cfg.Logger)
-	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, Policy: policy}}
+	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, Policy: policy},
+		revokedNodes: NewRevokedNodesFile(l.RevokedNodes())}
 	if in.egress, err = m.startEgress(in, cert); err != nil {
 		g.Close()
 		return nil, err

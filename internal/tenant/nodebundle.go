@@ -54,7 +54,8 @@ func (b NodeBundle) Data() map[string][]byte {
 }
 
 // MintNodeBundle mints the join bundle of nodeName from the CA of the cluster k kept under
-// root, for server. An error wraps ErrNoCA when the cluster never started.
+// root, for server. An error wraps ErrNoCA when the cluster never started, ErrNodeRevoked
+// when the name was released in it.
 func MintNodeBundle(root string, k Key, nodeName, server string, ttl time.Duration) (NodeBundle, error) {
 	if ttl == 0 {
 		ttl = NodeBundleTTL
@@ -66,6 +67,13 @@ func MintNodeBundle(root string, k Key, nodeName, server string, ttl time.Durati
 	p, err := loadPKI(l.PKI())
 	if err != nil {
 		return NodeBundle{}, fmt.Errorf("cluster %s: %w: %v", k, ErrNoCA, err)
+	}
+	revoked, err := LoadRevokedNodes(l.RevokedNodes())
+	if err != nil {
+		return NodeBundle{}, fmt.Errorf("cluster %s: reading its revoked nodes: %w", k, err)
+	}
+	if revoked.Has(nodeName) {
+		return NodeBundle{}, fmt.Errorf("cluster %s, node %s: %w", k, nodeName, ErrNodeRevoked)
 	}
 	crt, key, notAfter, err := p.IssueClient("system:node:"+nodeName, []string{"system:nodes"}, ttl)
 	if err != nil {
@@ -111,6 +119,35 @@ func (m *Manager) NodeReady(ctx context.Context, k Key, name string) (bool, erro
 		}
 	}
 	return false, nil
+}
+
+// RevokeNode revokes every credential of node name in cluster k (noderevocation.go): the name
+// is in the cluster's revoked nodes when this returns, so the apiserver refuses the node's
+// next request and the gate its next tunnel, and its open tunnels are closed. It holds after
+// a restart (the file is the state). A cluster with no directory here holds no credentials.
+func (m *Manager) RevokeNode(k Key, name string) error {
+	l := m.Layout(k)
+	if _, err := os.Stat(l.Dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	m.revokeNodesMu.Lock()
+	set, err := LoadRevokedNodes(l.RevokedNodes())
+	if err == nil {
+		var changed bool
+		if set, changed = set.With(name, time.Now()); changed {
+			err = saveRevokedNodes(l.RevokedNodes(), set)
+		}
+	}
+	m.revokeNodesMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("cluster %s: revoking node %s: %w", k, name, err)
+	}
+	if in := m.get(k); in != nil && in.egress != nil {
+		if n := in.egress.srv.Disconnect(name); n > 0 {
+			m.cfg.Logger.Info("tenant_node_tunnels_closed", "cluster", k.String(), "node", name, "tunnels", n)
+		}
+	}
+	return nil
 }
 
 // DeleteNode deletes node name's object from cluster k, and then the pods still bound to it;

@@ -36,4 +36,9 @@ type ChildSpec struct {
 	// TokenPolicy is checked after the apiserver verified a token: revoked credentials and
 	// tokens of retired service-account keys are refused (revocation.go).
 	TokenPolicy TokenPolicy `json:"tokenPolicy,omitempty"`
+
+	// RevokedNodesFile holds the cluster's released node names: every credential naming one
+	// is refused at authentication. The apiserver reads it again whenever it changes
+	// (noderevocation.go).
+	RevokedNodesFile string `json:"revokedNodesFile,omitempty"`
 }

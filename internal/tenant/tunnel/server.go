@@ -30,21 +30,82 @@ const Path = "/tunnel"
 // miss is listed again, see Server.Dial).
 type NodeLister func(ctx context.Context, fresh bool) ([]Node, error)
 
+// Revoked reports whether a node's credentials are revoked (its claim was released).
+type Revoked func(node string) bool
+
 // Server holds the tunnels of one cluster's nodes and dials through them.
 type Server struct {
-	ranges Ranges
-	nodes  NodeLister
-	log    *slog.Logger
-	rd     *remotedialer.Server
+	ranges  Ranges
+	nodes   NodeLister
+	revoked Revoked
+	log     *slog.Logger
+	rd      *remotedialer.Server
+
+	mu    sync.Mutex
+	conns map[string]map[net.Conn]struct{} // the open tunnels' connections, by node
 }
 
-// NewServer is a Server for a cluster with ranges r whose Nodes nodes lists.
-func NewServer(r Ranges, nodes NodeLister, log *slog.Logger) *Server {
-	s := &Server{ranges: r, nodes: nodes, log: log}
-	s.rd = remotedialer.New(nodeOf, func(w http.ResponseWriter, _ *http.Request, code int, err error) {
+// NewServer is a Server for a cluster with ranges r whose Nodes nodes lists; a node revoked
+// says is refused a tunnel (nil: none is).
+func NewServer(r Ranges, nodes NodeLister, revoked Revoked, log *slog.Logger) *Server {
+	if revoked == nil {
+		revoked = func(string) bool { return false }
+	}
+	s := &Server{ranges: r, nodes: nodes, revoked: revoked, log: log, conns: map[string]map[net.Conn]struct{}{}}
+	s.rd = remotedialer.New(s.authorize, func(w http.ResponseWriter, _ *http.Request, code int, err error) {
 		http.Error(w, err.Error(), code)
 	})
 	return s
+}
+
+// authorize is nodeOf, and the node must not be revoked: a released node's certificates are
+// refused (401) like no certificate.
+func (s *Server) authorize(r *http.Request) (string, bool, error) {
+	name, ok, err := nodeOf(r)
+	if !ok || err != nil {
+		return name, ok, err
+	}
+	if s.revoked(name) {
+		s.log.Info("tunnel_refused_revoked_node", "node", name)
+		return "", false, nil
+	}
+	return name, true, nil
+}
+
+// Disconnect closes every open tunnel of node (its claim was released) and returns how many.
+// A tunnel being opened while it runs is closed by its own check once it is up.
+func (s *Server) Disconnect(node string) int {
+	s.mu.Lock()
+	conns := s.conns[node]
+	delete(s.conns, node)
+	s.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	return len(conns)
+}
+
+func (s *Server) track(node string, c net.Conn) {
+	s.mu.Lock()
+	if s.conns[node] == nil {
+		s.conns[node] = map[net.Conn]struct{}{}
+	}
+	s.conns[node][c] = struct{}{}
+	s.mu.Unlock()
+	// Revoked between the authorization and now: Disconnect may have run before the
+	// connection was known.
+	if s.revoked(node) {
+		_ = c.Close()
+	}
+}
+
+func (s *Server) untrack(node string, c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns[node], c)
+	if len(s.conns[node]) == 0 {
+		delete(s.conns, node)
+	}
+	s.mu.Unlock()
 }
 
 // nodeOf authenticates a tunnel: the client certificate the TLS handshake verified against
@@ -71,8 +132,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	s.rd.ServeHTTP(w, r)
+	// The websocket takes the connection over (Hijack): it is kept by node, so that a
+	// revocation can close it.
+	name, _, _ := nodeOf(r)
+	hw := &hijackWriter{ResponseWriter: w}
+	defer func() {
+		if hw.conn != nil {
+			s.untrack(name, hw.conn)
+		}
+	}()
+	hw.hijacked = func(c net.Conn) { s.track(name, c) }
+	s.rd.ServeHTTP(hw, r)
 }
+
+// hijackWriter reports the connection an upgrade takes over.
+type hijackWriter struct {
+	http.ResponseWriter
+	conn     net.Conn
+	hijacked func(net.Conn)
+}
+
+func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the connection cannot be taken over")
+	}
+	c, rw, err := h.Hijack()
+	if err == nil {
+		w.conn = c
+		w.hijacked(c)
+	}
+	return c, rw, err
+}
+
+func (w *hijackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Connected reports whether node has a tunnel open.
 func (s *Server) Connected(node string) bool { return s.rd.HasSession(node) }

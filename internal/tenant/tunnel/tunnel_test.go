@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ type env struct {
 	issue   func(cn string, org ...string) tls.Certificate
 	nodes   atomic.Pointer[[]tunnel.Node]
 	backend net.Listener
+	revoked sync.Map // node name -> true: its claim was released
 }
 
 // Pods are 127.0.0.0/24 and Services 127.0.2.0/24 here; 127.0.1.1 stands for the host.
@@ -75,7 +77,8 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(e.gate.Close)
 	e.gate.Set(gate.Serving, "")
 	e.nodes.Store(&[]tunnel.Node{})
-	e.srv = tunnel.NewServer(ranges, func(context.Context, bool) ([]tunnel.Node, error) { return *e.nodes.Load(), nil }, slog.New(slog.DiscardHandler))
+	e.srv = tunnel.NewServer(ranges, func(context.Context, bool) ([]tunnel.Node, error) { return *e.nodes.Load(), nil },
+		func(node string) bool { _, ok := e.revoked.Load(node); return ok }, slog.New(slog.DiscardHandler))
 	e.gate.SetTunnel(tunnel.ALPN, &tls.Config{Certificates: []tls.Certificate{serving}, ClientCAs: e.caPool, ClientAuth: tls.RequireAndVerifyClientCert}, e.srv)
 
 	e.egress = filepath.Join(t.TempDir(), "egress.sock")
@@ -228,5 +231,66 @@ func TestTunnelCarriesOnlyTheClustersAddresses(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "apiserver" {
 		t.Fatalf("through the gate: %q", b)
+	}
+}
+
+// dialTunnel opens a tunnel's websocket with cert as a node's agent does; it returns the
+// connection (nil when refused) and the answer's status code.
+func (e *env) dialTunnel(t *testing.T, cert tls.Certificate) (*websocket.Conn, int) {
+	t.Helper()
+	d := websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: e.caPool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}, NextProtos: []string{tunnel.ALPN, "http/1.1"}}}
+	ws, resp, err := d.Dial("wss://"+e.gate.Addr()+tunnel.Path, nil)
+	code := 0
+	if resp != nil {
+		code = resp.StatusCode
+	}
+	if err != nil {
+		return nil, code
+	}
+	return ws, code
+}
+
+// A released node's certificate opens no tunnel, and the tunnels it held are closed at its
+// revocation; another node's stay.
+func TestTunnelOfRevokedNodeRefusedAndClosed(t *testing.T) {
+	e := newEnv(t)
+	gone, kept := e.issue("system:node:n-gone", "system:nodes"), e.issue("system:node:n-kept", "system:nodes")
+	wsGone, code := e.dialTunnel(t, gone)
+	if wsGone == nil {
+		t.Fatalf("the node's tunnel before its release: %d, want accepted", code)
+	}
+	defer wsGone.Close()
+	wsKept, code := e.dialTunnel(t, kept)
+	if wsKept == nil {
+		t.Fatalf("the other node's tunnel: %d, want accepted", code)
+	}
+	defer wsKept.Close()
+	for !e.srv.Connected("n-gone") || !e.srv.Connected("n-kept") {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	e.revoked.Store("n-gone", true)
+	if n := e.srv.Disconnect("n-gone"); n != 1 {
+		t.Fatalf("Disconnect closed %d tunnels, want 1", n)
+	}
+	_ = wsGone.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := wsGone.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the released node's open tunnel: read %v, want closed by the server", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.srv.Connected("n-gone") {
+		if time.Now().After(deadline) {
+			t.Fatal("the released node still has a session")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ws, code := e.dialTunnel(t, gone); ws != nil || code != http.StatusUnauthorized {
+		if ws != nil {
+			ws.Close()
+		}
+		t.Fatalf("a new tunnel of the released node: %d, want 401", code)
+	}
+	if !e.srv.Connected("n-kept") {
+		t.Fatal("the other node's tunnel was closed")
 	}
 }
