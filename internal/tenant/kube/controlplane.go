@@ -49,14 +49,16 @@ const rbacPolicyMarker = "rbac-policy-version"
 
 // runAPIServer is kube-apiserver's app.Run with the bootstrap hooks of hooks.go in place of
 // upstream's, the RBAC one left out when the stored policy is current, and the cluster's
-// token policy after its authenticators (revocation.go).
-func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool, tokens tenant.TokenPolicy, provisioner provisionerSecrets) error {
+// token policy and revoked nodes after its authenticators (revocation.go,
+// noderevocation.go).
+func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, policyCurrent bool, tokens tenant.TokenPolicy, revokedNodes string, provisioner provisionerSecrets) error {
 	config, err := apiserverapp.NewConfig(opts)
 	if err != nil {
 		return err
 	}
 	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	applyTokenPolicy(config, tokens)
+	applyRevokedNodes(ctx, config, revokedNodes)
 	applyProvisionerAuth(config, provisioner)
 	// The Metrics API's types in the OpenAPI documents (metrics.go); the configurations
 	// may share one OpenAPI configuration, wrapped once.
@@ -196,7 +198,9 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		if errs := completed.Validate(); len(errs) != 0 {
 			return utilerrors.NewAggregate(errs)
 		}
-		go func() { apiDone <- runAPIServer(apiCtx, completed, policyCurrent, spec.TokenPolicy, provisioner) }()
+		go func() {
+			apiDone <- runAPIServer(apiCtx, completed, policyCurrent, spec.TokenPolicy, spec.RevokedNodesFile, provisioner)
+		}()
 		return nil
 	}(); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
