@@ -45,6 +45,11 @@ func (r *Reconciler) ensureBundle(ctx context.Context, p *pass) error {
 		p.message = "waiting for the cluster to mint a join bundle: " + err.Error()
 		return nil
 	}
+	if errors.Is(err, tenant.ErrNodeRevoked) {
+		// A released name never joins again: the claim stays Staged and says why.
+		p.message = "no join bundle: " + err.Error() + "; claim another node name"
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("minting the join bundle of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
 	}

@@ -47,13 +47,17 @@ type Bundler interface {
 	MintNodeBundle(k tenant.Key, nodeName string) (tenant.NodeBundle, error)
 }
 
-// Nodes reads and removes a tenant cluster's nodes (tenant.Manager is one). Nil: no claim
-// reaches Running, and a released node's object stays in its cluster.
+// Nodes reads, removes and revokes a tenant cluster's nodes (tenant.Manager is one). Nil: no
+// claim reaches Running, and a released node's object and credentials stay in its cluster
+// (a process that runs no tenant control planes cannot reach their state).
 type Nodes interface {
 	// NodeReady reports whether the node is registered and Ready.
 	NodeReady(ctx context.Context, k tenant.Key, nodeName string) (bool, error)
 	// DeleteNode deletes the node's object (absent is no error).
 	DeleteNode(ctx context.Context, k tenant.Key, nodeName string) error
+	// RevokeNode makes every credential of the node stop working in the cluster (its join
+	// bundle, its renewed certificates, its tunnels), durably; again is no error.
+	RevokeNode(k tenant.Key, nodeName string) error
 }
 
 // Reconciler reconciles NodeClaims.

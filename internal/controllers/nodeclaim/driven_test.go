@@ -50,8 +50,8 @@ func (b pkiBundler) MintNodeBundle(k tenant.Key, node string) (tenant.NodeBundle
 }
 
 // drivenNodes answers whether a tenant node is Ready from what the test set, and records the
-// nodes deleted: no kubelet runs in these suites.
-type drivenNodes struct{ ready, deleted sync.Map }
+// nodes deleted and revoked: no kubelet runs in these suites.
+type drivenNodes struct{ ready, deleted, revoked sync.Map }
 
 func (d *drivenNodes) NodeReady(_ context.Context, _ tenant.Key, name string) (bool, error) {
 	_, ok := d.ready.Load(name)
@@ -62,6 +62,16 @@ func (d *drivenNodes) DeleteNode(_ context.Context, _ tenant.Key, name string) e
 	d.ready.Delete(name)
 	d.deleted.Store(name, true)
 	return nil
+}
+
+func (d *drivenNodes) RevokeNode(_ tenant.Key, name string) error {
+	d.revoked.Store(name, true)
+	return nil
+}
+
+func (d *drivenNodes) wasRevoked(name string) bool {
+	_, ok := d.revoked.Load(name)
+	return ok
 }
 
 func (d *drivenNodes) wasDeleted(name string) bool {
@@ -337,6 +347,11 @@ func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 	}
 	if r.nodes.wasDeleted("node-a") {
 		t.Fatalf("node-a deleted from the tenant while its guest still runs")
+	}
+	// Its credentials are revoked from the claim's deletion on, before its guest is gone.
+	r.eventually("node-a revoked", func() (bool, string) { return r.nodes.wasRevoked("node-a"), "not revoked" })
+	if r.nodes.wasRevoked("node-b") {
+		t.Fatal("node-b revoked with node-a")
 	}
 	r.drive(ccA, v1alpha1.ComputeContractReleased, false)
 	r.eventually("a's entry dropped, contract, bundle and claim gone", func() (bool, string) {

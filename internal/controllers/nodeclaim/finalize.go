@@ -19,6 +19,10 @@ import (
 
 // finalize is the release finalizer of a deleted claim:
 //
+//  0. the node's credentials are revoked in its cluster, first and on every pass: from the
+//     claim's deletion on, whoever holds the node's bundle or certificates (its bidder, a
+//     tenant inside the guest) can no longer act as the node, register it again, renew its
+//     certificate or hold a tunnel of the cluster;
 //  1. its entry is set Released (the Infra controller sets spec.release on the contract);
 //  2. while the contract is not finished (Released or Failed) the claim waits, woken by the
 //     contract's events; a claim that had already ended (Failed, Lost) does not wait: the
@@ -38,6 +42,9 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 		return reconcile.Result{}, nil
 	}
 	if err := r.readCluster(ctx, p); err != nil {
+		return done(err)
+	}
+	if err := r.revokeNode(p); err != nil {
 		return done(err)
 	}
 	if err := r.setEntryState(ctx, p, v1alpha1.ContractReleased); err != nil && !errors.Is(err, ErrInfraDeleting) {
@@ -102,5 +109,18 @@ func (r *Reconciler) deleteNode(ctx context.Context, p *pass) error {
 		return fmt.Errorf("deleting node %s from cluster %s: %w", p.claim.Spec.NodeName, p.clusterKey(), err)
 	}
 	r.log().Info("nodeclaim_node_deleted", "claim", p.claim.Namespace+"/"+p.claim.Name, "node", p.claim.Spec.NodeName)
+	return nil
+}
+
+// revokeNode revokes the claim's node in its cluster (tenant.Manager.RevokeNode). A cluster
+// gone or being deleted is revoked too: its directory goes with it, and until then its
+// apiserver may still answer.
+func (r *Reconciler) revokeNode(p *pass) error {
+	if r.Nodes == nil || p.claim.Spec.NodeName == "" {
+		return nil
+	}
+	if err := r.Nodes.RevokeNode(p.clusterKey(), p.claim.Spec.NodeName); err != nil {
+		return fmt.Errorf("revoking node %s in cluster %s: %w", p.claim.Spec.NodeName, p.clusterKey(), err)
+	}
 	return nil
 }
