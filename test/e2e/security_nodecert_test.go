@@ -86,7 +86,12 @@ func TestSecurity_ReleasedNodeCredentialsRevoked(t *testing.T) {
 	wctx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
 	timeout := int64(600)
-	w, err := nodeCS.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{TimeoutSeconds: &timeout})
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchCS := kubernetes.NewForConfigOrDie(rc) // no client timeout: the watch ends only if the server ends it
+	w, err := watchCS.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{TimeoutSeconds: &timeout})
 	if err != nil {
 		t.Fatalf("before the release, a watch of Nodes: %v", err)
 	}
