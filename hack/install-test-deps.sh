@@ -3,7 +3,8 @@
 # npm and kubectl come with it): curl for the reference PDS harness, iproute2 for the network
 # namespace and veth pair the tenant apiservers advertise (the tenant rows run as root), Deno
 # (from npm, into .cache/deno) for the guests, netcat-openbsd and bind9-dnsutils for the
-# conformance images' userland (hack/conformance, docs/conformance.md). Idempotent.
+# conformance images' userland (hack/conformance, docs/conformance.md), chromium for the
+# console rows (a headless browser driven by chromedp, docs/console.md). Idempotent.
 set -euo pipefail
 missing=()
 command -v curl >/dev/null || missing+=(curl)
@@ -11,6 +12,7 @@ command -v npm >/dev/null || missing+=(npm)
 command -v ip >/dev/null || missing+=(iproute2)
 [ -x /bin/nc.openbsd ] || missing+=(netcat-openbsd)
 command -v dig >/dev/null || missing+=(bind9-dnsutils)
+command -v chromium >/dev/null || missing+=(chromium)
 # libseccomp.a: the node runtime's runc is linked statically with it (hack/build-node-runtime.sh).
 [ -e /usr/include/seccomp.h ] || missing+=(libseccomp-dev)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -62,6 +62,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.NodeVMImage, "vm-image", "", "with --node-flavour vm: the image `socialweb image build` wrote (default DATA_DIR/images/vm)")
 	cmd.Flags().StringVar(&o.PodSecurity, "pod-security", string(tenant.PodSecurityBaseline), "Pod Security level every tenant cluster enforces on every pod: baseline or restricted (an owner may choose restricted for their cluster, never less than this)")
 	cmd.Flags().StringVar(&o.PodUserNamespaces, "pod-user-namespaces", tenant.PodUserNamespacesAuto, "whether every tenant cluster runs every pod in a user namespace of its own (hostUsers: false defaulted, hostUsers: true refused; the cluster rents only nodes that run them): required, optional, or auto (required when the local node bidder's nodes run them); an owner may require them for their cluster, never drop the requirement")
+	cmd.Flags().StringVar(&o.ConsoleListen, "console-listen", "127.0.0.1:0", "address of the live console, a web page of what up runs (a loopback address; port 0 picks a free one; off: none)")
 	cmd.Flags().StringVar(&level, "log-level", "info", "level of DATA_DIR/logs/socialweb.log: debug, info, warn, error")
 	return cmd
 }

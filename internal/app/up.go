@@ -72,6 +72,8 @@ type UpOptions struct {
 	// MarketFollow are firehoses (PDS or relay URLs) the market follows besides the embedded
 	// PDS: the requester for bidders elsewhere, the local bidders for requesters elsewhere.
 	MarketFollow []string
+	// ConsoleListen is the address of the live console (ConsoleOff: none).
+	ConsoleListen string
 	// Out receives the ready line; Progress receives phase lines.
 	Out, Progress io.Writer
 }
@@ -198,6 +200,16 @@ func Up(ctx context.Context, o UpOptions) error {
 	}()
 	phase("gateway serving at %s (service DID %s)", gw.URL(), gw.DID())
 	phase("%s", AccessLine(access))
+	con, err := startConsole(ctx, o.ConsoleListen, c, srv.URL(), log)
+	if err != nil {
+		return err
+	}
+	consoleAt := ""
+	if con != nil {
+		defer con.Close()
+		consoleAt = ", console " + con.URL()
+		phase("console serving at %s (log in with the kubeconfig's token, %s)", con.URL(), dir.AdminToken())
+	}
 
 	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
 	// race them to an early exit that the stop sequence below would then wait for in vain.
@@ -229,7 +241,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return errors.New("controllers: caches did not sync")
 	}
 	phase("controllers started")
-	fmt.Fprintf(o.Out, "socialweb is ready in %.2fs: kubeconfig %s (export KUBECONFIG=%s)\n", time.Since(t0).Seconds(), c.KubeconfigPath, c.KubeconfigPath)
+	fmt.Fprintf(o.Out, "socialweb is ready in %.2fs: kubeconfig %s (export KUBECONFIG=%s)%s\n", time.Since(t0).Seconds(), c.KubeconfigPath, c.KubeconfigPath, consoleAt)
 	// Start-up builds OpenAPI documents, decodes every CRD once and runs the initialisers of
 	// every component linked into the binary: hand that heap and those pages back now rather
 	// than letting the idle process hold them (what it touches again faults back in).
