@@ -114,6 +114,9 @@ type NodeClaimRow struct {
 type MilestoneKind string
 
 const (
+	// MilestoneCreated: the console saw the ComputeContract created, that is the contract
+	// Requested, to the millisecond (its creationTimestamp has whole seconds).
+	MilestoneCreated MilestoneKind = "created"
 	MilestonePhase   MilestoneKind = "phase"
 	MilestoneRFP     MilestoneKind = "rfp"
 	MilestoneBid     MilestoneKind = "bid"
@@ -139,6 +142,9 @@ func Milestones(prev, cur *v1alpha1.ComputeContract, at time.Time) []Milestone {
 	c := cur.Status
 	var out []Milestone
 	add := func(k MilestoneKind, d string) { out = append(out, Milestone{Kind: k, Detail: d, At: at}) }
+	if prev == nil {
+		add(MilestoneCreated, "")
+	}
 	if c.Phase != "" && c.Phase != p.Phase {
 		add(MilestonePhase, string(c.Phase))
 	}
@@ -269,34 +275,56 @@ func market(cc *v1alpha1.ComputeContract, seen []Milestone, pdsURL string) *Mark
 // Timeline is a contract's steps from Requested (its ComputeContract's creation) on: the
 // milestones the console saw, the guest's events and the conditions' transitions, each with
 // its time and the time since Requested, oldest first.
+//
+// What the console saw carries milliseconds. Object times (creationTimestamp, an event's at,
+// a condition's transition) carry whole seconds: each such step is shown to the second, "by"
+// the end of its second, and placed there, since that is the latest it can have happened.
 func Timeline(cc *v1alpha1.ComputeContract, seen []Milestone) []TimelineRow {
 	type step struct {
 		at           time.Time
+		coarse       bool
 		what, detail string
 	}
-	t0 := cc.CreationTimestamp.Time
-	steps := []step{{t0, "Requested", "ComputeContract " + cc.Name + " created"}}
+	requested := step{cc.CreationTimestamp.Time, true, "Requested", "ComputeContract " + cc.Name + " created"}
+	var steps []step
 	for _, m := range seen {
 		what := map[MilestoneKind]string{MilestonePhase: "phase", MilestoneRFP: "RFP published", MilestoneBid: "bid",
 			MilestoneWinner: "winner", MilestoneAccept: "accepted", MilestoneReceipt: "receipt"}[m.Kind]
-		if m.Kind == MilestonePhase {
+		switch m.Kind {
+		case MilestoneCreated:
+			requested.at, requested.coarse = m.At, false
+			continue
+		case MilestonePhase:
 			what, m.Detail = m.Detail, ""
 		}
-		steps = append(steps, step{m.At, what, m.Detail})
+		steps = append(steps, step{at: m.At, what: what, detail: m.Detail})
 	}
 	for _, e := range cc.Status.Events {
 		if e.At != nil {
-			steps = append(steps, step{e.At.Time, "event " + e.Type, e.Message})
+			steps = append(steps, step{e.At.Time, true, "event " + e.Type, e.Message})
 		}
 	}
 	for _, c := range cc.Status.Conditions {
-		steps = append(steps, step{c.LastTransitionTime.Time, c.Type + " " + string(c.Status), strings.TrimSpace(c.Reason + " " + c.Message)})
+		steps = append(steps, step{c.LastTransitionTime.Time, true, c.Type + " " + string(c.Status), strings.TrimSpace(c.Reason + " " + c.Message)})
+	}
+	key := func(s step) time.Time {
+		if s.coarse {
+			return s.at.Truncate(time.Second).Add(time.Second - time.Millisecond)
+		}
+		return s.at
 	}
 	// Stable: what the console saw at the same instant keeps its order.
-	slices.SortStableFunc(steps, func(a, b step) int { return a.at.Compare(b.at) })
-	rows := make([]TimelineRow, 0, len(steps))
+	slices.SortStableFunc(steps, func(a, b step) int { return key(a).Compare(key(b)) })
+	// Requested is first whatever its precision; when the console did not see it, it is the
+	// start of its second (creationTimestamp), the earliest it can have been.
+	t0 := requested.at
+	rows := []TimelineRow{{At: t0.UTC().Format("15:04:05.000"), Since: since(0), What: requested.what, Detail: requested.detail}}
 	for _, s := range steps {
-		rows = append(rows, TimelineRow{At: s.at.UTC().Format("15:04:05.000"), Since: since(s.at.Sub(t0)), What: s.what, Detail: s.detail})
+		r := TimelineRow{At: s.at.UTC().Format("15:04:05.000"), Since: since(s.at.Sub(t0)), What: s.what, Detail: s.detail}
+		if s.coarse {
+			r.At, r.Since = "by "+s.at.UTC().Format("15:04:05"), "by "+since(key(s).Sub(t0).Round(time.Second))
+		}
+		rows = append(rows, r)
 	}
 	return rows
 }

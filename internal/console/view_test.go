@@ -29,9 +29,9 @@ func TestMilestones(t *testing.T) {
 		noPrev    bool
 		want      []Milestone
 	}{
-		{name: "new and empty", noPrev: true},
+		{name: "new and empty", noPrev: true, want: []Milestone{{Kind: MilestoneCreated, At: t0}}},
 		{name: "new with a phase", noPrev: true, cur: v1alpha1.ComputeContractStatus{Phase: "Pending"},
-			want: []Milestone{{Kind: MilestonePhase, Detail: "Pending", At: t0}}},
+			want: []Milestone{{Kind: MilestoneCreated, At: t0}, {Kind: MilestonePhase, Detail: "Pending", At: t0}}},
 		{name: "nothing changed", prev: v1alpha1.ComputeContractStatus{Phase: "Requesting", Bids: []v1alpha1.ContractBid{bid}},
 			cur: v1alpha1.ComputeContractStatus{Phase: "Requesting", Bids: []v1alpha1.ContractBid{bid}}},
 		{name: "the RFP goes out", prev: v1alpha1.ComputeContractStatus{Phase: "Pending"},
@@ -60,34 +60,51 @@ func TestMilestones(t *testing.T) {
 
 func TestTimeline(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	ready := metav1.NewTime(at(1500 * time.Millisecond))
+	// Object times have whole seconds: the event happened within 16:00:01, the condition
+	// within 16:00:00.
+	ready := metav1.NewTime(at(time.Second))
 	cc := contract(v1alpha1.ComputeContractStatus{
 		Events:     []v1alpha1.ContractEvent{{Type: "ready", At: &ready, Message: "up"}, {Type: "no time"}},
-		Conditions: []metav1.Condition{{Type: "SecretsDelivered", Status: "True", Reason: "Delivered", LastTransitionTime: metav1.NewTime(at(time.Second))}},
+		Conditions: []metav1.Condition{{Type: "SecretsDelivered", Status: "True", Reason: "Delivered", LastTransitionTime: metav1.NewTime(t0)}},
 	})
-	seen := []Milestone{
-		{Kind: MilestonePhase, Detail: "Pending", At: at(10 * time.Millisecond)},
-		{Kind: MilestonePhase, Detail: "Requesting", At: at(200 * time.Millisecond)},
-		{Kind: MilestoneRFP, Detail: "at://rfp", At: at(200 * time.Millisecond)},
+	market := []Milestone{
+		{Kind: MilestonePhase, Detail: "Pending", At: at(310 * time.Millisecond)},
+		{Kind: MilestonePhase, Detail: "Requesting", At: at(500 * time.Millisecond)},
+		{Kind: MilestoneRFP, Detail: "at://rfp", At: at(500 * time.Millisecond)},
 		{Kind: MilestoneBid, Detail: "did:plc:b at 0 usd", At: at(700 * time.Millisecond)},
-		{Kind: MilestonePhase, Detail: "Held", At: at(2 * time.Second)},
+		{Kind: MilestonePhase, Detail: "Held", At: at(1200 * time.Millisecond)},
 	}
-	var got []string
-	for _, r := range Timeline(cc, seen) {
-		got = append(got, strings.Join([]string{r.At, r.Since, r.What, r.Detail}, " | "))
-	}
-	want := []string{
-		"16:00:00.000 | +0s | Requested | ComputeContract infra-web-api created",
-		"16:00:00.010 | +10ms | Pending | ",
-		"16:00:00.200 | +200ms | Requesting | ",
-		"16:00:00.200 | +200ms | RFP published | at://rfp",
-		"16:00:00.700 | +700ms | bid | did:plc:b at 0 usd",
-		"16:00:01.000 | +1s | SecretsDelivered True | Delivered",
-		"16:00:01.500 | +1.5s | event ready | up",
-		"16:00:02.000 | +2s | Held | ",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("timeline (-want +got):\n%s", diff)
+	for _, tc := range []struct {
+		name string
+		seen []Milestone
+		want []string
+	}{
+		{name: "the console saw it requested", seen: append([]Milestone{{Kind: MilestoneCreated, At: at(300 * time.Millisecond)}}, market...), want: []string{
+			"16:00:00.300 | +0s | Requested | ComputeContract infra-web-api created",
+			"16:00:00.310 | +10ms | Pending | ",
+			"16:00:00.500 | +200ms | Requesting | ",
+			"16:00:00.500 | +200ms | RFP published | at://rfp",
+			"16:00:00.700 | +400ms | bid | did:plc:b at 0 usd",
+			"by 16:00:00 | by +1s | SecretsDelivered True | Delivered",
+			"16:00:01.200 | +900ms | Held | ",
+			"by 16:00:01 | by +2s | event ready | up",
+		}},
+		{name: "it was requested before the console started", seen: market[4:], want: []string{
+			"16:00:00.000 | +0s | Requested | ComputeContract infra-web-api created",
+			"by 16:00:00 | by +1s | SecretsDelivered True | Delivered",
+			"16:00:01.200 | +1.2s | Held | ",
+			"by 16:00:01 | by +2s | event ready | up",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, r := range Timeline(cc, tc.seen) {
+				got = append(got, strings.Join([]string{r.At, r.Since, r.What, r.Detail}, " | "))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("timeline (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
