@@ -43,7 +43,10 @@ type Options struct {
 	Config *rest.Config
 	// PDSURL, when set, links record at-URIs to that PDS's getRecord.
 	PDSURL string
-	Logger *slog.Logger
+	// TenantConfig, when set, reaches the apiserver of a tenant cluster as its admin: the
+	// console then shows the cluster's nodes and pending pods.
+	TenantConfig func(namespace, name string) (*rest.Config, error)
+	Logger       *slog.Logger
 }
 
 // Console is a running console.
@@ -61,6 +64,8 @@ type Console struct {
 	view  []byte // the current rendering of the view
 	subs  map[chan []byte]struct{}
 	dirty chan struct{}
+	// tenants are the watches of tenant clusters, by namespace/name.
+	tenants map[string]*tenantWatch
 }
 
 // NotLoopbackError refuses a listen address off this machine: the console shows
@@ -93,7 +98,8 @@ func Start(ctx context.Context, o Options) (*Console, error) {
 		return nil, err
 	}
 	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	c := &Console{o: o, stop: stop, seen: map[string][]Milestone{}, subs: map[chan []byte]struct{}{}, dirty: make(chan struct{}, 1)}
+	c := &Console{o: o, stop: stop, seen: map[string][]Milestone{}, subs: map[chan []byte]struct{}{}, dirty: make(chan struct{}, 1),
+		tenants: map[string]*tenantWatch{}}
 	c.session = randomHex()
 	c.cache, err = cache.New(o.Config, cache.Options{Scheme: scheme})
 	if err != nil {
@@ -205,6 +211,7 @@ func (c *Console) renderLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			c.stopTenants()
 			c.mu.Lock()
 			for ch := range c.subs {
 				close(ch)
@@ -242,6 +249,8 @@ func (c *Console) render(ctx context.Context) {
 	for k, v := range c.seen {
 		s.Seen[k] = v
 	}
+	c.syncTenants(s.Clusters)
+	s.Tenants = c.tenantObjects()
 	c.mu.Unlock()
 	var b bytes.Buffer
 	if err := pages.ExecuteTemplate(&b, "view", Build(s)); err != nil {

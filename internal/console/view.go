@@ -25,6 +25,8 @@ type Snapshot struct {
 	// Seen are the milestones of each ComputeContract (by namespace/name) in the order the
 	// console saw them.
 	Seen map[string][]Milestone
+	// Tenants are the insides of the tenant clusters the console watches, by namespace/name.
+	Tenants map[string]TenantObjects
 	// PDSURL, when set, turns the at-URIs of records in its repos into links to its
 	// com.atproto.repo.getRecord.
 	PDSURL string
@@ -103,6 +105,22 @@ type ClusterRow struct {
 	// which pending pods wait for a node.
 	Scaling    string
 	NodeClaims []NodeClaimRow
+	// Watched says the console reads the cluster's apiserver: TenantNodes and Pending are
+	// what it holds.
+	Watched     bool
+	TenantNodes []TenantNodeRow
+	Pending     []PendingPodRow
+}
+
+// TenantNodeRow is one Node object of a tenant cluster.
+type TenantNodeRow struct {
+	Name, Ready string
+	Pods        int
+}
+
+// PendingPodRow is a pod of a tenant cluster that no node took yet, and why.
+type PendingPodRow struct {
+	Namespace, Name, Reason string
 }
 
 // NodeClaimRow is one node a cluster rented or is renting.
@@ -219,6 +237,9 @@ func Build(s Snapshot) View {
 			}
 		}
 		slices.SortFunc(row.NodeClaims, func(a, b NodeClaimRow) int { return cmp.Compare(a.Name, b.Name) })
+		if t, ok := s.Tenants[c.Namespace+"/"+c.Name]; ok {
+			row.Watched, row.TenantNodes, row.Pending = true, TenantNodes(t), PendingPods(t.Pods)
+		}
 		v.Clusters = append(v.Clusters, row)
 	}
 	slices.SortFunc(v.Clusters, func(a, b ClusterRow) int {

@@ -417,8 +417,8 @@ func TestBench_ConsoleUpdateLatency(t *testing.T) {
 }
 
 // The console shows a tenant cluster renting a node: the Cluster Ready with no node, then,
-// once a pod needs one, its NodeClaim going to Running and the Cluster counting one node,
-// live in the browser.
+// once a pod needs one, the pod pending, a NodeClaim going to Running, the Node Ready in the
+// cluster and the pod no longer pending, live in the browser.
 func TestConsole_BrowserShowsANodeJoining(t *testing.T) {
 	n := startNodeUp(t)
 	consoleURL := n.up.phase(t, "console serving at ")
@@ -428,9 +428,12 @@ func TestConsole_BrowserShowsANodeJoining(t *testing.T) {
 
 	kc := n.cluster("demo", "maxNodes: 1, scaleHold: 30s")
 	cluster := `document.querySelector('article.cluster[data-name="demo"]')`
-	b.waitJS("demo Ready with no node", cluster+`?.dataset.phase === "Ready" && `+cluster+`.dataset.nodes === "0"`, 30*time.Second)
+	b.waitJS("demo Ready with no node", cluster+`?.dataset.phase === "Ready" && `+cluster+`.dataset.nodes === "0" && `+
+		cluster+`.querySelector('table.nodes') !== null && `+cluster+`.querySelector('tr.node') === null`, 30*time.Second)
 	b.shot("cluster-ready")
 	tkubectl(t, kc, spreadPod("sleeper"), "apply", "-f", "-")
+	// The pod waits for a node the cluster rents: pending, its claim on the way.
+	b.waitJS("sleeper pending", cluster+`?.querySelector('tr.pod[data-pod="default/sleeper"]') != null`, 60*time.Second)
 	b.waitJS("a NodeClaim", cluster+`?.querySelector('tr.nodeclaim') !== null`, 60*time.Second)
 	b.shot("nodeclaim")
 	var nodeName string
@@ -439,6 +442,8 @@ func TestConsole_BrowserShowsANodeJoining(t *testing.T) {
 	}
 	b.waitJS("the node "+nodeName+" Running and counted", fmt.Sprintf(`%s?.querySelector('tr.nodeclaim[data-node=%s]')?.dataset.phase === "Running" && %s.dataset.nodes === "1"`,
 		cluster, jsString(nodeName), cluster), 60*time.Second)
+	b.waitJS("the Node "+nodeName+" Ready and the pod no longer pending", fmt.Sprintf(`%s.querySelector('tr.node[data-node=%s]')?.dataset.ready === "True" && %s.querySelector('tr.pod') === null`,
+		cluster, jsString(nodeName), cluster), 90*time.Second)
 	b.shot("node-joined")
 	if after := evalJS[float64](b, "window.consoleLoadedAt"); after != loadedAt {
 		t.Errorf("the page was reloaded: loaded at %v, now %v", loadedAt, after)
