@@ -200,7 +200,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	}()
 	phase("gateway serving at %s (service DID %s)", gw.URL(), gw.DID())
 	phase("%s", AccessLine(access))
-	con, err := startConsole(ctx, o.ConsoleListen, c, srv.URL(), tenants, log)
+	con, err := startConsole(ctx, o.ConsoleListen, c, dir.Root, srv.URL(), tenants, log)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,10 @@ type Options struct {
 	// TenantConfig, when set, reaches the apiserver of a tenant cluster as its admin: the
 	// console then shows the cluster's nodes and pending pods.
 	TenantConfig func(namespace, name string) (*rest.Config, error)
-	Logger       *slog.Logger
+	// GuestLogs, when set, reads the last lines of the log of the guest booted for an
+	// accept (a local bidder's): the console then shows them under the contract.
+	GuestLogs func(ctx context.Context, acceptURI string, tail int) ([]byte, error)
+	Logger    *slog.Logger
 }
 
 // Console is a running console.
@@ -66,6 +69,8 @@ type Console struct {
 	dirty chan struct{}
 	// tenants are the watches of tenant clusters, by namespace/name.
 	tenants map[string]*tenantWatch
+	// logs are the tails of the guests' logs, by ComputeContract namespace/name.
+	logs map[string]string
 }
 
 // NotLoopbackError refuses a listen address off this machine: the console shows
@@ -130,6 +135,7 @@ func Start(ctx context.Context, o Options) (*Console, error) {
 	}
 	c.render(cctx)
 	go c.renderLoop(cctx)
+	go c.followLogs(cctx)
 
 	c.ln, err = net.Listen("tcp", o.Addr)
 	if err != nil {
@@ -251,6 +257,7 @@ func (c *Console) render(ctx context.Context) {
 	}
 	c.syncTenants(s.Clusters)
 	s.Tenants = c.tenantObjects()
+	s.Logs = c.logs
 	c.mu.Unlock()
 	var b bytes.Buffer
 	if err := pages.ExecuteTemplate(&b, "view", Build(s)); err != nil {

@@ -52,3 +52,14 @@ func TestPendingPodsAndNodes(t *testing.T) {
 		t.Errorf("nodes (-want +got):\n%s", diff)
 	}
 }
+
+func TestGuestsWithLogs(t *testing.T) {
+	cc := func(name string, phase v1alpha1.ComputeContractPhase, accept string) v1alpha1.ComputeContract {
+		return v1alpha1.ComputeContract{ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: name}, Status: v1alpha1.ComputeContractStatus{Phase: phase, Accept: accept}}
+	}
+	got := GuestsWithLogs([]v1alpha1.ComputeContract{cc("held", "Held", "at://a"), cc("releasing", "Releasing", "at://b"),
+		cc("requesting", "Requesting", ""), cc("released", "Released", "at://c"), cc("failed", "Failed", "at://d"), cc("held-no-accept", "Held", "")})
+	if diff := cmp.Diff(map[string]string{"d/held": "at://a", "d/releasing": "at://b"}, got); diff != "" {
+		t.Errorf("guests (-want +got):\n%s", diff)
+	}
+}

@@ -27,6 +27,8 @@ type Snapshot struct {
 	Seen map[string][]Milestone
 	// Tenants are the insides of the tenant clusters the console watches, by namespace/name.
 	Tenants map[string]TenantObjects
+	// Logs are the tails of the guests' logs, by ComputeContract namespace/name.
+	Logs map[string]string
 	// PDSURL, when set, turns the at-URIs of records in its repos into links to its
 	// com.atproto.repo.getRecord.
 	PDSURL string
@@ -69,7 +71,9 @@ type Market struct {
 	Receipt        Link
 	Events         []EventRow
 	Guest          string
-	Timeline       []TimelineRow
+	// Log is the tail of the guest's log, when its bidder is this process.
+	Log      string
+	Timeline []TimelineRow
 }
 
 // BidRow is one bid on the contract's RFP.
@@ -265,6 +269,7 @@ func deployment(kind string, meta metav1.ObjectMeta, spec v1alpha1.InfraSpec, st
 			Winner: cs.Winner, Message: cs.Message, ComputeContract: cs.ComputeContract}
 		if cc := ccs[meta.Namespace+"/"+cs.ComputeContract]; cs.ComputeContract != "" && cc != nil {
 			row.Market = market(cc, s.Seen[cc.Namespace+"/"+cc.Name], s.PDSURL)
+			row.Market.Log = s.Logs[cc.Namespace+"/"+cc.Name]
 		}
 		d.Contracts = append(d.Contracts, row)
 	}

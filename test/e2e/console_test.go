@@ -159,8 +159,9 @@ func contractPhase(deployment, contract, phase string) string {
 
 // The console of `socialweb up`, in a real browser: an Infra applied with kubectl shows up
 // Staged, its contract goes Requesting, a bid appears with its bidder (up's deno bidder), and
-// the deployment goes Deployed with a timeline from Requested on, all without a reload (a
-// value the page's script set at load survives). No credential and a wrong one get 401.
+// the deployment goes Deployed with a timeline from Requested on and the guest's log (markup
+// in it shown as text), all without a reload (a value the page's script set at load
+// survives). No credential and a wrong one get 401.
 func TestConsole_BrowserShowsADeploymentLive(t *testing.T) {
 	requireTool(t, "kubectl")
 	dir := filepath.Join(t.TempDir(), "data")
@@ -191,6 +192,7 @@ spec:
     computeKind: deno
     policyArgs: {bidWindowSec: "3"}
     userData: |
+      console.log("guest says <img src=x onerror=\"window.pwned = 'log'\"> hello")
       setInterval(() => {}, 1000)
 `, "apply", "-f", "-")
 	c := coreClient(t, dir)
@@ -219,7 +221,15 @@ spec:
 	b.shot("bid")
 	b.waitJS("web Deployed", deploymentPhase("web", "Deployed")+" && "+contractPhase("web", "api", "Deployed"), 60*time.Second)
 	b.waitJS("the receipt", `[...document.querySelectorAll('article.deployment[data-name="web"] .timeline td')].some(e => e.textContent === "receipt")`, 30*time.Second)
+	// The guest's log, hostile markup and all, shown as text.
+	b.waitJS("the guest's log", `[...document.querySelectorAll('article.deployment[data-name="web"] pre.log')].some(e => e.textContent.includes("guest says <img src=x onerror=\"window.pwned = 'log'\"> hello"))`, 30*time.Second)
 	b.shot("deployed")
+	if n := evalJS[int](b, `document.querySelectorAll('#view img').length`); n != 0 {
+		t.Errorf("%d img elements in the page: the guest's log was not shown as text", n)
+	}
+	if p := evalJS[string](b, `String(window.pwned)`); p != "undefined" {
+		t.Errorf("the guest's log ran script: window.pwned = %s", p)
+	}
 
 	timeline := evalJS[[]string](b, `[...document.querySelectorAll('article.deployment[data-name="web"] .timeline tr')].slice(1).map(r => r.cells[2].textContent)`)
 	for _, step := range []string{"Requested", "RFP published", "bid", "accepted", "receipt", "Held"} {
