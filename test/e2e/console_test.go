@@ -347,9 +347,14 @@ func TestSecurity_ConsoleShowsHostileValuesAsText(t *testing.T) {
 	for i, h := range hostile {
 		newInfra(t, env, fmt.Sprintf("evil%d", i), h, []string{"api"})
 	}
-	b.waitJS("every deployment shown", fmt.Sprintf(`document.querySelectorAll('article.deployment').length === %d`, len(hostile)), 30*time.Second)
+	// Staged: reconciled, the description in the record too, and the page updated since.
+	b.waitJS("every deployment shown Staged", fmt.Sprintf(`document.querySelectorAll('article.deployment[data-phase="Staged"]').length === %d`, len(hostile)), 30*time.Second)
 	for i, h := range hostile {
 		name := fmt.Sprintf("evil%d", i)
+		testenv.Eventually(t, 30*time.Second, name+"'s record holds the description", func() (bool, error) {
+			rec := pdsRecord(t, env, infraNSID, name)
+			return rec != nil && deref(rec.Description) == h, fmt.Errorf("record %s", statusJSON(rec))
+		})
 		want := strings.ReplaceAll(strings.ReplaceAll(h, "\r\n", "\n"), "\r", "\n") // as HTML parsing reads line breaks
 		got := evalJS[string](b, fmt.Sprintf(`document.querySelector('article.deployment[data-name=%s] .desc')?.textContent ?? "(none)"`, jsString(name)))
 		if got != want {
