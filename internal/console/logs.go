@@ -30,8 +30,8 @@ func GuestsWithLogs(ccs []v1alpha1.ComputeContract) map[string]string {
 	return out
 }
 
-// followLogs reads the tails of the guests' logs every logInterval and marks the view dirty
-// when one changed.
+// followLogs reads the tails of the guests' logs every logInterval while a page is open and
+// marks the view dirty when one changed.
 func (c *Console) followLogs(ctx context.Context) {
 	if c.o.GuestLogs == nil {
 		return
@@ -43,6 +43,12 @@ func (c *Console) followLogs(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		c.mu.Lock()
+		watched := len(c.subs) > 0
+		c.mu.Unlock()
+		if !watched {
+			continue // no page open: nobody to show a tail to
 		}
 		var cl v1alpha1.ComputeContractList
 		if err := c.cache.List(ctx, &cl); err != nil {
