@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -309,6 +310,39 @@ func checkConsoleAuth(t *testing.T, consoleURL, token string) {
 	// A page elsewhere that rebinds its name to 127.0.0.1 comes with its own Host.
 	if resp := get("", func(r *http.Request) { r.Host = "evil.test"; r.Header.Set("Authorization", "Bearer "+token) }); resp.StatusCode == http.StatusOK {
 		t.Errorf("another Host name: %d, want a refusal", resp.StatusCode)
+	}
+	// The login form's POST: only from the console's own origin.
+	post := func(origin, tok string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, consoleURL+"login", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	own := strings.TrimSuffix(consoleURL, "/")
+	for _, row := range []struct {
+		origin, token string
+		want          int
+	}{
+		{"http://evil.test", token, http.StatusForbidden},
+		{"", token, http.StatusForbidden}, // neither Origin nor Sec-Fetch-Site
+		{own, wrong, http.StatusUnauthorized},
+		{own, token, http.StatusSeeOther},
+	} {
+		resp := post(row.origin, row.token)
+		if resp.StatusCode != row.want {
+			t.Errorf("login form from origin %q: %d, want %d", row.origin, resp.StatusCode, row.want)
+		}
+		if row.want != http.StatusSeeOther && len(resp.Cookies()) != 0 {
+			t.Errorf("login form from origin %q set cookies %v", row.origin, resp.Cookies())
+		}
 	}
 	login := get("login?token="+token, nil)
 	if login.StatusCode != http.StatusSeeOther || len(login.Cookies()) != 1 {

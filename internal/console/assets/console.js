@@ -17,5 +17,9 @@ window.consoleUpdates = 0;
     conn.textContent = "live";
   });
   events.onopen = function () { conn.textContent = "live"; };
-  events.onerror = function () { conn.textContent = "reconnecting"; };
+  events.onerror = function () {
+    // CLOSED: the server refused the stream (a restarted up logged this page out); the
+    // browser will not retry, a reload shows the login.
+    conn.textContent = events.readyState === EventSource.CLOSED ? "disconnected: reload" : "reconnecting";
+  };
 })();
