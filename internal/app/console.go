@@ -29,7 +29,9 @@ func startConsole(ctx context.Context, addr string, c *core.Core, root, pdsURL s
 	o := console.Options{Addr: addr, Token: c.RESTConfig.BearerToken, Config: c.RESTConfig, PDSURL: pdsURL,
 		Logger: log.With("component", "console"), GuestLogs: localGuestLogs(root)}
 	if tenants != nil {
-		o.TenantConfig = func(ns, name string) (*rest.Config, error) { return tenants.AdminConfig(tenant.Key{Namespace: ns, Name: name}) }
+		o.TenantConfig = func(ns, name string) (*rest.Config, error) {
+			return tenants.AdminConfig(tenant.Key{Namespace: ns, Name: name})
+		}
 	}
 	return console.Start(ctx, o)
 }
