@@ -347,7 +347,9 @@ func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) ten
 	t.Helper()
 	requireNodeHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	up := startUp(t, dir)
+	// Its nodes are booted straight from a substrate, not rented through the market, so the
+	// cluster does not require what some of them (vm nodes, the host's runtime) cannot run.
+	up := startUp(t, dir, "--pod-user-namespaces", "optional")
 	c := coreClient(t, dir)
 	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
 kind: Cluster

@@ -118,12 +118,12 @@ spec:
 	})
 }
 
-// TestSecurity_UserNamespaceClusterRentsNoNodeThatCannotRunThem: a cluster that runs every
+// TestSecurity_UsernsClusterRentsOnlyCapableNodes: a cluster that runs every
 // pod in a user namespace declares node contracts requiring the pod-user-namespaces layer; a
 // node bidder whose nodes run the host's older containerd and runc (no user namespaces)
 // does not state it, so it is not waited for, its bid is refused, and no node joins: the
 // pods would all fail there.
-func TestSecurity_UserNamespaceClusterRentsNoNodeThatCannotRunThem(t *testing.T) {
+func TestSecurity_UsernsClusterRentsOnlyCapableNodes(t *testing.T) {
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir, "--pod-user-namespaces", "required", "--node-runtime", node.HostRuntime, "--node-bid-window", "1s")

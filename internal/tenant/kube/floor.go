@@ -135,12 +135,9 @@ func newFloor(config io.Reader) (*floor, error) {
 func (f *floor) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	switch a.GetResource().GroupResource() {
 	case core.Resource("pods"):
-		if err := f.validateHostUsers(a); err != nil {
-			return err
-		}
 		result := f.delegate.ValidatePod(ctx, &v1PodAttributes{Attributes: a})
 		if result.Allowed {
-			return nil
+			return f.validateHostUsers(a)
 		}
 		msg := "not allowed by PodSecurity"
 		if result.Result != nil && result.Result.Message != "" {

@@ -295,10 +295,12 @@ func TestFloor_UserNamespaces(t *testing.T) {
 		sub       string
 		want      *bool // hostUsers after Admit
 		forbidden bool
+		why       string // in the refusal; default: the user namespace
 	}{
 		{name: "unset is defaulted to false", floor: required, pod: pod("plain", nil), want: &no},
 		{name: "false is kept", floor: required, pod: pod("userns", func(p *core.Pod) { p.Spec.HostUsers = &no }), want: &no},
 		{name: "true is refused", floor: required, pod: pod("host", func(p *core.Pod) { p.Spec.HostUsers = &yes }), want: &yes, forbidden: true},
+		{name: "a pod asking for a host namespace is left to Pod Security", floor: required, pod: pod("hostpid", func(p *core.Pod) { p.Spec.HostPID = true }), want: nil, forbidden: true, why: "host namespaces"},
 		{name: "an update of a pod made before is left alone", floor: required, pod: pod("old", nil), old: pod("old", nil), want: nil},
 		{name: "a subresource is left alone", floor: required, pod: pod("eph", nil), sub: "ephemeralcontainers", want: nil},
 		{name: "optional: unset stays unset", floor: optional, pod: pod("plain", nil), want: nil},
@@ -317,8 +319,12 @@ func TestFloor_UserNamespaces(t *testing.T) {
 			if tc.forbidden != (err != nil) {
 				t.Fatalf("Validate: %v, forbidden want %v", err, tc.forbidden)
 			}
-			if tc.forbidden && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "user namespace of its own")) {
-				t.Fatalf("Validate: %v, want Forbidden naming the user namespace", err)
+			why := tc.why
+			if why == "" {
+				why = "user namespace of its own"
+			}
+			if tc.forbidden && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), why)) {
+				t.Fatalf("Validate: %v, want Forbidden naming %q", err, why)
 			}
 		})
 	}

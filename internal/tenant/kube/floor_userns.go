@@ -14,9 +14,15 @@ import (
 var ErrHostUsers = errors.New("this cluster runs every pod in a user namespace of its own (spec.hostUsers: false), so that uid 0 in a pod is an unprivileged uid on the node's host; its provider requires it: leave spec.hostUsers unset or false")
 
 // defaultHostUsers is the floor's mutation of a new pod in a cluster that requires user
-// namespaces: hostUsers: false when the pod does not say. It reports whether it changed pod.
+// namespaces: hostUsers: false when the pod does not say. A pod that asks for a host
+// namespace is left as it is: Pod Security refuses it with its own reason (the apiserver's
+// "hostPID: Forbidden when hostUsers is false" would hide it), and Validate refuses it if
+// Pod Security did not. It reports whether it changed pod.
 func defaultHostUsers(pod *core.Pod) bool {
 	if pod.Spec.HostUsers != nil {
+		return false
+	}
+	if s := pod.Spec; s.HostNetwork || s.HostPID || s.HostIPC {
 		return false
 	}
 	no := false
