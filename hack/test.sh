@@ -22,6 +22,9 @@ echo "== tests"
 # The interop rows start the reference PDS (Node 22 and @atproto/pds from npm, installed
 # into .cache/ on first use); SOCIALWEB_INTEROP=1 runs them rather than skipping.
 export SOCIALWEB_INTEROP=1
+# Screenshots of the browser rows (the console) are kept here, one directory per row.
+export SOCIALWEB_TEST_ARTIFACTS="$PWD/.cache/test-artifacts"
+rm -rf "$SOCIALWEB_TEST_ARTIFACTS"
 go test -count=1 -timeout 40m ./...
 
 echo "== fuzz targets, briefly"

@@ -92,29 +92,39 @@ func readmeWalkthrough(t *testing.T) string {
 	return string(m[1])
 }
 
-// TestFirstHour_UpFromAnEmptyHome: a user with an empty HOME runs up from a directory outside
-// the module, with no deno anywhere; up fetches the pinned Deno from the npm registry
-// (integrity checked) into the user's cache and starts its deno bidder, and the README's
-// walk-through reaches a Deployed Infra whose guest answers.
-func TestFirstHour_UpFromAnEmptyHome(t *testing.T) {
+// TestFirstHour_InstallDepsThenUpFromAnEmptyHome: a user with an empty HOME, in a directory
+// outside the module, with no deno anywhere, runs install-deps (which fetches the pinned Deno
+// from the npm registry, integrity checked, into the user's cache) and then up, which finds
+// it there and fetches nothing; the README's walk-through reaches a Deployed Infra whose
+// guest answers.
+func TestFirstHour_InstallDepsThenUpFromAnEmptyHome(t *testing.T) {
 	requireTool(t, "kubectl")
 	if os.Geteuid() != 0 {
 		t.Skip("up runs its deno bidder only as root")
 	}
 	registry, hits := npmRegistry(t)
 	home, _, with := freshUser(t, registry)
-	dir := filepath.Join(t.TempDir(), "data")
-	up := startUpWith(t, dir, with)
-
-	pin, _ := denodist.Pinned()
-	want := filepath.Join(home, ".cache", "socialweb", "deno", pin.Version+"-"+strings.TrimPrefix(pin.Package, "@deno/"), "deno")
-	if got := up.phase(t, pin.String()+" installed at"); got != want {
-		t.Errorf("deno installed at %q, want %q", got, want)
+	deps := exec.Command(socialwebBin, "install-deps")
+	with(deps)
+	if out, err := deps.CombinedOutput(); err != nil {
+		t.Fatalf("install-deps: %v\n%s", err, out)
 	}
 	if n := hits.Load(); n != 1 {
-		t.Errorf("%d requests for the package, want 1", n)
+		t.Fatalf("install-deps made %d requests for the package, want 1", n)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUpWith(t, dir, with)
+	if l := up.line(t, "host: deno guests:"); !strings.Contains(l, "ready") {
+		t.Errorf("up's deno line: %q", l)
 	}
 	up.phase(t, "local bidder")
+	if n := hits.Load(); n != 1 {
+		t.Errorf("up fetched the package again (%d requests)", n)
+	}
+	pin, _ := denodist.Pinned()
+	if _, err := os.Stat(filepath.Join(home, ".cache", "socialweb", "deno", filepath.Base(pin.Dir()), "deno")); err != nil {
+		t.Errorf("deno is not in the user's cache: %v", err)
+	}
 
 	up.kubectl(t, readmeWalkthrough(t), "apply", "-f", "-")
 	up.kubectl(t, "", "wait", "--for=jsonpath={.status.phase}=Staged", "--timeout=60s", "infra/web")
@@ -138,10 +148,29 @@ func TestFirstHour_UpFromAnEmptyHome(t *testing.T) {
 	if body != "hi" {
 		t.Fatalf("the guest on port %s answered %q, want hi", port, body)
 	}
+}
 
-	// A second start of the same user fetches nothing.
+// TestFirstHour_UpFetchesDenoItself: without install-deps, up fetches the pinned Deno itself
+// into the user's cache and starts its deno bidder; a second start fetches nothing.
+func TestFirstHour_UpFetchesDenoItself(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("up runs its deno bidder only as root")
+	}
+	registry, hits := npmRegistry(t)
+	home, _, with := freshUser(t, registry)
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUpWith(t, dir, with)
+	pin, _ := denodist.Pinned()
+	want := filepath.Join(home, ".cache", "socialweb", "deno", pin.Version+"-"+strings.TrimPrefix(pin.Package, "@deno/"), "deno")
+	if got := up.phase(t, pin.String()+" installed at"); got != want {
+		t.Errorf("deno installed at %q, want %q", got, want)
+	}
+	up.phase(t, "local bidder")
+	if n := hits.Load(); n != 1 {
+		t.Errorf("%d requests for the package, want 1", n)
+	}
 	up.stop(t)
-	startUpWith(t, dir, with)
+	startUpWith(t, dir, with).phase(t, "local bidder")
 	if n := hits.Load(); n != 1 {
 		t.Errorf("%d requests for the package after a restart, want still 1", n)
 	}
