@@ -44,7 +44,8 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		want   mk.OfferingIsolation
 	}{
 		{denoBidder, mk.OfferingIsolation{Substrate: "deno", Boundary: "namespace", Layers: []string{"mount-namespace", "pid-namespace", "seccomp", "cgroup-limits", "no-new-privs", "deno-permissions"}}},
-		{nodeBidder, mk.OfferingIsolation{Substrate: "node", Boundary: "namespace", Layers: []string{"network-namespace", "mount-namespace", "pid-namespace", "seccomp", "cgroup-limits"}}},
+		// The node runtime beside the binary runs pods in user namespaces of their own.
+		{nodeBidder, mk.OfferingIsolation{Substrate: "node", Boundary: "namespace", Layers: []string{"network-namespace", "mount-namespace", "pid-namespace", "seccomp", "cgroup-limits", "pod-user-namespaces"}}},
 	} {
 		var off *mk.Offering
 		testenv.Eventually(t, 10*time.Second, "offering of "+row.bidder, func() (bool, error) {
