@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 )
@@ -34,7 +33,7 @@ type Config struct {
 // Core is a running embedded control plane.
 type Core struct {
 	dir        *DataDir
-	etcd       *embed.Etcd
+	closeEtcd  func() // etcd, and the socket's directory when it is named through it
 	cancel     context.CancelFunc
 	serverDone chan error
 	stopOnce   sync.Once
@@ -100,12 +99,12 @@ func Start(ctx context.Context, cfg Config) (_ *Core, err error) {
 	}
 
 	t0 := time.Now()
-	e, etcdURL, err := startEtcd(ctx, dir)
+	_, etcdURL, closeEtcd, err := startEtcd(ctx, dir)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	c.etcd = e
+	c.closeEtcd = closeEtcd
 	log.Debug("etcd ready", "took", time.Since(t0))
 
 	server, err := newAPIServer(apiServerParams{
@@ -185,8 +184,8 @@ func (c *Core) Stop() {
 			case <-time.After(30 * time.Second):
 			}
 		}
-		if c.etcd != nil {
-			c.etcd.Close()
+		if c.closeEtcd != nil {
+			c.closeEtcd()
 		}
 		c.dir.Close()
 	})

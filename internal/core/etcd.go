@@ -9,18 +9,25 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"socialweb.computer/internal/unixsock"
 )
 
 // startEtcd starts a single etcd member whose client endpoint is a unix socket in the data
 // dir: no TCP port to race for or expose, and only this process can reach it.
-func startEtcd(ctx context.Context, d *DataDir) (*embed.Etcd, string, error) {
+func startEtcd(ctx context.Context, d *DataDir) (_ *embed.Etcd, _ string, closeEtcd func(), err error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "socialweb"
 	cfg.Dir = d.Etcd()
 	cfg.WalDir = ""
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(d.Logs(), "etcd.log")}
-	sock := d.EtcdSocket()
+	// Only this process binds and dials it: under a deep data dir it is named through the
+	// dir's descriptor, held open until etcd is closed (closeEtcd).
+	sock, release, err := unixsock.Short(d.EtcdSocket())
+	if err != nil {
+		return nil, "", nil, err
+	}
 	_ = os.Remove(sock)
 	client := url.URL{Scheme: "unix", Path: sock}
 	cfg.ListenClientUrls = []url.URL{client}
@@ -40,19 +47,21 @@ func startEtcd(ctx context.Context, d *DataDir) (*embed.Etcd, string, error) {
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+		release()
+		return nil, "", nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
 	}
+	closeEtcd = func() { e.Close(); release() }
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		e.Close()
-		return nil, "", fmt.Errorf("etcd: %w", err)
+		closeEtcd()
+		return nil, "", nil, fmt.Errorf("etcd: %w", err)
 	case <-time.After(60 * time.Second):
-		e.Close()
-		return nil, "", fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
+		closeEtcd()
+		return nil, "", nil, fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
 	case <-ctx.Done():
-		e.Close()
-		return nil, "", ctx.Err()
+		closeEtcd()
+		return nil, "", nil, ctx.Err()
 	}
-	return e, client.String(), nil
+	return e, client.String(), closeEtcd, nil
 }

@@ -18,6 +18,7 @@ import (
 	"socialweb.computer/internal/atomicfile"
 	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/tenant/tunnel"
+	"socialweb.computer/internal/unixsock"
 )
 
 // The apiserver's connections into its cluster (webhooks, aggregated APIs, the pod and
@@ -106,15 +107,11 @@ func (e *egress) close() {
 // path longer than a socket address holds is bound through its directory's descriptor.
 func listenUnix(path string) (net.Listener, error) {
 	_ = os.Remove(path)
-	bind := path
-	if len(path) > 100 {
-		d, err := os.Open(filepath.Dir(path))
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		bind = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path))
+	bind, release, err := unixsock.Short(path)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	ln, err := net.Listen("unix", bind)
 	if err != nil {
 		return nil, err

@@ -363,3 +363,23 @@ spec: {account: "`+tenantOwner+`", name: t1, running: true}
 		t.Errorf("cluster directory left after delete: %v", err)
 	}
 }
+
+// TestTenant_DeepDataDir: a data dir deep enough that its sockets' paths are longer than a
+// unix socket address holds (the core's etcd.sock, and a tenant cluster's under
+// tenants/NAMESPACE/NAME) still serves: up is ready and a cluster becomes Ready.
+func TestTenant_DeepDataDir(t *testing.T) {
+	requireTenantHost(t)
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 50), strings.Repeat("e", 40), "data")
+	if n := len(filepath.Join(dir, "etcd.sock")); n <= 108 {
+		t.Fatalf("the core's socket path is %d bytes: the row cannot tell", n)
+	}
+	up := startUp(t, dir)
+	c := coreClient(t, dir)
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: deep, namespace: default}
+spec: {account: "`+tenantOwner+`", name: deep, running: true, maxNodes: 0}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, client.ObjectKey{Namespace: "default", Name: "deep"}, v1alpha1.ClusterReady, 90*time.Second)
+	tkubectl(t, mint(t, dir, cl), "", "get", "namespaces")
+}

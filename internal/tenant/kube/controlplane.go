@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,7 @@ import (
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"socialweb.computer/internal/tenant"
+	"socialweb.computer/internal/unixsock"
 )
 
 // rbacPolicyMarker, in a cluster's directory, names the Kubernetes version whose default RBAC
@@ -150,6 +152,18 @@ func runControlPlane(spec tenant.ChildSpec) error {
 		restoreGC = func() { debug.SetGCPercent(prev) }
 	}
 
+	// A data dir deep enough makes the etcd socket's path longer than a unix socket address
+	// may be; this process is the only one that binds and dials it, so it may name it
+	// through its directory's descriptor.
+	sock, closeDir, err := unixsock.Short(spec.EtcdSocket)
+	if err != nil {
+		return err
+	}
+	defer closeDir()
+	if sock != spec.EtcdSocket {
+		spec.APIServer = replaceArg(spec.APIServer, "--etcd-servers=unix://"+spec.EtcdSocket, "--etcd-servers=unix://"+sock)
+		spec.EtcdSocket = sock
+	}
 	etcd, err := startEtcd(spec)
 	if err != nil {
 		return err
@@ -363,6 +377,17 @@ func runScheduler(ctx context.Context, args []string) error {
 		return err
 	}
 	return schedulerapp.Run(ctx, cc, sched)
+}
+
+// replaceArg is args with every arg equal to old replaced by new.
+func replaceArg(args []string, old, new string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == old {
+			out[i] = new
+		}
+	}
+	return out
 }
 
 func startEtcd(spec tenant.ChildSpec) (*embed.Etcd, error) {
