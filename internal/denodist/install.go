@@ -122,9 +122,9 @@ func Install(ctx context.Context, pin Pin, dir string, src Source, progress Prog
 	from := ""
 	if path := cachePath(src.NPMCache, want); path != "" {
 		if f, err := os.Open(path); err == nil {
-			ok, cerr := copyChecked(tgz, f, want, sizeOf(f), progress)
+			got, cerr := copyHashed(tgz, f, sizeOf(f), progress)
 			f.Close()
-			if cerr == nil && ok {
+			if cerr == nil && bytes.Equal(got, want) {
 				from = path
 			}
 			// A cache entry that does not match is npm's corruption, not an answer: the
@@ -205,13 +205,14 @@ func resetFile(f *os.File) error {
 	return err
 }
 
-// copyChecked copies r to w, hashing it; ok says the bytes are the ones of want.
-func copyChecked(w io.Writer, r io.Reader, want []byte, total int64, progress Progress) (bool, error) {
+// copyHashed copies r (total bytes, -1 unknown) to w, reporting progress, and returns the
+// sha512 of what it copied.
+func copyHashed(w io.Writer, r io.Reader, total int64, progress Progress) ([]byte, error) {
 	h := sha512.New()
 	if _, err := io.Copy(io.MultiWriter(w, h), &progressReader{r: r, total: total, progress: progress}); err != nil {
-		return false, err
+		return nil, err
 	}
-	return bytes.Equal(h.Sum(nil), want), nil
+	return h.Sum(nil), nil
 }
 
 // fetch GETs url into w and checks its bytes against want.
@@ -228,11 +229,11 @@ func fetch(ctx context.Context, c *http.Client, url string, w io.Writer, want []
 	if resp.StatusCode != http.StatusOK {
 		return &FetchError{URL: url, Reason: resp.Status}
 	}
-	h := sha512.New()
-	if _, err := io.Copy(io.MultiWriter(w, h), &progressReader{r: resp.Body, total: resp.ContentLength, progress: progress}); err != nil {
+	got, err := copyHashed(w, resp.Body, resp.ContentLength, progress)
+	if err != nil {
 		return &FetchError{URL: url, Reason: err.Error()}
 	}
-	if got := h.Sum(nil); !bytes.Equal(got, want) {
+	if !bytes.Equal(got, want) {
 		return &IntegrityError{From: url, Want: encodeIntegrity(want), Got: encodeIntegrity(got)}
 	}
 	return nil
