@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (_ *Core, err error) {
 	}
 
 	t0 := time.Now()
-	_, etcdURL, closeEtcd, err := startEtcd(ctx, dir)
+	etcdURL, closeEtcd, err := startEtcd(ctx, dir)
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -14,8 +14,9 @@ import (
 )
 
 // startEtcd starts a single etcd member whose client endpoint is a unix socket in the data
-// dir: no TCP port to race for or expose, and only this process can reach it.
-func startEtcd(ctx context.Context, d *DataDir) (_ *embed.Etcd, _ string, closeEtcd func(), err error) {
+// dir: no TCP port to race for or expose, and only this process can reach it. It returns the
+// client URL and the func that closes etcd.
+func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd func(), err error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "socialweb"
 	cfg.Dir = d.Etcd()
@@ -26,7 +27,7 @@ func startEtcd(ctx context.Context, d *DataDir) (_ *embed.Etcd, _ string, closeE
 	// dir's descriptor, held open until etcd is closed (closeEtcd).
 	sock, release, err := unixsock.Short(d.EtcdSocket())
 	if err != nil {
-		return nil, "", nil, err
+		return "", nil, err
 	}
 	_ = os.Remove(sock)
 	client := url.URL{Scheme: "unix", Path: sock}
@@ -48,20 +49,20 @@ func startEtcd(ctx context.Context, d *DataDir) (_ *embed.Etcd, _ string, closeE
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		release()
-		return nil, "", nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+		return "", nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
 	}
 	closeEtcd = func() { e.Close(); release() }
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		closeEtcd()
-		return nil, "", nil, fmt.Errorf("etcd: %w", err)
+		return "", nil, fmt.Errorf("etcd: %w", err)
 	case <-time.After(60 * time.Second):
 		closeEtcd()
-		return nil, "", nil, fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
+		return "", nil, fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
 	case <-ctx.Done():
 		closeEtcd()
-		return nil, "", nil, ctx.Err()
+		return "", nil, ctx.Err()
 	}
-	return e, client.String(), closeEtcd, nil
+	return client.String(), closeEtcd, nil
 }

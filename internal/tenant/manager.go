@@ -226,13 +226,13 @@ func (m *Manager) Start(k Key, o StartOptions) (Status, error) {
 	return m.Status(k), nil
 }
 
-// ensure prepares a cluster's directory, PKI, ports, admission configuration and gate.
 // policy is the pod policy a cluster started with o runs: the operator's floor tightened by
 // the owner's choices.
 func (m *Manager) policy(o StartOptions) PodPolicy {
 	return Tighten(PodPolicy{Level: m.cfg.PodSecurity, UserNamespaces: m.cfg.PodUserNamespaces}, o.policy())
 }
 
+// ensure prepares a cluster's directory, PKI, ports, admission configuration and gate.
 func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

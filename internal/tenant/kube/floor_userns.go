@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/kubernetes/pkg/apis/core"
@@ -72,7 +71,7 @@ func (f *floor) validateHostUsers(a admission.Attributes) error {
 		return nil
 	}
 	if err := checkHostUsers(pod); err != nil {
-		return admission.NewForbidden(a, fmt.Errorf("%w", err))
+		return admission.NewForbidden(a, err)
 	}
 	return nil
 }
