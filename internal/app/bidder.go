@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"socialweb.computer/internal/market/bidder"
@@ -23,13 +24,19 @@ const LocalBidderHandle = "bidder.test"
 // LocalNodeBidderHandle is the account of the bidder `up` runs for tenant nodes.
 const LocalNodeBidderHandle = "nodebidder.test"
 
+// The local bidders' directories under up's data dir: each holds its account, and its
+// guests' state in guests/.
+func localBidderDir(root string) string     { return filepath.Join(root, "bidder") }
+func localNodeBidderDir(root string) string { return filepath.Join(root, "node-bidder") }
+func guestsDir(bidderDir string) string     { return filepath.Join(bidderDir, "guests") }
+
 // startLocalBidder runs the local default bidder (deno guests, free bids) until ctx ends:
 // its own account on srv (handle and DID in DATA_DIR/bidder/account.json; it acts in-process
 // and keeps no password) and its guests' state in DATA_DIR/bidder/guests. Without a Deno
 // binary, or what its jail needs (root, unshare, cgroups), it says so and runs none.
 func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
-	dir := filepath.Join(root, "bidder")
-	sub, err := deno.New(deno.Config{StateDir: filepath.Join(dir, "guests")})
+	dir := localBidderDir(root)
+	sub, err := deno.New(deno.Config{StateDir: guestsDir(dir)})
 	if errors.Is(err, substrate.ErrUnavailable) {
 		phase("local bidder not started: %v", err)
 		return nil
@@ -51,12 +58,12 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 // otherwise it says why and runs none. newLocalNodeSubstrate makes the substrate (nil when
 // this host cannot run nodes, having said why); startLocalNodeBidder runs the bidder.
 func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ...any)) (*node.Substrate, error) {
-	dir := filepath.Join(root, "node-bidder")
+	dir := localNodeBidderDir(root)
 	images := filepath.Join(dir, "images")
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return nil, err
 	}
-	nodes.StateDir, nodes.ImageDir, nodes.Progress = filepath.Join(dir, "guests"), images, phase
+	nodes.StateDir, nodes.ImageDir, nodes.Progress = guestsDir(dir), images, phase
 	if nodes.RegistryConfigDir == "" {
 		nodes.RegistryConfigDir = filepath.Join(dir, "registries")
 		if err := os.MkdirAll(nodes.RegistryConfigDir, 0o700); err != nil {
@@ -82,22 +89,23 @@ func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ..
 // startLocalNodeBidder runs the node bidder of sub (newLocalNodeSubstrate) from its own
 // account.
 func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sub *node.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
-	return runLocalBidder(ctx, srv, filepath.Join(root, "node-bidder"), LocalNodeBidderHandle, sub, sources, log, phase)
+	return runLocalBidder(ctx, srv, localNodeBidderDir(root), LocalNodeBidderHandle, sub, sources, log, phase)
 }
 
 // localNodesRunUserNamespaces says whether sub's nodes run pods in user namespaces, or why
-// not.
+// not: what its offering states (the pod-user-namespaces layer), so that up requires them of
+// its clusters exactly when its own node bidder meets the requirement.
 func localNodesRunUserNamespaces(sub *node.Substrate) (bool, string) {
 	if sub == nil {
 		return false, "no local node bidder"
 	}
+	if slices.Contains(sub.Isolation().Layers, substrate.LayerPodUserNamespaces) {
+		return true, ""
+	}
 	if flavour, _ := sub.Flavour(); flavour != node.FlavourNamespace {
 		return false, flavour + " nodes: their guest kernel has no idmapped mounts on tmpfs"
 	}
-	if _, _, userns := sub.Runtime(); !userns {
-		return false, "the host's containerd and runc are too old for them; the node runtime (bash hack/build.sh) runs them"
-	}
-	return true, ""
+	return false, "the host's containerd and runc are too old for them; the node runtime (bash hack/build.sh) runs them"
 }
 
 // runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 
 	"k8s.io/client-go/rest"
 
@@ -40,7 +39,7 @@ func startConsole(ctx context.Context, addr string, c *core.Core, root, pdsURL s
 // bidder's or the node bidder's guest dir (startLocalBidder, startLocalNodeBidder) named by
 // bidder.GuestID. A guest of another bidder has no log here (substrate.ErrNotFound).
 func localGuestLogs(root string) func(context.Context, string, int) ([]byte, error) {
-	stores := []guestproc.Store{{Root: filepath.Join(root, "bidder", "guests")}, {Root: filepath.Join(root, "node-bidder", "guests")}}
+	stores := []guestproc.Store{{Root: guestsDir(localBidderDir(root))}, {Root: guestsDir(localNodeBidderDir(root))}}
 	return func(_ context.Context, acceptURI string, tail int) ([]byte, error) {
 		id := bidder.GuestID(acceptURI)
 		for _, s := range stores {
