@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 )
 
@@ -36,42 +38,38 @@ func (c *Console) followLogs(ctx context.Context) {
 	if c.o.GuestLogs == nil {
 		return
 	}
-	t := time.NewTicker(logInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	wait.UntilWithContext(ctx, c.readLogs, logInterval)
+}
+
+// readLogs reads the tails once, when a page is open (nobody to show a tail to otherwise).
+func (c *Console) readLogs(ctx context.Context) {
+	c.mu.Lock()
+	watched := len(c.subs) > 0
+	c.mu.Unlock()
+	if !watched {
+		return
+	}
+	var cl v1alpha1.ComputeContractList
+	if err := c.cache.List(ctx, &cl); err != nil {
+		return
+	}
+	tails := map[string]string{}
+	for k, accept := range GuestsWithLogs(cl.Items) {
+		b, err := c.o.GuestLogs(ctx, accept, LogTailLines)
+		if err == nil && len(b) > 0 {
+			tails[k] = string(b)
 		}
-		c.mu.Lock()
-		watched := len(c.subs) > 0
-		c.mu.Unlock()
-		if !watched {
-			continue // no page open: nobody to show a tail to
+	}
+	c.mu.Lock()
+	changed := len(tails) != len(c.logs)
+	for k, v := range tails {
+		if c.logs[k] != v {
+			changed = true
 		}
-		var cl v1alpha1.ComputeContractList
-		if err := c.cache.List(ctx, &cl); err != nil {
-			continue
-		}
-		tails := map[string]string{}
-		for k, accept := range GuestsWithLogs(cl.Items) {
-			b, err := c.o.GuestLogs(ctx, accept, LogTailLines)
-			if err == nil && len(b) > 0 {
-				tails[k] = string(b)
-			}
-		}
-		c.mu.Lock()
-		changed := len(tails) != len(c.logs)
-		for k, v := range tails {
-			if c.logs[k] != v {
-				changed = true
-			}
-		}
-		c.logs = tails
-		c.mu.Unlock()
-		if changed {
-			c.changed()
-		}
+	}
+	c.logs = tails
+	c.mu.Unlock()
+	if changed {
+		c.changed()
 	}
 }

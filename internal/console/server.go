@@ -118,8 +118,7 @@ func Start(ctx context.Context, o Options) (*Console, error) {
 			stop()
 			return nil, err
 		}
-		_, isContract := obj.(*v1alpha1.ComputeContract)
-		if _, err := inf.AddEventHandler(c.handler(isContract)); err != nil {
+		if _, err := inf.AddEventHandler(c.handler()); err != nil {
 			stop()
 			return nil, err
 		}
@@ -168,16 +167,16 @@ func (c *Console) Close() error {
 
 // handler marks the view dirty on any change; for ComputeContracts it also records what the
 // change brought (a bid, the receipt) with the time the console saw it, for the timeline.
-func (c *Console) handler(isContract bool) toolscache.ResourceEventHandler {
+func (c *Console) handler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
-			if cc, ok := obj.(*v1alpha1.ComputeContract); ok && isContract && !initial {
+			if cc, ok := obj.(*v1alpha1.ComputeContract); ok && !initial {
 				c.note(cc, Milestones(nil, cc, time.Now()))
 			}
 			c.changed()
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			if cc, ok := newObj.(*v1alpha1.ComputeContract); ok && isContract {
+			if cc, ok := newObj.(*v1alpha1.ComputeContract); ok {
 				prev, _ := oldObj.(*v1alpha1.ComputeContract)
 				c.note(cc, Milestones(prev, cc, time.Now()))
 			}

@@ -116,7 +116,7 @@ func (c *Console) syncTenants(clusters []v1alpha1.Cluster) {
 		f := informers.NewSharedInformerFactory(cs, 0)
 		w := &tenantWatch{stop: make(chan struct{}), nodes: f.Core().V1().Nodes().Lister(), pods: f.Core().V1().Pods().Lister()}
 		for _, inf := range []toolscache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer()} {
-			if _, err := inf.AddEventHandler(c.handler(false)); err != nil {
+			if _, err := inf.AddEventHandler(c.handler()); err != nil {
 				c.o.Logger.Debug("console: tenant cluster not watched", "cluster", k, "err", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -84,28 +85,24 @@ func (n *nodeRequests) wrap(h http.Handler) http.Handler {
 
 // run ends the open requests of revoked nodes, looking every interval until ctx ends.
 func (n *nodeRequests) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n.mu.Lock()
-		var ended []string
-		for name, reqs := range n.open {
-			if n.revoked.Revoked(name) {
-				for c := range reqs {
-					(*c)()
-				}
-				ended = append(ended, name)
+	wait.UntilWithContext(ctx, func(context.Context) { n.endRevoked() }, interval)
+}
+
+// endRevoked ends the open requests of every node revoked by now.
+func (n *nodeRequests) endRevoked() {
+	n.mu.Lock()
+	var ended []string
+	for name, reqs := range n.open {
+		if n.revoked.Revoked(name) {
+			for c := range reqs {
+				(*c)()
 			}
+			ended = append(ended, name)
 		}
-		n.mu.Unlock()
-		for _, name := range ended {
-			klog.InfoS("ended the open requests of a released node", "node", name)
-		}
+	}
+	n.mu.Unlock()
+	for _, name := range ended {
+		klog.InfoS("ended the open requests of a released node", "node", name)
 	}
 }
 
