@@ -131,23 +131,7 @@ func TestFirstHour_InstallDepsThenUpFromAnEmptyHome(t *testing.T) {
 	up.kubectl(t, "", "patch", "infra", "web", "--type=json", "-p", `[{"op":"replace","path":"/spec/contracts/0/state","value":"Requested"}]`)
 	up.kubectl(t, "", "wait", "--for=jsonpath={.status.phase}=Deployed", "--timeout=120s", "infra/web")
 	port := strings.TrimSpace(up.kubectl(t, "", "get", "cc", "infra-web-api", "-o", "jsonpath={.status.guest.ports[0].hostPort}"))
-	var body string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://127.0.0.1:" + port + "/")
-		if err == nil {
-			b := make([]byte, 16)
-			n, _ := resp.Body.Read(b)
-			resp.Body.Close()
-			if body = string(b[:n]); body == "hi" {
-				break
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if body != "hi" {
-		t.Fatalf("the guest on port %s answered %q, want hi", port, body)
-	}
+	waitGuestAnswers(t, "http://127.0.0.1:"+port+"/", 30*time.Second)
 }
 
 // TestFirstHour_UpFetchesDenoItself: without install-deps, up fetches the pinned Deno itself

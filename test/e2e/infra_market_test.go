@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -147,15 +145,7 @@ func TestACC29_RequestDeploy(t *testing.T) {
 			fmt.Errorf("guest %+v", g)
 	})
 	url := fmt.Sprintf("http://%s:%d/", g.Address, g.Ports[0].HostPort)
-	testenv.Eventually(t, 10*time.Second, "the guest answers at "+url, func() (bool, error) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body) == "hi", fmt.Errorf("%d %q", resp.StatusCode, body)
-	})
+	waitGuestAnswers(t, url, 10*time.Second)
 
 	// Back to Released: the guest goes, the deployment reports Released.
 	editInfra(t, env, "web", func(inf *v1alpha1.Infra) { inf.Spec.Contracts[0].State = v1alpha1.ContractReleased })

@@ -439,6 +439,20 @@ func TestACC_MarketCapacity(t *testing.T) {
 	waitNoProcs(t, b.stateDir)
 }
 
+// waitGuestAnswers waits until the guest at url answers "hi" (httpGuest).
+func waitGuestAnswers(t *testing.T, url string, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "the guest answers at "+url, func() (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body) == "hi", fmt.Errorf("%d %q", resp.StatusCode, body)
+	})
+}
+
 // A guest that serves "hi" on its port named http.
 const httpGuest = `Deno.serve({ hostname: "127.0.0.1", port: Number(Deno.env.get("SOCIALWEB_PORT_HTTP")) }, () => new Response("hi"));`
 
@@ -466,15 +480,7 @@ func TestACC_MarketGuestPorts(t *testing.T) {
 		t.Fatalf("port %+v, want http 8080 on some host port", p)
 	}
 	url := fmt.Sprintf("http://%s:%d/", g.Address, p.HostPort)
-	testenv.Eventually(t, 10*time.Second, "the guest answers at "+url, func() (bool, error) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body) == "hi", fmt.Errorf("%d %q", resp.StatusCode, body)
-	})
+	waitGuestAnswers(t, url, 10*time.Second)
 	release(t, env, "web")
 	waitContract(t, env, "web", v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, b.stateDir)
