@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -792,7 +793,7 @@ func keeperPod(kc string) string {
 
 // A node that dies behind the market's back (its agent's process group killed: no release,
 // a Deployment's pod on it) is Lost: its bidder reports the guest ended, the claim goes Lost
-// with a message, and after the node host's hold on ended claims the claim and its Node go.
+// with a message, the node's credentials are refused from then on, and after the node host's hold on ended claims the claim and its Node go.
 // The orphaned pod comes back from its ReplicaSet, Pending, and the cluster rents a new node
 // where it runs. Nothing of the dead node is left.
 func TestACC31_LostNodeIsReplaced(t *testing.T) {
@@ -807,6 +808,16 @@ func TestACC31_LostNodeIsReplaced(t *testing.T) {
 		p := keeperPod(kc)
 		return p == "Running/"+first.Spec.NodeName, fmt.Errorf("%q", p)
 	})
+	// The node's bundle, as a tenant inside its guest could have copied it.
+	var bundle v1alpha1.Secret
+	key := client.ObjectKey{Namespace: first.Status.Infra.Workspace, Name: infra.NodeBundleSecretName(first.Status.Infra.Name, first.Status.Infra.Contract)}
+	if err := n.c.Get(context.Background(), key, &bundle); err != nil {
+		t.Fatal(err)
+	}
+	kept := bundle.Data[tenant.BundleKeyKubeconfig]
+	cert, caPool, gateAddr := nodeCredentials(t, kept)
+	attacks := nodeAttacks(clientsetFromKubeconfig(t, kept), first.Spec.NodeName, cert, caPool, gateAddr)
+
 	guest := n.guestOf(first.Spec.NodeName)
 	var rec guestproc.Record
 	if err := guestproc.ReadJSON(filepath.Join(guest, guestproc.PidFile), &rec); err != nil || rec.PID <= 0 {
@@ -824,6 +835,15 @@ func TestACC31_LostNodeIsReplaced(t *testing.T) {
 		})
 	})
 	t.Logf("node killed -> claim Lost in %.2fs: %s", time.Since(t0).Seconds(), n.claims("l1")[first.Spec.NodeName].Status.Message)
+	// Its credentials stop with the claim's end, not when the claim is deleted later.
+	testenv.Eventually(t, 10*time.Second, "the lost node's credentials refused", func() (bool, error) {
+		for _, a := range attacks {
+			if err := a.run(context.Background()); !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) && !isTunnelRefusal(err) {
+				return false, fmt.Errorf("%s: %v, want refused (claims: %v)", a.what, err, slices.Collect(maps.Keys(n.claims("l1"))))
+			}
+		}
+		return true, nil
+	})
 	n.waitGuestsGone(60*time.Second, guest)
 
 	var second v1alpha1.NodeClaim

@@ -180,7 +180,7 @@ func (p *pass) clusterKey() tenant.Key {
 
 // Reconcile runs the steps of one claim: finalize (when deleted), the finalizer (before any
 // side effect), the cluster (a deleted Cluster deletes the Infra), the bundle, the entry,
-// and the status once.
+// the status once, and the node's revocation once the claim ended.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var claim v1alpha1.NodeClaim
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
@@ -221,6 +221,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if err := r.writeStatus(ctx, p); err != nil {
 		return done(err)
+	}
+	// A claim that ended (Lost, Failed) has no node any more, but whoever copied the node's
+	// bundle or certificates (a tenant inside the guest) still holds them: they stop now, not
+	// when the node host deletes the claim.
+	if infra.NodeClaimEnded(p.claim.Status.Phase) {
+		if err := r.revokeNode(p); err != nil {
+			return done(err)
+		}
 	}
 	return reconcile.Result{RequeueAfter: p.requeueAfter}, nil
 }
