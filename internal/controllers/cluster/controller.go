@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +26,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/tenant"
 )
 
@@ -96,12 +96,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !c.DeletionTimestamp.IsZero() {
 		return r.teardown(ctx, key, &c)
 	}
-	if !controllerutil.ContainsFinalizer(&c, v1alpha1.FinalizerClusterTeardown) {
-		patch := client.MergeFrom(c.DeepCopy())
-		controllerutil.AddFinalizer(&c, v1alpha1.FinalizerClusterTeardown)
-		if err := r.Client.Patch(ctx, &c, patch); err != nil {
-			return reconcile.Result{}, err
-		}
+	if _, err := reconcilekit.EnsureFinalizer(ctx, r.Client, &c, v1alpha1.FinalizerClusterTeardown); err != nil {
+		return reconcilekit.Settle(ctx, err)
 	}
 	stored := c.DeepCopy()
 	c.Status.ObservedGeneration = c.Generation
@@ -174,7 +170,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			setReady(&c, metav1.ConditionFalse, ReasonStarting, msg)
 		}
 	}
-	return result, r.writeStatus(ctx, stored, &c)
+	if err := r.writeStatus(ctx, stored, &c); err != nil {
+		return reconcilekit.Settle(ctx, err)
+	}
+	return result, nil
 }
 
 // teardown: Draining is written first, then the gate answers 503 and the process group is
@@ -189,7 +188,7 @@ func (r *Reconciler) teardown(ctx context.Context, key tenant.Key, c *v1alpha1.C
 		c.Status.TeardownBlocked = "stopping the control plane"
 		setReady(c, metav1.ConditionFalse, ReasonDraining, "the cluster is being deleted")
 		if err := r.writeStatus(ctx, stored, c); err != nil {
-			return reconcile.Result{}, err
+			return reconcilekit.Settle(ctx, err)
 		}
 	}
 	if r.Tenants != nil {
@@ -204,9 +203,8 @@ func (r *Reconciler) teardown(ctx context.Context, key tenant.Key, c *v1alpha1.C
 		delete(r.bootstrapped, key)
 		r.mu.Unlock()
 	}
-	patch := client.MergeFrom(c.DeepCopy())
-	controllerutil.RemoveFinalizer(c, v1alpha1.FinalizerClusterTeardown)
-	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, c, patch))
+	_, err := reconcilekit.RemoveFinalizer(ctx, r.Client, c, v1alpha1.FinalizerClusterTeardown)
+	return reconcilekit.Settle(ctx, client.IgnoreNotFound(err))
 }
 
 // bootstrap runs tenant.Bootstrap once per instance and set of revoked identities: a
@@ -242,28 +240,15 @@ func (r *Reconciler) nodesRefresh() time.Duration {
 }
 
 // writeStatus writes the fields of the status this controller owns (observedGeneration,
-// phase, server, instance, teardownBlocked, the Ready condition) once: compare, then patch
-// with an optimistic lock. The node host writes the same status (condition Scaling,
-// nodes), and a plain merge patch from a stale read would drop its condition; on a conflict
-// the Cluster is read again from the API server and only this controller's fields are set
-// on it, so a burst of the other's writes never keeps this one out for long.
+// phase, server, instance, teardownBlocked, the Ready condition) once, through
+// reconcilekit.CommitOwnedStatus: the node host writes the same status (condition Scaling,
+// nodes), so on a conflict only this controller's fields are set on a fresh read.
 func (r *Reconciler) writeStatus(ctx context.Context, stored, c *v1alpha1.Cluster) error {
-	for try := 0; ; try++ {
-		if equality.Semantic.DeepEqual(stored.Status, c.Status) {
-			return nil
-		}
-		err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
-		if !apierrors.IsConflict(err) || try == 4 {
-			return client.IgnoreNotFound(err)
-		}
-		fresh := &v1alpha1.Cluster{}
-		if err := r.reader().Get(ctx, client.ObjectKeyFromObject(c), fresh); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		next := fresh.DeepCopy()
-		setOwnStatus(next, c)
-		stored, c = fresh, next
-	}
+	want := c.DeepCopy()
+	own := func(dst *v1alpha1.Cluster) error { setOwnStatus(dst, want); return nil }
+	written, err := reconcilekit.CommitOwnedStatus(ctx, r.Client, r.reader(), stored, c, own)
+	*c = *written
+	return client.IgnoreNotFound(err)
 }
 
 func (r *Reconciler) reader() client.Reader {

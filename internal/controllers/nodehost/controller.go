@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/tenant"
@@ -200,7 +201,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		result.RequeueAfter = d.RequeueAfter
 	}
-	return result, r.writeStatus(ctx, p)
+	if err := r.writeStatus(ctx, p); err != nil {
+		return reconcilekit.Settle(ctx, err)
+	}
+	return result, nil
 }
 
 // Reasons of the Scaling condition besides the decision's own (ConditionReason of it).
