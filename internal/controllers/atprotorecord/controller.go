@@ -7,21 +7,19 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
 )
@@ -131,26 +129,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// The finalizer goes on before the first write: a record written by an object deleted
 	// in between would otherwise be left behind.
-	if !controllerutil.ContainsFinalizer(&obj, v1alpha1.FinalizerAtprotoRecord) {
-		patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(&obj, v1alpha1.FinalizerAtprotoRecord)
-		if err := r.Client.Patch(ctx, &obj, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("adding finalizer to %s: %w", req, err)
-		}
+	if _, err := reconcilekit.EnsureFinalizer(ctx, r.Client, &obj, v1alpha1.FinalizerAtprotoRecord); err != nil {
+		return reconcilekit.Settle(ctx, fmt.Errorf("adding finalizer to %s: %w", req, err))
 	}
 	stored := obj.DeepCopy()
 	res, syncErr := r.sync(ctx, &obj)
 	obj.Status.ObservedGeneration = obj.Generation
-	if !equality.Semantic.DeepEqual(stored.Status, obj.Status) {
-		if err := r.Client.Status().Patch(ctx, &obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, err)
-		}
+	written, err := reconcilekit.CommitStatus(ctx, r.Client, stored, &obj)
+	if err != nil {
+		return written, fmt.Errorf("writing status of %s: %w", req, err)
+	}
+	if written.RequeueAfter > 0 {
+		return written, nil
 	}
 	return res, syncErr
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 )
 
@@ -49,13 +50,6 @@ func (r *Reconciler) finalize(ctx context.Context, obj *v1alpha1.AtprotoRecord) 
 		}
 		r.Log.Info("atprotorecord_deleted", "record", name, "uri", obj.Status.URI)
 	}
-	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(obj, v1alpha1.FinalizerAtprotoRecord)
-	if err := r.Client.Patch(ctx, obj, patch); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
-		}
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{}, nil
+	_, err := reconcilekit.RemoveFinalizer(ctx, r.Client, obj, v1alpha1.FinalizerAtprotoRecord)
+	return reconcilekit.Settle(ctx, client.IgnoreNotFound(err))
 }

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 )
 
@@ -63,7 +64,7 @@ func (r *Reconciler) sync(ctx context.Context, obj *v1alpha1.AtprotoRecord) (rec
 		return reconcile.Result{}, nil
 	case errors.Is(err, repos.ErrSwapMismatch):
 		// Someone wrote between our read and our write: read again.
-		return reconcile.Result{Requeue: true}, nil
+		return reconcilekit.RequeueSoon(), nil
 	case errors.Is(err, repos.ErrInvalidRecord):
 		setInSync(obj, false, v1alpha1.ReasonInvalidRecord, err.Error())
 		return reconcile.Result{}, nil

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
 )
@@ -123,16 +123,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		stored := obj.DeepCopy()
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady),
 			Status: metav1.ConditionFalse, Reason: ReasonRepoUnavailable, Message: err.Error(), ObservedGeneration: obj.Generation})
-		if !equality.Semantic.DeepEqual(stored.Status, obj.Status) {
-			if err := r.Client.Status().Patch(ctx, &obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsConflict(err) {
-				return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, err)
-			}
+		written, werr := reconcilekit.CommitStatus(ctx, r.Client, stored, &obj)
+		if werr != nil {
+			return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, werr)
 		}
 		retry := repos.RetryAfter(err)
 		if retry == 0 {
 			retry = unavailableRetry
 		}
-		return reconcile.Result{RequeueAfter: retry}, nil
+		return reconcilekit.Merge(written, reconcile.Result{RequeueAfter: retry}), nil
 	}
 	key := followKey{did: repo.DID(), endpoint: repo.Endpoint(), collection: obj.Spec.Collection, generation: obj.Generation}
 	r.mu.Lock()
@@ -146,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		delete(r.followers, req.NamespacedName)
 	}
 	if r.ctx == nil || r.ctx.Err() != nil {
-		return reconcile.Result{Requeue: true}, nil
+		return reconcilekit.RequeueSoon(), nil
 	}
 	fctx, cancel := context.WithCancel(r.ctx)
 	f := &follower{r: r, name: req.NamespacedName, key: key, src: repo.Events(), cancel: cancel, done: make(chan struct{})}

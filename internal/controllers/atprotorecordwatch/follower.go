@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
 )
@@ -196,12 +196,14 @@ func (f *follower) handle(ctx context.Context, batch []repos.Event) error {
 }
 
 // checkpoint writes the state and the Ready condition to the watch's status. msg "" keeps
-// the current message. A conflict re-reads the object and writes again: the state in memory
-// is the truth for cursor, records and deleted.
+// the current message. A conflict re-reads the object and writes again
+// (reconcilekit.CommitOwnedStatus): the state in memory is the truth for cursor, records and
+// deleted. A watch whose generation moved on is gone for this follower.
 func (f *follower) checkpoint(ctx context.Context, ready metav1.ConditionStatus, reason, msg string) error {
-	for attempt := 0; ; attempt++ {
-		obj := f.obj.DeepCopy()
-		stored := f.obj
+	own := func(obj *v1alpha1.AtprotoRecordWatch) error {
+		if obj.Generation != f.key.generation {
+			return errGone
+		}
 		f.st.toStatus(&obj.Status)
 		obj.Status.ObservedGeneration = obj.Generation
 		if msg == "" {
@@ -211,29 +213,17 @@ func (f *follower) checkpoint(ctx context.Context, ready metav1.ConditionStatus,
 		}
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady),
 			Status: ready, Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
-		err := f.r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
-		if err == nil {
-			f.obj, f.lastWrite = obj, time.Now()
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 5 {
-			if apierrors.IsNotFound(err) {
-				return errGone
-			}
-			return fmt.Errorf("writing status of %s: %w", f.name, err)
-		}
-		var fresh v1alpha1.AtprotoRecordWatch
-		if err := f.r.Reader.Get(ctx, f.name, &fresh); err != nil {
-			if apierrors.IsNotFound(err) {
-				return errGone
-			}
-			return err
-		}
-		if fresh.Generation != f.key.generation {
-			return errGone
-		}
-		f.obj = &fresh
+		return nil
 	}
+	obj, err := reconcilekit.CommitOwnedStatus(ctx, f.r.Client, f.r.Reader, f.obj, f.obj.DeepCopy(), own)
+	switch {
+	case err == nil:
+		f.obj, f.lastWrite = obj, time.Now()
+		return nil
+	case errors.Is(err, errGone) || apierrors.IsNotFound(err):
+		return errGone
+	}
+	return fmt.Errorf("writing status of %s: %w", f.name, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/repos"
 )
 
@@ -89,13 +89,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if cond.Status != metav1.ConditionTrue {
 		r.Log.Info("atprotorepo_not_ready", "repo", req.String(), "reason", cond.Reason, "retryIn", retry, "err", err)
 	}
-	if !equality.Semantic.DeepEqual(stored.Status, obj.Status) {
-		if err := r.Client.Status().Patch(ctx, &obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, err)
-		}
+	res, err := reconcilekit.CommitStatus(ctx, r.Client, stored, &obj)
+	if err != nil {
+		return res, fmt.Errorf("writing status of %s: %w", req, err)
+	}
+	if res.RequeueAfter > 0 {
+		return res, nil
 	}
 	return reconcile.Result{RequeueAfter: retry}, nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +28,7 @@ import (
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
@@ -140,11 +140,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if deleting && !controllerutil.ContainsFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease) {
 		return reconcile.Result{}, nil
 	}
-	if !deleting && !controllerutil.ContainsFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease) {
-		patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(&obj, v1alpha1.FinalizerComputeContractRelease)
-		if err := r.Client.Patch(ctx, &obj, patch); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
+	if !deleting {
+		if _, err := reconcilekit.EnsureFinalizer(ctx, r.Client, &obj, v1alpha1.FinalizerComputeContractRelease); err != nil {
+			return reconcilekit.Settle(ctx, client.IgnoreNotFound(err))
 		}
 	}
 	orig := obj.DeepCopy()
@@ -155,7 +153,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	final := st.Phase == v1alpha1.ComputeContractReleased || st.Phase == v1alpha1.ComputeContractFailed
 	if deleting && final {
-		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
+		return r.dropFinalizer(ctx, &obj)
 	}
 
 	s := market.State{Now: now, Phase: st.Phase, Release: deleting || obj.Spec.Release != nil,
@@ -382,7 +380,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.forgetRFP(st.RFP)
 	}
 	if deleting && (d.Phase == v1alpha1.ComputeContractReleased || d.Phase == v1alpha1.ComputeContractFailed) {
-		return reconcile.Result{}, r.dropFinalizer(ctx, &obj)
+		return r.dropFinalizer(ctx, &obj)
 	}
 	return res, nil
 }
@@ -590,11 +588,9 @@ func (r *Reconciler) write(ctx context.Context, orig, obj *v1alpha1.ComputeContr
 		cond.Status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
-	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	res, err := reconcilekit.CommitStatus(ctx, r.Client, orig, obj)
+	if err != nil || res.RequeueAfter > 0 {
+		return res, client.IgnoreNotFound(err)
 	}
 	if orig.Status.Phase != st.Phase {
 		r.Log.Info("computecontract_phase", "contract", obj.Namespace+"/"+obj.Name, "phase", st.Phase, "message", st.Message)
@@ -602,8 +598,8 @@ func (r *Reconciler) write(ctx context.Context, orig, obj *v1alpha1.ComputeContr
 	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
 }
 
-func (r *Reconciler) dropFinalizer(ctx context.Context, obj *v1alpha1.ComputeContract) error {
-	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(obj, v1alpha1.FinalizerComputeContractRelease)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, obj, patch))
+// dropFinalizer lets a finished contract go; a conflict reads again soon.
+func (r *Reconciler) dropFinalizer(ctx context.Context, obj *v1alpha1.ComputeContract) (reconcile.Result, error) {
+	_, err := reconcilekit.RemoveFinalizer(ctx, r.Client, obj, v1alpha1.FinalizerComputeContractRelease)
+	return reconcilekit.Settle(ctx, client.IgnoreNotFound(err))
 }
