@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
@@ -141,41 +142,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err != nil || !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) {
 			return res, err
 		}
-		if serr := r.writeStatus(ctx, p); serr != nil {
-			return done(serr)
+		written, serr := r.writeStatus(ctx, p)
+		if serr != nil {
+			return written, serr
 		}
-		return res, nil
+		return reconcilekit.Merge(res, written), nil
 	}
 
 	// Karpenter's order: the finalizer goes on before anything is created, or a deletion
 	// in between would leak a ComputeContract or a record child. A deployment that owns
 	// nothing yet (only staged contracts, no record) does without it.
-	if !controllerutil.ContainsFinalizer(o, v1alpha1.FinalizerInfraRelease) && infra.NeedsReleaseFinalizer(*p.obj.spec) {
-		patch := client.MergeFromWithOptions(o.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(o, v1alpha1.FinalizerInfraRelease)
-		if err := r.Client.Patch(ctx, o, patch); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("adding finalizer to %s: %w", req, err)
+	if infra.NeedsReleaseFinalizer(*p.obj.spec) {
+		added, err := reconcilekit.EnsureFinalizer(ctx, r.Client, o, v1alpha1.FinalizerInfraRelease)
+		if err != nil {
+			return reconcilekit.Settle(ctx, client.IgnoreNotFound(fmt.Errorf("adding finalizer to %s: %w", req, err)))
 		}
-		p.stored = wrap(o.DeepCopyObject().(client.Object))
+		if added {
+			p.stored = wrap(o.DeepCopyObject().(client.Object))
+		}
 	}
 
 	r.ephemeralDeadline(p)
 	if err := r.contracts(ctx, p); err != nil {
-		return done(err)
+		return reconcilekit.Settle(ctx, err)
 	}
 	r.ephemeralEnd(p)
 	if err := r.record(ctx, p); err != nil {
-		return done(err)
+		return reconcilekit.Settle(ctx, err)
 	}
 	// A deployment that just created its record child writes its status in the pass the
 	// child's first status wakes, once the record is written: one status write fewer for
 	// every new bound deployment, and its first status already says whether the record took.
 	if !p.childCreated || p.deleteSelf {
-		if err := r.writeStatus(ctx, p); err != nil {
-			return done(err)
+		if written, err := r.writeStatus(ctx, p); err != nil || written.RequeueAfter > 0 {
+			return written, err
 		}
 	}
 	if p.deleteSelf {
@@ -253,11 +253,3 @@ func (o *object) meta() metav1.ObjectMeta {
 
 // ended is true once an EphemeralInfra has ended (endedAt is set once).
 func (o *object) ended() bool { return o.eph != nil && o.status.EndedAt != nil }
-
-// statusOf is the whole status, for comparison.
-func (o *object) statusOf() any {
-	if o.eph != nil {
-		return o.eph.Status
-	}
-	return *o.status
-}

@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	infractl "socialweb.computer/internal/controllers/infra"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/testenv"
@@ -40,6 +41,11 @@ func newDriver(t *testing.T, kind infra.Kind) *driver {
 	return d
 }
 
+// readAgain says whether a reconcile asked to read again at once (a conflict), not later.
+func readAgain(res reconcile.Result) bool {
+	return res.RequeueAfter > 0 && res.RequeueAfter <= reconcilekit.Soon
+}
+
 // reconcile runs the reconciler until it asks for nothing more (at most a few passes).
 func (d *driver) reconcile(name string) reconcile.Result {
 	d.t.Helper()
@@ -50,12 +56,12 @@ func (d *driver) reconcile(name string) reconcile.Result {
 		if err != nil {
 			d.t.Fatalf("reconcile %s: %v", name, err)
 		}
-		if !res.Requeue {
+		if !readAgain(res) {
 			res, err = d.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
 			if err != nil {
 				d.t.Fatalf("reconcile %s: %v", name, err)
 			}
-			if !res.Requeue {
+			if !readAgain(res) {
 				return res
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	atinfra "socialweb.computer/internal/atproto/infra"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 )
 
@@ -34,19 +35,19 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	o.status.Phase = v1alpha1.InfraDeleting
 	existing, err := r.ownedContracts(ctx, o)
 	if err != nil {
-		return done(err)
+		return reconcilekit.Settle(ctx, err)
 	}
 	f := infra.FinalizePlan(existing)
 	at := metav1.NewTime(p.now.UTC().Truncate(1e9))
 	for _, name := range f.Release {
 		if err := r.releaseContract(ctx, o.obj.GetNamespace(), name, &v1alpha1.ContractRelease{RequestedAt: at, Reason: infra.ReleaseDeleted}); err != nil {
-			return done(err)
+			return reconcilekit.Settle(ctx, err)
 		}
 	}
 	for _, name := range f.Delete {
 		act := infra.ContractAction{ComputeContract: name, Op: infra.OpDelete}
 		if err := r.applyContract(ctx, o, act); err != nil {
-			return done(err)
+			return reconcilekit.Settle(ctx, err)
 		}
 	}
 	o.status.Contracts = finalizingStatus(o.status.Contracts, existing)
@@ -60,7 +61,7 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	}
 	child, err := r.getChild(ctx, o)
 	if err != nil {
-		return done(err)
+		return reconcilekit.Settle(ctx, err)
 	}
 	repoRef := (*v1alpha1.ObjectRef)(nil)
 	if o.spec.Record != nil {
@@ -70,7 +71,7 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 	}
 	if repoRef != nil {
 		if err := r.releaseWatch(ctx, o, *repoRef); err != nil {
-			return done(err)
+			return reconcilekit.Settle(ctx, err)
 		}
 	}
 	if child != nil {
@@ -78,18 +79,13 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 		// object through the owner watch), so a released deployment leaves nothing behind.
 		if child.DeletionTimestamp.IsZero() {
 			if err := r.deleteChild(ctx, child); err != nil {
-				return done(err)
+				return reconcilekit.Settle(ctx, err)
 			}
 		}
 		return reconcile.Result{}, nil
 	}
-	patch := client.MergeFromWithOptions(o.obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(o.obj, v1alpha1.FinalizerInfraRelease)
-	if err := r.Client.Patch(ctx, o.obj, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
-		return done(err)
+	if _, err := reconcilekit.RemoveFinalizer(ctx, r.Client, o.obj, v1alpha1.FinalizerInfraRelease); err != nil {
+		return reconcilekit.Settle(ctx, client.IgnoreNotFound(err))
 	}
 	r.log().Info("infra_released", "object", o.obj.GetNamespace()+"/"+o.obj.GetName())
 	return reconcile.Result{}, nil

@@ -4,44 +4,28 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 )
 
 // writeStatus is the one status write of a reconcile: the steps changed p.obj's status in
-// memory; it is compared with what was read and patched once, with an optimistic lock.
-func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+// memory; it is compared with what was read and patched once, locked on the version the
+// object is at now (a pull may have moved it on) by reconcilekit.CommitStatus. A conflict
+// comes back as a short requeue.
+func (r *Reconciler) writeStatus(ctx context.Context, p *pass) (reconcile.Result, error) {
 	o := p.obj
 	o.status.ObservedGeneration = o.obj.GetGeneration()
 	meta.SetStatusCondition(&o.status.Conditions, readyCondition(o.status.Phase, o.obj.GetGeneration()))
-	if equality.Semantic.DeepEqual(p.stored.statusOf(), o.statusOf()) {
-		return nil
+	res, err := reconcilekit.CommitStatus(ctx, r.Client, p.stored.obj, o.obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return res, fmt.Errorf("writing status of %s/%s: %w", o.obj.GetNamespace(), o.obj.GetName(), err)
 	}
-	base := p.stored.obj.DeepCopyObject().(client.Object)
-	// A pull moved the object on; the lock is on the version the pull left.
-	base.SetResourceVersion(o.obj.GetResourceVersion())
-	if err := r.Client.Status().Patch(ctx, o.obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("writing status of %s/%s: %w", o.obj.GetNamespace(), o.obj.GetName(), err)
-	}
-	return nil
-}
-
-// done turns a step's error into the reconcile's result: a conflict is an ordinary retry
-// (someone wrote in between, read again), anything else is logged by the manager.
-func done(err error) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) {
-		return reconcile.Result{Requeue: true}, nil
-	}
-	return reconcile.Result{}, err
+	return res, nil
 }
 
 // readyCondition is True when what is observed is what is declared: a staged deployment, or

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +20,7 @@ import (
 	atinfra "socialweb.computer/internal/atproto/infra"
 	infractl "socialweb.computer/internal/controllers/infra"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/watch"
@@ -142,25 +142,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	stored := col.obj.DeepCopyObject().(client.Object)
-	storedStatus := col.status.DeepCopy()
 	now := time.Now()
 	if r.Now != nil {
 		now = r.Now()
 	}
 	err := r.sync(ctx, col, now)
 	col.status.ObservedGeneration = col.obj.GetGeneration()
-	if !equality.Semantic.DeepEqual(*storedStatus, *col.status) {
-		if perr := r.Client.Status().Patch(ctx, col.obj, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); perr != nil {
-			if apierrors.IsConflict(perr) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, client.IgnoreNotFound(perr)
-		}
+	if res, perr := reconcilekit.CommitStatus(ctx, r.Client, stored, col.obj); perr != nil || res.RequeueAfter > 0 {
+		return res, client.IgnoreNotFound(perr)
 	}
-	if apierrors.IsConflict(err) {
-		return reconcile.Result{Requeue: true}, nil
-	}
-	return reconcile.Result{}, err
+	return reconcilekit.Settle(ctx, err)
 }
 
 func (r *Reconciler) sync(ctx context.Context, col *collection, now time.Time) error {

@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/tenant"
 )
@@ -192,35 +192,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !claim.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, p)
 	}
-	if !controllerutil.ContainsFinalizer(&claim, v1alpha1.FinalizerNodeClaimRelease) {
-		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(&claim, v1alpha1.FinalizerNodeClaimRelease)
-		if err := r.Client.Patch(ctx, &claim, patch); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("adding finalizer to %s: %w", req, err)
-		}
+	added, err := reconcilekit.EnsureFinalizer(ctx, r.Client, &claim, v1alpha1.FinalizerNodeClaimRelease)
+	if err != nil {
+		return reconcilekit.Settle(ctx, client.IgnoreNotFound(fmt.Errorf("adding finalizer to %s: %w", req, err)))
+	}
+	if added {
 		p.stored = claim.DeepCopy()
 	}
 
 	if err := r.readCluster(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	if p.cluster == nil || !p.cluster.DeletionTimestamp.IsZero() {
 		if err := r.clusterGone(ctx, p); err != nil {
-			return done(err)
+			return done(ctx, err)
 		}
 	} else {
 		if err := r.ensureBundle(ctx, p); err != nil {
-			return done(err)
+			return done(ctx, err)
 		}
 		if err := r.declare(ctx, p); err != nil {
-			return done(err)
+			return done(ctx, err)
 		}
 	}
 	if err := r.writeStatus(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	// A claim that ended (Lost, Failed) has no node any more, but whoever copied the node's
 	// bundle or certificates (a tenant inside the guest) still holds them: they stop now, not
@@ -259,14 +255,12 @@ func (r *Reconciler) readCluster(ctx context.Context, p *pass) error {
 	return nil
 }
 
-// done turns a step's error into the result: a conflict is an ordinary retry, an Infra
-// being deleted is looked at again shortly (its deletion wakes only the claims it names).
-func done(err error) (reconcile.Result, error) {
-	switch {
-	case apierrors.IsConflict(err):
-		return reconcile.Result{Requeue: true}, nil
-	case errors.Is(err, ErrInfraDeleting):
+// done turns a step's error into the result: a conflict is an ordinary retry
+// (reconcilekit.Settle), an Infra being deleted is looked at again shortly (its deletion
+// wakes only the claims it names).
+func done(ctx context.Context, err error) (reconcile.Result, error) {
+	if errors.Is(err, ErrInfraDeleting) {
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
-	return reconcile.Result{}, err
+	return reconcilekit.Settle(ctx, err)
 }

@@ -476,7 +476,7 @@ func TestNodeClaims_ConcurrentClaimsKeepEveryEntry(t *testing.T) {
 					errs <- fmt.Errorf("%s: %w", name, err)
 					return
 				}
-				if !res.Requeue && res.RequeueAfter == 0 {
+				if res.RequeueAfter == 0 {
 					return
 				}
 			}

@@ -116,7 +116,7 @@ func (r *Reconciler) writeInfra(ctx context.Context, p *pass, change func(v1alph
 		exists := err == nil
 		if exists && !inf.DeletionTimestamp.IsZero() {
 			p.infra = &inf
-			return fmt.Errorf("Infra %s: %w", p.infraKey, ErrInfraDeleting)
+			return fmt.Errorf("writing Infra %s: %w", p.infraKey, ErrInfraDeleting)
 		}
 		want, write := change(inf.Spec)
 		if !write {

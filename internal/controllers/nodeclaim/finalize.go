@@ -7,11 +7,11 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/quota/ledger"
@@ -42,55 +42,50 @@ func (r *Reconciler) finalize(ctx context.Context, p *pass) (reconcile.Result, e
 		return reconcile.Result{}, nil
 	}
 	if err := r.readCluster(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	if err := r.revokeNode(p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	if err := r.setEntryState(ctx, p, v1alpha1.ContractReleased); err != nil && !errors.Is(err, ErrInfraDeleting) {
-		return done(err)
+		return done(ctx, err)
 	}
 	cc, err := r.contract(ctx, p)
 	if err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	ended := p.claim.Status.Phase == v1alpha1.NodeClaimFailed || p.claim.Status.Phase == v1alpha1.NodeClaimLost
 	if cc != nil && !infra.Finished(cc.Status.Phase) && !ended {
 		p.message = "releasing the node's guest"
 		if err := r.writeStatus(ctx, p); err != nil {
-			return done(err)
+			return done(ctx, err)
 		}
 		return reconcile.Result{}, nil
 	}
 	if err := r.deleteNode(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	if err := r.writeEntry(ctx, p, nil); err != nil && !errors.Is(err, ErrInfraDeleting) {
-		return done(err)
+		return done(ctx, err)
 	}
 	if err := r.removeBundle(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
 	// The node is gone: its time goes into the owner's node-time ledger before the claim
 	// does, so node-hours still count it (internal/quota/ledger).
 	if did := p.claim.Spec.OwnerDid; did != "" {
 		iv := quota.Interval{From: p.claim.CreationTimestamp.Time, To: time.Now()}
 		if err := ledger.Record(ctx, r.Client, r.reader(), p.claim.Namespace, did, string(p.claim.UID), iv, iv.To); err != nil {
-			return done(fmt.Errorf("recording the node time of %s/%s: %w", p.claim.Namespace, p.claim.Name, err))
+			return done(ctx, fmt.Errorf("recording the node time of %s/%s: %w", p.claim.Namespace, p.claim.Name, err))
 		}
 	}
 	// The entry is gone; the claim reports how its release ended.
 	p.state, p.message = v1alpha1.ContractReleased, ""
 	if err := r.writeStatus(ctx, p); err != nil {
-		return done(err)
+		return done(ctx, err)
 	}
-	patch := client.MergeFromWithOptions(p.claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(p.claim, v1alpha1.FinalizerNodeClaimRelease)
-	if err := r.Client.Patch(ctx, p.claim, patch); err != nil && !apierrors.IsNotFound(err) {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("removing finalizer of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
+	if _, err := reconcilekit.RemoveFinalizer(ctx, r.Client, p.claim, v1alpha1.FinalizerNodeClaimRelease); err != nil && !apierrors.IsNotFound(err) {
+		return reconcilekit.Settle(ctx, fmt.Errorf("removing finalizer of %s/%s: %w", p.claim.Namespace, p.claim.Name, err))
 	}
 	r.log().Info("nodeclaim_released", "claim", p.claim.Namespace+"/"+p.claim.Name, "entry", p.entry, "phase", p.claim.Status.Phase)
 	r.index.forget(p)

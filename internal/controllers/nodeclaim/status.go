@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/reconcilekit"
 	"socialweb.computer/internal/infra"
 )
 
@@ -123,24 +122,20 @@ func (r *Reconciler) graces(p *pass, ready bool) {
 }
 
 // writeStatus observes and writes the claim's status once: copy, change, compare, patch with
-// an optimistic lock.
+// an optimistic lock (reconcilekit.WriteStatus, locked on the version the claim is at now).
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	if err := r.observe(ctx, p); err != nil {
 		return err
 	}
 	p.claim.Status.ObservedGeneration = p.claim.Generation
-	if equality.Semantic.DeepEqual(p.stored.Status, p.claim.Status) {
+	written, err := reconcilekit.WriteStatus(ctx, r.Client, p.stored, p.claim)
+	switch {
+	case apierrors.IsNotFound(err):
 		return nil
-	}
-	base := p.stored.DeepCopy()
-	base.ResourceVersion = p.claim.ResourceVersion
-	if err := r.Client.Status().Patch(ctx, p.claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+	case err != nil:
 		return fmt.Errorf("writing status of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
 	}
-	if p.stored.Status.Phase != p.claim.Status.Phase {
+	if written && p.stored.Status.Phase != p.claim.Status.Phase {
 		r.log().Info("nodeclaim_phase", "claim", p.claim.Namespace+"/"+p.claim.Name, "phase", p.claim.Status.Phase, "entry", p.entry)
 	}
 	return nil
