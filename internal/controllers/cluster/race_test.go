@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -130,5 +131,40 @@ func TestFinalizerRemoveKeepsConcurrentRemoval(t *testing.T) {
 	err := env.Client.Get(ctx, key, &got)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("Cluster still there (err %v) with finalizers %v: the other writer's removal was lost", err, got.Finalizers)
+	}
+}
+
+// The node host writes the same status (its Scaling condition) between the controller's
+// read and its status write: the controller's write conflicts, reads again and sets only its
+// own fields, so both conditions stay.
+func TestStatusWriteKeepsConcurrentCondition(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	key := newCluster(t, env, "race-status", v1alpha1.FinalizerClusterTeardown)
+	scaling := metav1.Condition{Type: string(v1alpha1.ConditionScaling), Status: metav1.ConditionFalse,
+		Reason: "Steady", Message: "written by the node host"}
+	nodeHost := func(ctx context.Context) error {
+		var fresh v1alpha1.Cluster
+		if err := env.Client.Get(ctx, key, &fresh); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(fresh.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		meta.SetStatusCondition(&fresh.Status.Conditions, scaling)
+		fresh.Status.Nodes = 3
+		return env.Client.Status().Patch(ctx, &fresh, patch)
+	}
+	rc := &racingClient{Client: env.Client, other: nodeHost}
+	r := &cluster.Reconciler{Client: rc, Reader: env.Client, Unavailable: "no tenant control planes in this test"}
+	settle(t, r, key)
+	if rc.err != nil {
+		t.Fatalf("the node host: %v", rc.err)
+	}
+	var got v1alpha1.Cluster
+	if err := env.Client.Get(context.Background(), key, &got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady))
+	sc := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionScaling))
+	if ready == nil || ready.Reason != cluster.ReasonUnsupported || sc == nil || sc.Message != scaling.Message || got.Status.Nodes != 3 {
+		t.Fatalf("status %+v: want the controller's Ready and the node host's Scaling and nodes", got.Status)
 	}
 }
