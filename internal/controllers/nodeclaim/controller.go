@@ -223,7 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// when the node host deletes the claim.
 	if infra.NodeClaimEnded(p.claim.Status.Phase) {
 		if err := r.revokeNode(p); err != nil {
-			return done(err)
+			return done(ctx, err)
 		}
 	}
 	return reconcile.Result{RequeueAfter: p.requeueAfter}, nil
