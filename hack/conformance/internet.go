@@ -166,8 +166,8 @@ type ioDiscard struct{}
 
 func (ioDiscard) Write(b []byte) (int, error) { return len(b), nil }
 
-// directTransport dials addresses only: no proxy from the environment, and the registry is
-// an address literal, so nothing is resolved.
+// directTransport dials the address itself: no proxy from the environment (the registry is
+// an address literal, so nothing is resolved for it; the busybox source's host is).
 func directTransport() http.RoundTripper {
 	return &http.Transport{
 		Proxy:       nil,

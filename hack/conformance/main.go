@@ -130,6 +130,9 @@ func run(o options) error {
 	}
 
 	// Images: built, served, remapped.
+	if tl.busybox, err = buildBusybox(ctx, abs); err != nil {
+		return err
+	}
 	t := time.Now()
 	imgs, err := buildImages(tl, filepath.Join(moduleDir(ctx, "k8s.io/kubernetes"), "test", "images", "agnhost"))
 	if err != nil {
@@ -250,6 +253,8 @@ type tools struct {
 	// nonewprivs prints its effective uid: setuid root in its image, for the
 	// AllowPrivilegeEscalation spec.
 	nonewprivs string
+	// busybox is the userland's, upstream's built from source (busybox.go).
+	busybox string
 }
 
 // buildTools builds (or finds cached) the tools from the module's k8s.io/kubernetes (and its
