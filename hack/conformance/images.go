@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,9 +23,9 @@ import (
 )
 
 // The conformance images, made from source and from this host's Debian packages rather than
-// pulled. Two layers serve them all: a userland layer (busybox-static applets, bash as /bin/sh
-// so commands are found through PATH, netcat-openbsd, dig, curl, with the shared libraries
-// they load) and a layer holding the agnhost binary built from k8s.io/kubernetes.
+// pulled. Two layers serve them all: a userland layer (upstream's busybox built from source,
+// its ash as /bin/sh; netcat-openbsd, dig, curl from Debian, with the shared libraries they
+// load) and a layer holding the agnhost binary built from k8s.io/kubernetes.
 
 // layerEntry is one entry of a layer: a directory, a regular file or a symlink.
 type layerEntry struct {
@@ -91,9 +92,9 @@ type hostTool struct {
 	Host, Image, Package string
 }
 
+// No bash: no [Conformance] spec runs it (upstream's busybox image has none; its agnhost
+// has, for non-conformance probe specs that run /bin/bash).
 var userlandTools = []hostTool{
-	{"/bin/busybox", "bin/busybox", "busybox-static"},
-	{"/bin/bash", "bin/bash", "bash"},
 	{"/bin/nc.openbsd", "usr/bin/nc", "netcat-openbsd"},
 	{"/usr/bin/dig", "usr/bin/dig", "bind9-dnsutils"},
 	{"/usr/bin/nslookup", "usr/bin/nslookup", "bind9-dnsutils"},
@@ -136,10 +137,15 @@ user-defined-in-image:x:1000:
 group-defined-in-image:x:50000:user-defined-in-image
 `
 
-// userlandLayer is the shared userland: busybox applets (every one but sh), bash as
-// /bin/sh, nc, dig, nslookup, host, curl and getent with their libraries, and /etc basics.
-func userlandLayer() (v1.Layer, error) {
-	var entries []layerEntry
+// userlandLayer is the shared userland: the static busybox (buildBusybox's) and its
+// applets, sh (ash) among them, nc, dig, nslookup, host, curl and getent with their
+// libraries, and /etc basics.
+func userlandLayer(busybox string) (v1.Layer, error) {
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	entries := []layerEntry{{Path: "bin/busybox", Mode: 0o755, Data: bb}}
 	libs := map[string]bool{}
 	for _, t := range userlandTools {
 		b, err := os.ReadFile(t.Host)
@@ -162,26 +168,31 @@ func userlandLayer() (v1.Layer, error) {
 		}
 		entries = append(entries, layerEntry{Path: strings.TrimPrefix(l, "/"), Mode: 0o755, Data: b})
 	}
-	applets, err := exec.Command("/bin/busybox", "--list").Output()
+	applets, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("busybox --list: %w", err)
+		return nil, fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	names := strings.Fields(string(applets))
+	if !slices.Contains(names, "sh") {
+		return nil, fmt.Errorf("%s has no sh applet", busybox)
 	}
 	have := map[string]bool{}
 	for _, e := range entries {
 		have[e.Path] = true
 	}
-	for _, a := range strings.Fields(string(applets)) {
-		// sh is bash: busybox's own sh runs its applets before PATH (so an image's nc or dig
-		// would never be the one a spec's `sh -c` runs), and it and dash drop environment
-		// variables whose names are not shell names ("data-1", set by envFrom) from what
-		// they pass on, which the ConfigMap and Secret env specs read back with `sh -c env`.
-		if a == "sh" || a == "busybox" || have["usr/bin/"+a] {
+	for _, a := range names {
+		// /bin/sh is busybox's ash, as in upstream's image: the read-only-root spec expects
+		// its messages word for word. Upstream's ash passes on environment variables whose
+		// names are not shell names ("data-1", set by envFrom), which the ConfigMap and
+		// Secret env specs read back with `sh -c env` (Debian's reverts that), and with
+		// FEATURE_SH_STANDALONE off it finds programs through PATH, so the nc, dig and curl
+		// in /usr/bin are the ones a spec's `sh -c` runs; their applets are left out.
+		if a == "busybox" || have["usr/bin/"+a] {
 			continue
 		}
 		entries = append(entries, layerEntry{Path: "bin/" + a, Link: "busybox"})
 	}
 	entries = append(entries,
-		layerEntry{Path: "bin/sh", Link: "bash"},
 		layerEntry{Path: "etc/passwd", Mode: 0o644, Data: []byte(passwd)},
 		layerEntry{Path: "etc/group", Mode: 0o644, Data: []byte(group)},
 		layerEntry{Path: "etc/nsswitch.conf", Mode: 0o644, Data: []byte("passwd: files\ngroup: files\nhosts: files dns\n")},
@@ -236,7 +247,7 @@ var conformanceImages = []imageSpec{
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 		How: "agnhost built from source; the userland is Debian's (glibc) where upstream's is Alpine's (musl); 2.55 is the same build"},
 	{Repo: "e2e-test-images/busybox", Tags: []string{"1.37.0-2"}, Layers: []string{"userland"}, Cmd: []string{"sh"},
-		How: "Debian busybox-static applets, /bin/sh is bash"},
+		How: "upstream's busybox 1.37.0 built from source (static, defconfig), /bin/sh is its ash, as upstream"},
 	{Repo: "k8s/pause", Tags: []string{"3.10.2"}, Layers: []string{"agnhost"}, Entrypoint: []string{"/agnhost", "pause"},
 		How: "agnhost pause (waits for a signal) instead of the C pause binary"},
 	{Repo: "e2e-test-images/nginx", Tags: []string{"1.27.0-2", "1.28.0-2"}, Layers: []string{"userland", "agnhost"},
@@ -265,7 +276,7 @@ var conformanceImages = []imageSpec{
 // buildImages assembles every image of conformanceImages from the layers: the userland,
 // agnhost, and one binary each for the Aggregator spec's sample-apiserver and etcd.
 func buildImages(t tools, agnhostSrc string) (map[string]v1.Image, error) {
-	ul, err := userlandLayer()
+	ul, err := userlandLayer(t.busybox)
 	if err != nil {
 		return nil, fmt.Errorf("userland layer: %w", err)
 	}

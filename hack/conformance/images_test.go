@@ -18,7 +18,7 @@ func TestUserlandRunsTheSpecsCommands(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (chroot)")
 	}
-	l, err := userlandLayer()
+	l, err := userlandLayer(testBusybox(t))
 	if err != nil {
 		t.Fatal(err)
 	}
