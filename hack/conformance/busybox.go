@@ -45,13 +45,20 @@ var busyboxConfig = []busyboxOption{
 	{"CONFIG_STATIC", "y"},
 }
 
-// busyboxKey names a build: the tarball and the config changes. The cache keeps one
-// binary per key.
+// busyboxMakeEnv is the build's environment beyond the host's: no build time in the
+// version banner, so the same source and config give the same binary (and layer digest).
+var busyboxMakeEnv = []string{"KCONFIG_NOTIMESTAMP=1"}
+
+// busyboxKey names a build: the tarball, the config changes and the build's environment.
+// The cache keeps one binary per key.
 func busyboxKey() string {
 	h := sha256.New()
 	h.Write([]byte(busyboxSHA256 + "\n"))
 	for _, o := range busyboxConfig {
 		fmt.Fprintf(h, "%s=%s\n", o.Name, o.Value)
+	}
+	for _, e := range busyboxMakeEnv {
+		fmt.Fprintf(h, "env %s\n", e)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -195,6 +202,7 @@ func makeBusybox(ctx context.Context, tarball, work string, jobs int, logPath st
 		fmt.Fprintf(logf, "+ %s %s\n", name, strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+		cmd.Env = append(os.Environ(), busyboxMakeEnv...)
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("busybox build: %s %s: %v (tail of %s:\n%s)", name, strings.Join(args, " "), err, logPath, logTail(logPath, 30))
 		}
