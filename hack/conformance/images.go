@@ -92,8 +92,8 @@ type hostTool struct {
 	Host, Image, Package string
 }
 
-// No bash: no [Conformance] spec runs it (upstream's busybox image has none; its agnhost
-// has, for non-conformance probe specs that run /bin/bash).
+// No bash: no [Conformance] spec runs it. Upstream's busybox image has none; its agnhost
+// image has, which two non-conformance probe specs run as /bin/bash.
 var userlandTools = []hostTool{
 	{"/bin/nc.openbsd", "usr/bin/nc", "netcat-openbsd"},
 	{"/usr/bin/dig", "usr/bin/dig", "bind9-dnsutils"},
