@@ -20,9 +20,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"socialweb.computer/internal/xrpc"
 )
 
-// XRPCError is an error answer from a PDS.
+// XRPCError is an error answer from a PDS, as xrpc.Decode reads it.
 type XRPCError struct {
 	Status  int
 	Name    string
@@ -40,10 +42,10 @@ func IsXRPC(err error, name string) bool {
 }
 
 // InvalidSwap reports whether err is a refused compare-and-swap.
-func InvalidSwap(err error) bool { return IsXRPC(err, "InvalidSwap") }
+func InvalidSwap(err error) bool { return IsXRPC(err, xrpc.InvalidSwap) }
 
 // RecordNotFound reports whether err says the record does not exist.
-func RecordNotFound(err error) bool { return IsXRPC(err, "RecordNotFound") }
+func RecordNotFound(err error) bool { return IsXRPC(err, xrpc.RecordNotFound) }
 
 // Client talks to one PDS. The zero Session is anonymous; Login fills it.
 type Client struct {
@@ -156,12 +158,8 @@ func (c *Client) doOnce(ctx context.Context, method, nsid string, params url.Val
 	}
 	if resp.StatusCode/100 != 2 {
 		xe := &XRPCError{Status: resp.StatusCode}
-		var eb struct {
-			Error   string `json:"error"`
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(raw, &eb) == nil && eb.Error != "" {
-			xe.Name, xe.Message = eb.Error, eb.Message
+		if e, ok := xrpc.Decode(resp.StatusCode, resp.Header, raw); ok {
+			xe.Name, xe.Message = e.Name, e.Message
 		} else {
 			xe.Name, xe.Message = http.StatusText(resp.StatusCode), strings.TrimSpace(string(raw))
 		}

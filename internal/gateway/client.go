@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
+
+	"socialweb.computer/internal/xrpc"
 )
 
 // Call calls a gateway method at base with a service-auth token: a procedure (POST) when in
@@ -43,13 +43,9 @@ func Call(ctx context.Context, base, nsid, token string, in, out any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error, Message string }
-		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+		xe, ok := xrpc.Decode(resp.StatusCode, resp.Header, raw)
+		if !ok {
 			return fmt.Errorf("%s: HTTP %d: %.200s", nsid, resp.StatusCode, raw)
-		}
-		xe := &Error{Status: resp.StatusCode, Name: e.Error, Message: e.Message}
-		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
-			xe.RetryAfter = time.Duration(secs) * time.Second
 		}
 		return xe
 	}

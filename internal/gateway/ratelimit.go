@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -106,11 +104,6 @@ func rateLimited(who string, wait time.Duration) *Error {
 	e := xrpcErr(http.StatusTooManyRequests, ErrRateLimitExceeded, "too many calls from %s; retry after %s", who, wait.Round(time.Millisecond))
 	e.RetryAfter = wait
 	return e
-}
-
-// retryAfterHeader is wait in whole seconds, at least 1.
-func retryAfterHeader(wait time.Duration) string {
-	return strconv.Itoa(max(1, int(math.Ceil(wait.Seconds()))))
 }
 
 // clientIP is the address the request came from (the connection's, never a header a client

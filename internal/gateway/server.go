@@ -21,6 +21,7 @@ import (
 	"socialweb.computer/internal/atproto/cluster"
 	"socialweb.computer/internal/quota"
 	"socialweb.computer/internal/serviceauth"
+	"socialweb.computer/internal/xrpc"
 )
 
 // ServiceID is the fragment of the gateway's service entry in its DID document; a token's aud
@@ -213,7 +214,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /.well-known/did.json", s.didDocument)
 	mux.HandleFunc("/xrpc/{nsid}", s.xrpc)
 	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"version": "socialweb-gateway"})
+		xrpc.WriteJSON(w, http.StatusOK, map[string]string{"version": "socialweb-gateway"})
 	})
 	return mux
 }
@@ -221,7 +222,7 @@ func (s *Server) routes() http.Handler {
 // didDocument serves the did:web document: the service entry a PDS resolves when it proxies
 // to the gateway. The gateway has no signing key of its own.
 func (s *Server) didDocument(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	xrpc.WriteJSON(w, http.StatusOK, map[string]any{
 		"@context": []string{"https://www.w3.org/ns/did/v1"},
 		"id":       s.did,
 		"service": []map[string]string{{
@@ -289,7 +290,7 @@ func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	xrpc.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) now() time.Time {
@@ -320,18 +321,17 @@ func (s *Server) authenticate(r *http.Request, nsid string) (string, error) {
 
 // verify checks the bearer service-auth token for a call of nsid and returns its issuer.
 func (s *Server) verify(r *http.Request, nsid string) (string, error) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
+	token, err := xrpc.BearerToken(r.Header.Get("Authorization"))
+	if errors.Is(err, xrpc.ErrNoAuthorization) {
 		return "", xrpcErr(http.StatusUnauthorized, ErrAuthMissing, "Authentication Required")
 	}
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	if err != nil {
 		return "", xrpcErr(http.StatusUnauthorized, ErrInvalidToken, "expected a Bearer service-auth token")
 	}
-	if err := s.access.Load().checkIssuer(strings.TrimSpace(token)); err != nil {
+	if err := s.access.Load().checkIssuer(token); err != nil {
 		return "", err
 	}
-	c, err := s.verifier.Verify(r.Context(), strings.TrimSpace(token), nsid)
+	c, err := s.verifier.Verify(r.Context(), token, nsid)
 	if err != nil {
 		var se *serviceauth.Error
 		if errors.As(err, &se) {

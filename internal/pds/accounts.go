@@ -20,6 +20,7 @@ import (
 
 	"socialweb.computer/internal/firehose"
 	"socialweb.computer/internal/pds/plc"
+	"socialweb.computer/internal/xrpc"
 )
 
 // account is what the PDS keeps about one hosted account.
@@ -295,15 +296,15 @@ func (s *Server) issueSession(did string) (access, refresh string, err error) {
 // parseToken checks a session token of the given scope and returns its claims, with the
 // reference PDS's error names.
 func (s *Server) parseToken(authz, scope string) (*sessionClaims, error) {
-	if authz == "" {
-		return nil, errNamed(401, "AuthMissing", "Authentication Required")
+	tok, err := xrpc.BearerToken(authz)
+	if errors.Is(err, xrpc.ErrNoAuthorization) {
+		return nil, errNamed(401, xrpc.AuthMissing, "Authentication Required")
 	}
-	tok, ok := strings.CutPrefix(authz, "Bearer ")
-	if !ok {
-		return nil, errNamed(400, "InvalidToken", "Unexpected authorization type")
+	if err != nil {
+		return nil, errNamed(400, xrpc.InvalidToken, "Unexpected authorization type")
 	}
 	var claims sessionClaims
-	_, err := jwt.ParseWithClaims(strings.TrimSpace(tok), &claims, func(t *jwt.Token) (any, error) { return s.jwtSecret, nil },
+	_, err = jwt.ParseWithClaims(tok, &claims, func(t *jwt.Token) (any, error) { return s.jwtSecret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithAudience(s.cfg.ServiceDID))
 	if errors.Is(err, jwt.ErrTokenExpired) {
 		return nil, errNamed(400, "ExpiredToken", "Token has expired")

@@ -19,6 +19,7 @@ import (
 
 	"socialweb.computer/internal/firehose"
 	"socialweb.computer/internal/pds/plc"
+	"socialweb.computer/internal/xrpc"
 )
 
 // MaxBodyBytes is the largest XRPC request body accepted.
@@ -58,7 +59,7 @@ func (s *Server) routes() http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/xrpc/_health", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]string{"version": "socialweb-pds"})
+		xrpc.WriteJSON(w, 200, map[string]string{"version": "socialweb-pds"})
 	})
 	mux.HandleFunc("/.well-known/atproto-did", s.hWellKnownDID)
 	mux.HandleFunc("/xrpc/com.atproto.sync.getRepo", s.hGetRepoCAR)
@@ -68,21 +69,21 @@ func (s *Server) routes() http.Handler {
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.Error("xrpc handler panic", "method", r.URL.Path, "panic", p)
-				writeXRPCError(w, nil)
+				xrpc.WriteError(w, nil)
 			}
 		}()
 		name := strings.TrimPrefix(r.URL.Path, "/xrpc/")
 		h, ok := methods[name]
 		if !ok || h.fn == nil {
-			writeJSON(w, 501, map[string]string{"error": "MethodNotImplemented", "message": "Method Not Implemented"})
+			xrpc.WriteJSON(w, 501, map[string]string{"error": "MethodNotImplemented", "message": "Method Not Implemented"})
 			return
 		}
 		if h.procedure && r.Method != http.MethodPost {
-			writeXRPCError(w, errInvalidRequest("Incorrect HTTP method (%s) expected POST", r.Method))
+			xrpc.WriteError(w, errInvalidRequest("Incorrect HTTP method (%s) expected POST", r.Method))
 			return
 		}
 		if !h.procedure && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			writeXRPCError(w, errInvalidRequest("Incorrect HTTP method (%s) expected GET", r.Method))
+			xrpc.WriteError(w, errInvalidRequest("Incorrect HTTP method (%s) expected GET", r.Method))
 			return
 		}
 		out, err := h.fn(context.WithValue(r.Context(), respHeaderKey{}, w.Header()), r)
@@ -91,13 +92,13 @@ func (s *Server) routes() http.Handler {
 			if !errors.As(err, &xe) {
 				s.log.Error("xrpc", "method", name, "err", err)
 			}
-			writeXRPCError(w, asXRPC(err))
+			xrpc.WriteError(w, asXRPC(err))
 			return
 		}
 		if out == nil {
 			out = map[string]any{}
 		}
-		writeJSON(w, 200, out)
+		xrpc.WriteJSON(w, 200, out)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"socialweb.computer/internal/firehose"
+	"socialweb.computer/internal/xrpc"
 )
 
 func writeCARResponse(w http.ResponseWriter, b []byte) {
@@ -21,12 +22,12 @@ func writeCARResponse(w http.ResponseWriter, b []byte) {
 func (s *Server) hGetRepoCAR(w http.ResponseWriter, r *http.Request) {
 	did := r.URL.Query().Get("did")
 	if did == "" {
-		writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.getRepo params: Missing required key \"did\""))
+		xrpc.WriteError(w, errInvalidRequest("Invalid com.atproto.sync.getRepo params: Missing required key \"did\""))
 		return
 	}
 	b, err := s.repoCAR(did)
 	if err != nil {
-		writeXRPCError(w, asXRPC(err))
+		xrpc.WriteError(w, asXRPC(err))
 		return
 	}
 	writeCARResponse(w, b)
@@ -36,20 +37,20 @@ func (s *Server) hSyncGetRecord(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	did, coll, rkey := q.Get("did"), q.Get("collection"), q.Get("rkey")
 	if did == "" || coll == "" || rkey == "" {
-		writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.getRecord params: did, collection and rkey are required"))
+		xrpc.WriteError(w, errInvalidRequest("Invalid com.atproto.sync.getRecord params: did, collection and rkey are required"))
 		return
 	}
 	if _, err := parseCollection(coll); err != nil {
-		writeXRPCError(w, err)
+		xrpc.WriteError(w, err)
 		return
 	}
 	if _, err := parseRKey(rkey); err != nil {
-		writeXRPCError(w, err)
+		xrpc.WriteError(w, err)
 		return
 	}
 	b, err := s.recordProofCAR(did, coll+"/"+rkey)
 	if err != nil {
-		writeXRPCError(w, asXRPC(err))
+		xrpc.WriteError(w, asXRPC(err))
 		return
 	}
 	writeCARResponse(w, b)
@@ -63,7 +64,7 @@ func (s *Server) hSubscribeRepos(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeXRPCError(w, errInvalidRequest("Invalid com.atproto.sync.subscribeRepos params: Expected integer value type at $.cursor"))
+			xrpc.WriteError(w, errInvalidRequest("Invalid com.atproto.sync.subscribeRepos params: Expected integer value type at $.cursor"))
 			return
 		}
 		cursor = &n

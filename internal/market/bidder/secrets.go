@@ -12,13 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"socialweb.computer/internal/atomicfile"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/serviceauth"
 	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/xrpc"
 )
 
 // awaiting is an accepted contract whose guest waits for its secrets.
@@ -93,16 +93,8 @@ func (b *Bidder) saveDelivered() error {
 // maxSecretsBody bounds a deliverSecrets request (64 values of 64 KiB, base64, and JSON).
 const maxSecretsBody = 6 << 20
 
-// xrpcError is an XRPC error answer: its status, name and message.
-type xrpcError struct {
-	status        int
-	name, message string
-}
-
-func (e *xrpcError) Error() string { return e.name + ": " + e.message }
-
-func xerr(status int, name, format string, a ...any) *xrpcError {
-	return &xrpcError{status: status, name: name, message: fmt.Sprintf(format, a...)}
+func xerr(status int, name, format string, a ...any) *xrpc.Error {
+	return xrpc.Errorf(status, name, format, a...)
 }
 
 // serveSecrets listens on cfg.Listen and serves the deliverSecrets procedure until ctx ends.
@@ -129,36 +121,29 @@ func (b *Bidder) serveSecrets(ctx context.Context) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func (b *Bidder) handleDeliver(w http.ResponseWriter, r *http.Request) {
 	n, err := b.deliver(r)
 	if err != nil {
-		var xe *xrpcError
+		var xe *xrpc.Error
 		if !errors.As(err, &xe) {
-			xe = xerr(http.StatusInternalServerError, "InternalServerError", "%v", err)
+			xe = xerr(http.StatusInternalServerError, xrpc.InternalServerError, "%v", err)
 		}
 		// The message names the refusal, never a value.
-		b.log.Warn("market_secrets_refused", "reason", xe.name, "message", xe.message)
-		writeJSON(w, xe.status, map[string]string{"error": xe.name, "message": xe.message})
+		b.log.Warn("market_secrets_refused", "reason", xe.Name, "message", xe.Message)
+		xrpc.WriteError(w, xe)
 		return
 	}
-	writeJSON(w, http.StatusOK, mk.DeliverSecretsOutput{Delivered: int64(n)})
+	xrpc.WriteJSON(w, http.StatusOK, mk.DeliverSecretsOutput{Delivered: int64(n)})
 }
 
 // deliver checks one deliverSecrets call and hands its values to the waiting guest.
 func (b *Bidder) deliver(r *http.Request) (int, error) {
 	if r.Method != http.MethodPost {
-		return 0, xerr(http.StatusMethodNotAllowed, "InvalidRequest", "%s is a procedure: POST it", mk.DeliverSecretsNSID)
+		return 0, xerr(http.StatusMethodNotAllowed, xrpc.InvalidRequest, "%s is a procedure: POST it", mk.DeliverSecretsNSID)
 	}
-	authz := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(authz, "Bearer ")
-	if !ok || tok == "" {
-		return 0, xerr(http.StatusUnauthorized, "AuthMissing", "a service-auth token from the contract's requester is required (Authorization: Bearer)")
+	tok, err := xrpc.BearerToken(r.Header.Get("Authorization"))
+	if err != nil {
+		return 0, xerr(http.StatusUnauthorized, xrpc.AuthMissing, "a service-auth token from the contract's requester is required (Authorization: Bearer)")
 	}
 	claims, err := b.verifier.Verify(r.Context(), tok, mk.DeliverSecretsNSID)
 	if err != nil {
@@ -166,7 +151,7 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 		if errors.As(err, &se) {
 			return 0, xerr(http.StatusUnauthorized, se.Name, "%s", se.Message)
 		}
-		return 0, xerr(http.StatusUnauthorized, "InvalidToken", "%v", err)
+		return 0, xerr(http.StatusUnauthorized, xrpc.InvalidToken, "%v", err)
 	}
 	select {
 	case <-b.recovered:
@@ -176,7 +161,7 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 	var in mk.DeliverSecretsInput
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxSecretsBody))
 	if err := dec.Decode(&in); err != nil {
-		return 0, xerr(http.StatusBadRequest, "InvalidRequest", "body is not a deliverSecrets input: %s", jsonReason(err))
+		return 0, xerr(http.StatusBadRequest, xrpc.InvalidRequest, "body is not a deliverSecrets input: %s", jsonReason(err))
 	}
 	b.mu.Lock()
 	a := b.awaiting[in.Accept]

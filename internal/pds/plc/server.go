@@ -1,11 +1,12 @@
 package plc
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
+
+	"socialweb.computer/internal/xrpc"
 )
 
 // Handler serves the directory over plc.directory's HTTP API.
@@ -13,20 +14,14 @@ func (d *Directory) Handler() http.Handler {
 	return http.HandlerFunc(d.serveHTTP)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeMsg(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"message": msg})
+	xrpc.WriteJSON(w, status, map[string]string{"message": msg})
 }
 
 func (d *Directory) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.Trim(r.URL.Path, "/")
 	if path == "_health" {
-		writeJSON(w, 200, map[string]string{"version": "socialweb-plc"})
+		xrpc.WriteJSON(w, 200, map[string]string{"version": "socialweb-plc"})
 		return
 	}
 	did, sub, _ := strings.Cut(path, "/")
@@ -92,6 +87,6 @@ func (d *Directory) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeMsg(w, 500, "internal error")
 	default:
-		writeJSON(w, 200, v)
+		xrpc.WriteJSON(w, 200, v)
 	}
 }
