@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/infra"
 )
 
 // Snapshot is everything one rendering of the page is made from: the objects as the
@@ -376,11 +376,11 @@ func link(uri, pdsURL string) Link {
 	if uri == "" || pdsURL == "" {
 		return l
 	}
-	a, err := syntax.ParseATURI(uri)
-	if err != nil || a.Collection() == "" || a.RecordKey() == "" {
+	a, err := infra.ParseATURI(uri)
+	if err != nil {
 		return l
 	}
-	q := url.Values{"repo": {a.Authority().String()}, "collection": {a.Collection().String()}, "rkey": {a.RecordKey().String()}}
+	q := url.Values{"repo": {a.DID}, "collection": {a.Collection}, "rkey": {a.Rkey}}
 	l.Href = strings.TrimRight(pdsURL, "/") + "/xrpc/com.atproto.repo.getRecord?" + q.Encode()
 	return l
 }

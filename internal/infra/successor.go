@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // RkeySelf is the record key of the account's index in computer.socialweb.infra; it is never a deployment.
@@ -17,22 +19,11 @@ const maxRecordKeyLen = 512
 // RecordKey is a valid atproto record key.
 type RecordKey string
 
-// ParseRecordKey checks the atproto record-key syntax: 1 to 512 characters of A-Z a-z 0-9 . - _
-// : ~, and neither "." nor "..".
+// ParseRecordKey checks the atproto record-key syntax (syntax.ParseRecordKey): 1 to 512
+// characters of A-Z a-z 0-9 . - _ : ~, and neither "." nor "..".
 func ParseRecordKey(s string) (RecordKey, error) {
-	if s == "" || len(s) > maxRecordKeyLen {
-		return "", fmt.Errorf("record key %q: length must be 1..%d", s, maxRecordKeyLen)
-	}
-	if s == "." || s == ".." {
-		return "", fmt.Errorf("record key %q is reserved", s)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '-' || c == '_' || c == ':' || c == '~'
-		if !ok {
-			return "", fmt.Errorf("record key %q: character %q is not allowed", s, c)
-		}
+	if _, err := syntax.ParseRecordKey(s); err != nil {
+		return "", fmt.Errorf("record key %q: want 1 to %d characters of A-Z a-z 0-9 . - _ : ~, and not \".\" or \"..\"", s, maxRecordKeyLen)
 	}
 	return RecordKey(s), nil
 }

@@ -2,7 +2,8 @@ package infra
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // ATURI is the at-uri of one record: at://<did>/<collection>/<rkey>.
@@ -14,27 +15,25 @@ type ATURI struct {
 
 func (u ATURI) String() string { return "at://" + u.DID + "/" + u.Collection + "/" + u.Rkey }
 
-// ParseATURI parses the at-uri of a record whose authority is a DID.
+// ParseATURI parses the at-uri of one record: a DID authority, a collection NSID and a record
+// key. It is the tree's one parser of at-uris: syntax.ParseATURI checks the syntax, which also
+// admits a handle authority or a shorter path; a record's uri must name its repo by DID (a
+// handle can move) and name the record.
 func ParseATURI(s string) (ATURI, error) {
-	rest, ok := strings.CutPrefix(s, "at://")
-	if !ok {
-		return ATURI{}, fmt.Errorf("at-uri %q: must start with at://", s)
+	const want = "want at://<did>/<collection>/<rkey>"
+	u, err := syntax.ParseATURI(s)
+	if err != nil {
+		return ATURI{}, fmt.Errorf("at-uri %q: %v; %s", s, err, want)
 	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 {
-		return ATURI{}, fmt.Errorf("at-uri %q: want at://<did>/<collection>/<rkey>", s)
+	did, err := u.Authority().AsDID()
+	if err != nil {
+		return ATURI{}, fmt.Errorf("at-uri %q: authority %q is not a DID; a record's at-uri names its repo by DID", s, u.Authority())
 	}
-	u := ATURI{DID: parts[0], Collection: parts[1], Rkey: parts[2]}
-	if d := strings.SplitN(u.DID, ":", 3); len(d) != 3 || d[0] != "did" || d[1] == "" || d[2] == "" {
-		return ATURI{}, fmt.Errorf("at-uri %q: authority %q is not a DID", s, u.DID)
+	coll, rkey := u.Collection(), u.RecordKey()
+	if coll == "" || rkey == "" {
+		return ATURI{}, fmt.Errorf("at-uri %q names no record; %s", s, want)
 	}
-	if u.Collection == "" || strings.Count(u.Collection, ".") < 2 {
-		return ATURI{}, fmt.Errorf("at-uri %q: collection %q is not an NSID", s, u.Collection)
-	}
-	if _, err := ParseRecordKey(u.Rkey); err != nil {
-		return ATURI{}, fmt.Errorf("at-uri %q: %w", s, err)
-	}
-	return u, nil
+	return ATURI{DID: did.String(), Collection: coll.String(), Rkey: rkey.String()}, nil
 }
 
 // RecordURI is the at-uri of kind's record at rkey in the repo of did.

@@ -15,6 +15,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
 )
@@ -42,14 +43,13 @@ func (f Fetcher) Get(ctx context.Context, uri string) (*repos.Record, error) {
 	return f(ctx, did, coll, rkey)
 }
 
-// ParseURI splits at://did/collection/rkey.
+// ParseURI splits a record's at-uri (at://did/collection/rkey) as infra.ParseATURI parses it.
 func ParseURI(uri string) (did, collection, rkey string, err error) {
-	rest, ok := strings.CutPrefix(uri, "at://")
-	parts := strings.Split(rest, "/")
-	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", "", "", fmt.Errorf("not a record at-uri: %q", uri)
+	u, err := infra.ParseATURI(uri)
+	if err != nil {
+		return "", "", "", err
 	}
-	return parts[0], parts[1], parts[2], nil
+	return u.DID, u.Collection, u.Rkey, nil
 }
 
 // URI builds at://did/collection/rkey.

@@ -37,7 +37,8 @@ func TestParseURI(t *testing.T) {
 	if err != nil || did != "did:plc:x" || c != "com.example.a" || k != "3k" {
 		t.Fatal(did, c, k, err)
 	}
-	for _, bad := range []string{"", "at://did:plc:x", "https://x/y/z", "at://did/c/k/extra"} {
+	for _, bad := range []string{"", "at://did:plc:x", "https://x/y/z", "at://did/c/k/extra",
+		"at://did:plc:x/com.example.a/3k/extra", "at://alice.test/com.example.a/3k", "at://did:plc:x/com.example.a/..", "at://did:plc:x/c/3k"} {
 		if _, _, _, err := ParseURI(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
