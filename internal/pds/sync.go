@@ -2,12 +2,14 @@ package pds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gorilla/websocket"
+	bolt "go.etcd.io/bbolt"
 
 	"socialweb.computer/internal/firehose"
 	"socialweb.computer/internal/xrpc"
@@ -115,4 +117,78 @@ func contextWithDone(parent context.Context, done <-chan struct{}) (context.Cont
 		}
 	}()
 	return ctx, cancel
+}
+
+func (s *Server) hGetLatestCommit(ctx context.Context, r *http.Request) (any, error) {
+	p, err := queryParams(r, "com.atproto.sync.getLatestCommit", "did")
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.head(p["did"])
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"cid": h.Commit, "rev": h.Rev}, nil
+}
+
+func (s *Server) hGetRepoStatus(ctx context.Context, r *http.Request) (any, error) {
+	p, err := queryParams(r, "com.atproto.sync.getRepoStatus", "did")
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.head(p["did"])
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"did": p["did"], "active": true, "rev": h.Rev}, nil
+}
+
+func (s *Server) hListRepos(ctx context.Context, r *http.Request) (any, error) {
+	p, _ := queryParams(r, "com.atproto.sync.listRepos")
+	limit := 500
+	if v := p["limit"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return nil, errInvalidRequest("Invalid com.atproto.sync.listRepos params: limit must be 1..1000")
+		}
+		limit = n
+	}
+	type repoRow struct {
+		DID    string `json:"did"`
+		Head   string `json:"head"`
+		Rev    string `json:"rev"`
+		Active bool   `json:"active"`
+	}
+	rows := []repoRow{}
+	cursor := ""
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bRepos).Cursor()
+		k, v := c.First()
+		if cur := p["cursor"]; cur != "" {
+			k, v = c.Seek([]byte(cur))
+			if k != nil && string(k) == cur {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			var h repoHead
+			if err := json.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			rows = append(rows, repoRow{DID: string(k), Head: h.Commit, Rev: h.Rev, Active: true})
+			if len(rows) == limit {
+				cursor = string(k)
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"repos": rows}
+	if cursor != "" {
+		out["cursor"] = cursor
+	}
+	return out, nil
 }
