@@ -68,7 +68,7 @@ func (s *Server) routes() http.Handler {
 		name := strings.TrimPrefix(r.URL.Path, "/xrpc/")
 		h, ok := methods[name]
 		if !ok || h.fn == nil {
-			xrpc.WriteJSON(w, 501, map[string]string{"error": "MethodNotImplemented", "message": "Method Not Implemented"})
+			xrpc.WriteError(w, errNamed(http.StatusNotImplemented, xrpc.MethodNotImplemented, "Method Not Implemented"))
 			return
 		}
 		if h.procedure && r.Method != http.MethodPost {

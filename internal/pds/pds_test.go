@@ -394,6 +394,16 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 			t.Fatalf("authz %q: %s", tc.authz, e.Error)
 		}
 	}
+	// A method the PDS does not serve: the reference PDS's 501 answer, byte for byte.
+	if resp, err := http.Get(s.URL() + "/xrpc/com.example.nothing"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `{"error":"MethodNotImplemented","message":"Method Not Implemented"}` + "\n"; resp.StatusCode != 501 || string(body) != want {
+			t.Fatalf("unknown method: %d %s, want 501 %s", resp.StatusCode, body, want)
+		}
+	}
 	// Refresh, then the old refresh token is revoked.
 	old := c.Session().RefreshJwt
 	if err := c.Refresh(ctx); err != nil {
