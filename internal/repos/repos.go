@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
 
 	"socialweb.computer/internal/firehose"
@@ -94,9 +95,15 @@ type EventSource interface {
 	Subscribe(ctx context.Context, cursor *int64, fn func(Event) error) error
 }
 
-// fromFirehose reduces a decoded firehose event.
+// fromFirehose reduces a decoded firehose event. What a PDS sends is checked here, where it
+// enters: an event whose repo is not a DID carries only its Seq, and an op whose path is not
+// <collection>/<rkey> is dropped (its parts go into at-uris and record reads).
 func fromFirehose(ev *firehose.Event) Event {
-	out := Event{Seq: ev.Seq, DID: ev.DID()}
+	did, err := syntax.ParseDID(ev.DID())
+	if err != nil {
+		return Event{Seq: ev.Seq}
+	}
+	out := Event{Seq: ev.Seq, DID: did.String()}
 	if ev.Commit == nil {
 		return out
 	}
@@ -108,7 +115,10 @@ func fromFirehose(ev *firehose.Event) Event {
 			continue
 		}
 		coll, rkey, ok := strings.Cut(op.Path, "/")
-		if !ok {
+		if _, err := syntax.ParseNSID(coll); !ok || err != nil {
+			continue
+		}
+		if _, err := syntax.ParseRecordKey(rkey); err != nil {
 			continue
 		}
 		o := Op{Action: op.Action, Collection: coll, RKey: rkey}
