@@ -33,6 +33,7 @@ type Error = xrpc.Error
 func xrpcErr(status int, name, format string, args ...any) *Error {
 	return xrpc.Errorf(status, name, format, args...)
 }
+
 func invalidRequest(format string, args ...any) *Error {
 	return xrpcErr(http.StatusBadRequest, ErrInvalidRequest, format, args...)
 }
