@@ -212,11 +212,12 @@ func (s *Server) resolveHandleLocal(handle string) (string, error) {
 
 // resolveRepo turns an at-identifier (DID or handle) into a hosted DID.
 func (s *Server) resolveRepo(ident string) (string, *account, error) {
+	id, err := syntax.ParseAtIdentifier(ident)
+	if err != nil {
+		return "", nil, errInvalidRequest("Invalid at-identifier (got %q)", ident)
+	}
 	did := ident
-	if !strings.HasPrefix(ident, "did:") {
-		if _, err := syntax.ParseHandle(ident); err != nil {
-			return "", nil, errInvalidRequest("Invalid at-identifier (got %q)", ident)
-		}
+	if id.IsHandle() {
 		d, err := s.resolveHandleLocal(ident)
 		if err != nil {
 			return "", nil, err
@@ -225,11 +226,9 @@ func (s *Server) resolveRepo(ident string) (string, *account, error) {
 			return "", nil, errInvalidRequest("Could not find repo: %s", ident)
 		}
 		did = d
-	} else if _, err := syntax.ParseDID(ident); err != nil {
-		return "", nil, errInvalidRequest("Invalid at-identifier (got %q)", ident)
 	}
 	var acct *account
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		var err error
 		acct, err = getAccount(tx, did)
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -392,6 +393,20 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 		resp.Body.Close()
 		if e.Error != tc.name {
 			t.Fatalf("authz %q: %s", tc.authz, e.Error)
+		}
+	}
+	// A repo param that is neither a DID nor a handle.
+	for _, repo := range []string{"did:plc:", "did:", "did:PLC:abc", "bad handle", "-x.test", "at://did:plc:abc"} {
+		q := url.Values{"repo": {repo}, "collection": {"app.x.y"}}
+		resp, err := http.Get(s.URL() + "/xrpc/com.atproto.repo.listRecords?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error, Message string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || e.Error != "InvalidRequest" || !strings.HasPrefix(e.Message, "Invalid at-identifier") {
+			t.Fatalf("repo %q: %d %s %s", repo, resp.StatusCode, e.Error, e.Message)
 		}
 	}
 	// A method the PDS does not serve: the reference PDS's 501 answer, byte for byte.
