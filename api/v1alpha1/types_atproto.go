@@ -301,7 +301,7 @@ type AtprotoRecordWatchList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(
+	register(
 		&AtprotoRepo{}, &AtprotoRepoList{},
 		&AtprotoRecord{}, &AtprotoRecordList{},
 		&AtprotoRecordWatch{}, &AtprotoRecordWatchList{},

@@ -355,5 +355,5 @@ type NodeClaimList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Cluster{}, &ClusterList{}, &NodeClaim{}, &NodeClaimList{})
+	register(&Cluster{}, &ClusterList{}, &NodeClaim{}, &NodeClaimList{})
 }

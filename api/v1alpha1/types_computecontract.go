@@ -309,5 +309,5 @@ type ComputeContractList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ComputeContract{}, &ComputeContractList{})
+	register(&ComputeContract{}, &ComputeContractList{})
 }

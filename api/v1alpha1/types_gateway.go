@@ -46,5 +46,5 @@ type GatewayAccessList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GatewayAccess{}, &GatewayAccessList{})
+	register(&GatewayAccess{}, &GatewayAccessList{})
 }

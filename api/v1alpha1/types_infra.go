@@ -478,5 +478,5 @@ type EphemeralInfraList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Infra{}, &InfraList{}, &EphemeralInfra{}, &EphemeralInfraList{})
+	register(&Infra{}, &InfraList{}, &EphemeralInfra{}, &EphemeralInfraList{})
 }

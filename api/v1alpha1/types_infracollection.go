@@ -122,6 +122,6 @@ type EphemeralInfraCollectionList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&InfraCollection{}, &InfraCollectionList{},
+	register(&InfraCollection{}, &InfraCollectionList{},
 		&EphemeralInfraCollection{}, &EphemeralInfraCollectionList{})
 }

@@ -35,5 +35,5 @@ type SecretList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Secret{}, &SecretList{})
+	register(&Secret{}, &SecretList{})
 }
