@@ -104,11 +104,9 @@ func PlanCollection(records []ListedRecord, objects []ExistingObject) Collection
 // ChildSpec is the whole spec a collection writes on a child: only spec.record, following the
 // record. The child's first sync pulls the declaration.
 func ChildSpec(repoRef v1alpha1.ObjectRef, uri string, eventSourceRefs []v1alpha1.ObjectRef) v1alpha1.InfraSpec {
-	b := &v1alpha1.InfraRecordBinding{RepoRef: repoRef, URI: uri}
-	for _, r := range eventSourceRefs {
-		b.EventSourceRefs = append(b.EventSourceRefs, r)
-	}
-	return v1alpha1.InfraSpec{Record: b}
+	// A copy: the child's spec must not share its backing array with the collection's.
+	refs := append([]v1alpha1.ObjectRef(nil), eventSourceRefs...)
+	return v1alpha1.InfraSpec{Record: &v1alpha1.InfraRecordBinding{RepoRef: repoRef, URI: uri, EventSourceRefs: refs}}
 }
 
 // WatchName is the name of the AtprotoRecordWatch that follows kind's collection in the repo

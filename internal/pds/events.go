@@ -102,7 +102,7 @@ func (h *hub) remove(sub *subscriber) {
 
 // Errors a subscription ends with, named as the firehose error frames name them.
 var (
-	ErrFutureCursor    = errors.New("FutureCursor: Cursor in the future.")
+	ErrFutureCursor    = errors.New("FutureCursor: Cursor in the future")
 	ErrConsumerTooSlow = errors.New("ConsumerTooSlow: Stream consumer too slow")
 	// ErrServerClosed ends the subscriptions of a server that is closing.
 	ErrServerClosed = errors.New("pds: server closed")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -460,5 +459,3 @@ func writeCAR(root cid.Cid, order []cid.Cid, get func(cid.Cid) []byte) ([]byte, 
 	}
 	return buf.Bytes(), nil
 }
-
-var errNotFound = errors.New("not found")

@@ -7,7 +7,6 @@ import (
 
 	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
-	blockstore "github.com/ipfs/go-ipfs-blockstore"
 	ipld "github.com/ipfs/go-ipld-format"
 	bolt "go.etcd.io/bbolt"
 )
@@ -55,13 +54,12 @@ func (b boltBlocks) Get(_ context.Context, c cid.Cid) (blocks.Block, error) {
 }
 
 // memBlocks collects the blocks a write creates; it satisfies the blockstore interface that
-// indigo's MST writes its dirty nodes to.
+// indigo's MST writes its dirty nodes to (mst.Tree.WriteDiffBlocks; the compiler checks it at
+// those calls).
 type memBlocks struct {
 	order []cid.Cid
 	m     map[cid.Cid][]byte
 }
-
-var _ blockstore.Blockstore = (*memBlocks)(nil)
 
 func newMemBlocks() *memBlocks { return &memBlocks{m: map[cid.Cid][]byte{}} }
 

@@ -377,7 +377,7 @@ func ensureEgressChain(netns string) error {
 // to it. Idempotent.
 func (h Host) AddNode(link string, p EgressPolicy) error {
 	if !strings.HasPrefix(link, LinkPrefix) || len(link) <= len(LinkPrefix) {
-		return fmt.Errorf("node link %q: want %s...", link, LinkPrefix)
+		return fmt.Errorf("node link %q: want a name starting with %s", link, LinkPrefix)
 	}
 	unlock, err := lockHost()
 	if err != nil {

@@ -60,13 +60,13 @@ func TestACC29_RecordEditPull(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Controllers: true, PDS: true})
 	localRepo(t, env, "me")
 	newInfra(t, env, "web", "before", []string{"api"})
-	inf := waitInfra(t, env, "web", "in sync", inSync(v1alpha1.RecordInSync))
+	waitInfra(t, env, "web", "in sync", inSync(v1alpha1.RecordInSync))
 	rec, _ := pdsInfra(t, env, "web")
 
 	rec.Description = strp("edited on the PDS")
 	rec.Contracts = append(rec.Contracts, atinfra.InfraContract{Name: "worker", State: "staged"})
 	cid := putInfra(t, env, "web", *rec)
-	inf = waitInfra(t, env, "web", "pulled", func(got *v1alpha1.Infra) bool {
+	inf := waitInfra(t, env, "web", "pulled", func(got *v1alpha1.Infra) bool {
 		return inSync(v1alpha1.RecordPulled)(got) && got.Spec.Description == "edited on the PDS"
 	})
 	if got := contractNames(inf.Spec.Contracts); !slices.Equal(got, []string{"api", "worker"}) {

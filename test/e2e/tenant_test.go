@@ -270,7 +270,7 @@ spec: {account: "`+tenantOwner+`", name: t1, running: true}
 	if pidAlive(pid) || len(controlPlanesRunning(dir)) != 0 {
 		t.Errorf("control planes left running after up stopped: %v", controlPlanesRunning(dir))
 	}
-	up = startUp(t, dir)
+	startUp(t, dir)
 	c = coreClient(t, dir)
 	t2 := time.Now()
 	cl = waitPhaseNot(t, c, key, v1alpha1.ClusterReady, cl.Status.Instance, 60*time.Second)

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
@@ -58,7 +59,7 @@ func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, p
 	if err != nil {
 		return err
 	}
-	replaceBootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
+	replaceBootstrapHooks(sets.Set[string](config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks))
 	applyTokenPolicy(config, tokens)
 	applyRevokedNodes(ctx, config, revokedNodes)
 	applyProvisionerAuth(config, provisioner)

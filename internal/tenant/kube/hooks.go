@@ -62,7 +62,7 @@ const (
 
 // replaceBootstrapHooks disables the upstream hooks in cfg; addBootstrapHooks adds the
 // replacements to the server (rbac false: the store already holds this version's policy).
-func replaceBootstrapHooks(disabled sets.String) {
+func replaceBootstrapHooks(disabled sets.Set[string]) {
 	disabled.Insert(schedulingrest.PostStartHookName, rbacrest.PostStartHookName, flowcontrolrest.PostStartHookName)
 }
 

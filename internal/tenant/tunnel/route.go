@@ -61,7 +61,7 @@ func Route(target netip.Addr, r Ranges, nodes []Node, connected func(name string
 			}
 		}
 		if len(names) == 0 {
-			return "", fmt.Errorf("Service address %s: %w", target, ErrNoNode)
+			return "", fmt.Errorf("service address %s: %w", target, ErrNoNode)
 		}
 		sort.Strings(names)
 		return names[0], nil
