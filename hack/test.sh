@@ -14,6 +14,11 @@ bash hack/verify-lexgen.sh
 echo "== go vet"
 go vet ./...
 
+echo "== staticcheck"
+# A tool of the module (go.mod's tool block): the version is pinned and nothing is fetched
+# beyond the module cache.
+go tool staticcheck ./...
+
 echo "== build (once, for every package whose tests run the binary)"
 bash hack/build.sh bin/socialweb
 export SOCIALWEB_TEST_BIN="$PWD/bin/socialweb"
