@@ -6,7 +6,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"time"
 )
@@ -33,57 +32,6 @@ func Median(ds []time.Duration) time.Duration { return Percentile(ds, 50) }
 
 // ms formats a duration in milliseconds with two decimals.
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-
-// tb adapts the harness's test interface for use outside `go test`.
-type tb struct {
-	tmp      string
-	cleanups []func()
-	failed   error
-}
-
-func newTB() (*tb, error) {
-	d, err := os.MkdirTemp("", "socialweb-bench-")
-	if err != nil {
-		return nil, err
-	}
-	return &tb{tmp: d}, nil
-}
-
-func (t *tb) Helper() {}
-func (t *tb) Fatalf(format string, args ...any) {
-	t.failed = fmt.Errorf(format, args...)
-	panic(t)
-}
-func (t *tb) Cleanup(f func()) { t.cleanups = append(t.cleanups, f) }
-func (t *tb) TempDir() string {
-	d, _ := os.MkdirTemp(t.tmp, "t")
-	return d
-}
-func (t *tb) close() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
-	os.RemoveAll(t.tmp)
-}
-
-// run calls f with a fresh tb and turns a Fatalf into an error.
-func run(f func(t *tb) error) (err error) {
-	t, err := newTB()
-	if err != nil {
-		return err
-	}
-	defer t.close()
-	defer func() {
-		if r := recover(); r != nil {
-			if r == any(t) {
-				err = t.failed
-				return
-			}
-			panic(r)
-		}
-	}()
-	return f(t)
-}
 
 // Printer writes aligned result lines.
 type Printer struct{ W io.Writer }

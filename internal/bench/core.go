@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +20,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/infra"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
-	"socialweb.computer/internal/testenv"
+	"socialweb.computer/internal/logsink"
 )
 
 // CoreOptions size the core benchmark.
@@ -116,7 +115,7 @@ func Core(ctx context.Context, p Printer, o CoreOptions) (err error) {
 
 	// The in-process cores log to a buffer, shown only when a step fails: their shutdown cuts
 	// short requests in flight, which the figures do not need to hear about.
-	var inProcessLog testenv.LogBuffer
+	var inProcessLog logsink.Buffer
 	defer func() {
 		if err != nil {
 			fmt.Fprint(os.Stderr, inProcessLog.String())
@@ -126,62 +125,77 @@ func Core(ctx context.Context, p Printer, o CoreOptions) (err error) {
 	// 3b. The same loop against the API server alone: no controller writes a status for each
 	// new Infra on the same two cores, which tells the API server's share from theirs.
 	say("creating %d Infras one after another, API server alone", o.Creates)
-	if err := run(func(t *tb) error {
-		env := testenv.Start(t, testenv.Options{Log: &inProcessLog})
-		before, err := costNow()
-		if err != nil {
-			return err
-		}
-		rate, err := sequentialCreates(ctx, env.Client, "alone", o.Creates)
-		if err != nil {
-			return err
-		}
-		after, err := costNow()
-		if err != nil {
-			return err
-		}
-		p.Line(fmt.Sprintf("sequential Infra creates (%d), API server alone, in-process client", o.Creates), rate, "")
-		p.Line("  what each of those creates cost", before.per(after, o.Creates), "")
-		host, err := hostReference(t.TempDir())
-		if err != nil {
-			return err
-		}
-		p.Line("  this host", host, "")
-		return nil
-	}); err != nil {
+	if err := alone(ctx, p, o.Creates, &inProcessLog); err != nil {
 		return err
 	}
 
 	// 4. create-to-reconcile, in-process so the reconcile start is observed exactly.
 	say("create-to-reconcile latency over %d objects", o.Latency)
-	return run(func(t *tb) error {
-		env := testenv.Start(t, testenv.Options{Controllers: true, Log: &inProcessLog})
-		created := sync.Map{}
-		seen := make([]time.Duration, 0, o.Latency)
-		for i := 0; i < o.Latency; i++ {
-			inf := benchInfra("lat", i)
-			at := time.Now()
-			created.Store(inf.Name, at)
-			if err := env.Client.Create(ctx, inf); err != nil {
-				return err
-			}
-			deadline := time.After(10 * time.Second)
-		wait:
-			for {
-				select {
-				case r := <-env.Reconciles:
-					if r.Controller == infra.ControllerName && r.Request.Name == inf.Name {
-						seen = append(seen, r.At.Sub(at))
-						break wait
-					}
-				case <-deadline:
-					return fmt.Errorf("no reconcile of %s within 10s", inf.Name)
+	return createToReconcile(ctx, p, o.Latency, &inProcessLog)
+}
+
+// alone is figure 3b: sequential creates against an in-process API server with no
+// controllers, what each cost, and the host's reference figures.
+func alone(ctx context.Context, p Printer, creates int, log io.Writer) error {
+	env, err := startInProcess(ctx, log, nil)
+	if err != nil {
+		return err
+	}
+	defer env.stop()
+	before, err := costNow()
+	if err != nil {
+		return err
+	}
+	rate, err := sequentialCreates(ctx, env.client, "alone", creates)
+	if err != nil {
+		return err
+	}
+	after, err := costNow()
+	if err != nil {
+		return err
+	}
+	p.Line(fmt.Sprintf("sequential Infra creates (%d), API server alone, in-process client", creates), rate, "")
+	p.Line("  what each of those creates cost", before.per(after, creates), "")
+	host, err := hostReference(env.tmp)
+	if err != nil {
+		return err
+	}
+	p.Line("  this host", host, "")
+	return nil
+}
+
+// createToReconcile is figure 4: from each create to the start of its reconcile by the Infra
+// controller, observed in-process.
+func createToReconcile(ctx context.Context, p Printer, objects int, log io.Writer) error {
+	reconciles := make(chan reconcileStart, 100000)
+	env, err := startInProcess(ctx, log, reconciles)
+	if err != nil {
+		return err
+	}
+	defer env.stop()
+	seen := make([]time.Duration, 0, objects)
+	for i := 0; i < objects; i++ {
+		inf := benchInfra("lat", i)
+		at := time.Now()
+		if err := env.client.Create(ctx, inf); err != nil {
+			return err
+		}
+		deadline := time.After(10 * time.Second)
+	wait:
+		for {
+			select {
+			case r := <-reconciles:
+				if r.Controller == infra.ControllerName && r.Request.Name == inf.Name {
+					seen = append(seen, r.At.Sub(at))
+					break wait
 				}
+			case <-deadline:
+				return fmt.Errorf("no reconcile of %s within 10s", inf.Name)
 			}
 		}
-		p.Line(fmt.Sprintf("create-to-reconcile, Infra controller (%d objects)", o.Latency), fmt.Sprintf("p50 %s, p99 %s", ms(Median(seen)), ms(Percentile(seen, 99))), "p99 < 50 ms")
-		return nil
-	})
+	}
+	p.Line(fmt.Sprintf("create-to-reconcile, Infra controller (%d objects)", objects), fmt.Sprintf("p50 %s, p99 %s", ms(Median(seen)), ms(Percentile(seen, 99))), "p99 < 50 ms")
+	return nil
 }
 
 // sequentialCreates creates n Infras one after another and says how fast: objects/s, p50, p99.
