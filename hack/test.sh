@@ -33,6 +33,18 @@ rm -rf "$SOCIALWEB_TEST_ARTIFACTS"
 go test -count=1 -timeout 40m ./...
 
 echo "== fuzz targets, briefly"
-for target in FuzzXRPCInput FuzzRecordCBOR FuzzCARRead FuzzSessionToken; do
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime 20000x ./internal/pds
-done
+# Every FuzzXxx(f *testing.F) in the module's test files, found rather than listed, so that a
+# new target runs here too. One line per target: package directory, then name.
+targets=$(go list -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./... |
+	xargs -r awk -v root="$PWD" '/^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)/ {
+		name = $2; sub(/\(.*/, "", name)
+		dir = FILENAME; sub(/\/[^\/]*$/, "", dir)
+		print "." substr(dir, length(root) + 1), name
+	}' | sort -u)
+if [ -z "$targets" ]; then
+	echo "no fuzz targets found: the search above is broken" >&2
+	exit 1
+fi
+while read -r pkg target; do
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime 20000x "$pkg"
+done <<<"$targets"
