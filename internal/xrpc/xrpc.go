@@ -86,7 +86,7 @@ var (
 	// ErrNoAuthorization: the call has no Authorization header.
 	ErrNoAuthorization = errors.New("no Authorization header")
 	// ErrNotBearer: the Authorization header is not "Bearer <token>".
-	ErrNotBearer = errors.New("Authorization is not a Bearer token")
+	ErrNotBearer = errors.New("the Authorization header is not a Bearer token")
 )
 
 // BearerToken is the token of a call's Authorization header authz ("Bearer <token>"), without
