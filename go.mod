@@ -53,6 +53,7 @@ require (
 	k8s.io/kubernetes v1.37.2
 	k8s.io/metrics v0.37.2
 	k8s.io/pod-security-admission v0.0.0
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/knftables v0.0.22
 	sigs.k8s.io/yaml v1.6.0
@@ -259,7 +260,6 @@ require (
 	k8s.io/kubelet v0.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
-	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	lukechampine.com/blake3 v1.2.1 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0 // indirect
 	sigs.k8s.io/controller-tools v0.23.0 // indirect

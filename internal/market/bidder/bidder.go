@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
+	"k8s.io/utils/clock"
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
@@ -58,6 +59,9 @@ type Config struct {
 	// Empty keeps that in memory only.
 	StateDir string
 	Log      *slog.Logger
+	// Clock is what the bidder reads time and waits on (nil: the real clock): a bid's hold,
+	// the wait for secrets and for a booted guest to run, the offering's createdAt.
+	Clock clock.WithDelayedExecution
 }
 
 // Bidder is one running bidder.
@@ -104,6 +108,9 @@ func New(cfg Config) *Bidder {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	fetchers := []feed.Fetcher{cfg.Fetch}
 	for _, s := range cfg.Sources {
 		fetchers = append(fetchers, s.Fetch)
@@ -147,7 +154,7 @@ func (b *Bidder) Run(ctx context.Context) error {
 		}
 		endpoint = u
 	}
-	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: now(), EndpointURL: endpoint,
+	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: b.now(), EndpointURL: endpoint,
 		Isolation: []mk.OfferingIsolation{isolationEntry(b.cfg.Substrate.Kind(), b.cfg.Substrate.Isolation())}}
 	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
 		return fmt.Errorf("offering: %w", err)
@@ -176,7 +183,7 @@ func (b *Bidder) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+func (b *Bidder) now() string { return b.cfg.Clock.Now().UTC().Format(time.RFC3339Nano) }
 
 func (b *Bidder) put(ctx context.Context, coll, rkey string, v any) error {
 	_, err := b.putRef(ctx, coll, rkey, v)
@@ -359,7 +366,7 @@ func (b *Bidder) load() int {
 	defer b.mu.Unlock()
 	n := len(b.active)
 	for uri, at := range b.pending {
-		if time.Since(at) > BidHold {
+		if b.cfg.Clock.Since(at) > BidHold {
 			delete(b.pending, uri)
 			continue
 		}
@@ -435,7 +442,7 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 	}
 	b.mu.Lock()
 	b.bids[uri], b.bidURIs[ref.URI] = ref, true
-	b.pending[ref.URI] = time.Now()
+	b.pending[ref.URI] = b.cfg.Clock.Now()
 	b.mu.Unlock()
 	b.log.Info("market_bid", "rfp", uri, "bid", ref.URI)
 	return nil
@@ -620,14 +627,14 @@ func (b *Bidder) awaitSecrets(ctx context.Context, uri string, spec substrate.Gu
 	go func() {
 		defer b.wg.Done()
 		defer b.forget(uri, a)
-		t := time.NewTimer(b.cfg.ReadyTimeout)
+		t := b.cfg.Clock.NewTimer(b.cfg.ReadyTimeout)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 			b.finish(ctx, spec.ID, rc, fmt.Sprintf("the requester delivered no secrets within %s", b.cfg.ReadyTimeout))
 			return
 		case vals := <-a.got:
@@ -651,9 +658,14 @@ func (b *Bidder) awaitSecrets(ctx context.Context, uri string, spec substrate.Gu
 // started waits for a booted guest to run, writes vm.started and vm.onNetwork, and watches
 // for its end.
 func (b *Bidder) started(ctx context.Context, uri, id string, rc atrepo.StrongRef) {
-	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ready := b.cfg.Clock.AfterFunc(b.cfg.ReadyTimeout, cancel)
+	defer ready.Stop()
 	gs, err := substrate.WaitRunning(wctx, b.cfg.Substrate, id)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		err = context.DeadlineExceeded // ReadyTimeout passed, as a context deadline says it
+	}
 	if err != nil || gs.Phase != substrate.Running {
 		if ctx.Err() == nil {
 			b.finish(ctx, id, rc, fmt.Sprintf("guest did not start: %v %s", err, gs.Message))
