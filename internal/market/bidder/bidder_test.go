@@ -1,0 +1,682 @@
+package bidder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"socialweb.computer/internal/atproto/atrepo"
+	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/substrate"
+)
+
+// These tests run the bidder's handlers against a real in-process PDS (its repo, the
+// requester's and another bidder's) and a substrate of the test's own, which keeps guests in
+// memory and is told what to do (fail a boot, stay Booting, end a guest). Events are handed
+// to the bidder one at a time in the order a firehose would carry them, so that "no bid" is
+// a fact after the handler returns rather than the absence of one within a wait.
+
+// fakeSubstrate is a substrate of guests in memory.
+type fakeSubstrate struct {
+	mu     sync.Mutex
+	guests map[string]substrate.GuestStatus
+	boots  int
+	stops  map[string]int
+	// bootErr fails every Boot; bootPhase is the phase a booted guest reports (zero: Running).
+	bootErr   error
+	bootPhase substrate.Phase
+}
+
+func newFakeSubstrate() *fakeSubstrate {
+	return &fakeSubstrate{guests: map[string]substrate.GuestStatus{}, stops: map[string]int{}}
+}
+
+const fakeKind = mk.ComputeVMComputeKindVM
+
+func (f *fakeSubstrate) Kind() string { return fakeKind }
+
+func (f *fakeSubstrate) Isolation() substrate.Isolation {
+	return substrate.Isolation{Boundary: substrate.BoundaryProcess}
+}
+
+func (f *fakeSubstrate) Boot(_ context.Context, spec substrate.GuestSpec) (substrate.GuestStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.boots++
+	if f.bootErr != nil {
+		return substrate.GuestStatus{}, f.bootErr
+	}
+	if _, ok := f.guests[spec.ID]; ok {
+		return substrate.GuestStatus{}, substrate.Errorf(fakeKind, "boot", spec.ID, substrate.ErrExists, "")
+	}
+	phase := f.bootPhase
+	if phase == "" {
+		phase = substrate.Running
+	}
+	g := substrate.GuestStatus{ID: spec.ID, Kind: fakeKind, Phase: phase, Address: "127.0.0.1"}
+	f.guests[spec.ID] = g
+	return g, nil
+}
+
+func (f *fakeSubstrate) Status(_ context.Context, id string) (substrate.GuestStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.guests[id]
+	if !ok {
+		return substrate.GuestStatus{}, substrate.Errorf(fakeKind, "status", id, substrate.ErrNotFound, "")
+	}
+	return g, nil
+}
+
+func (f *fakeSubstrate) Logs(context.Context, string, int) ([]byte, error) { return nil, nil }
+
+func (f *fakeSubstrate) Stop(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.guests[id]
+	if !ok {
+		return substrate.Errorf(fakeKind, "stop", id, substrate.ErrNotFound, "")
+	}
+	f.stops[id]++
+	if !g.Phase.Ended() {
+		g.Phase = substrate.Stopped
+		f.guests[id] = g
+	}
+	return nil
+}
+
+func (f *fakeSubstrate) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.guests[id]
+	if !ok {
+		return substrate.Errorf(fakeKind, "remove", id, substrate.ErrNotFound, "")
+	}
+	if !g.Phase.Ended() {
+		return substrate.Errorf(fakeKind, "remove", id, substrate.ErrRunning, "")
+	}
+	delete(f.guests, id)
+	return nil
+}
+
+func (f *fakeSubstrate) List(context.Context) ([]substrate.GuestStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]substrate.GuestStatus, 0, len(f.guests))
+	for _, g := range f.guests {
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// set puts a guest in a phase (adding it when absent), as if it had run or ended by itself.
+func (f *fakeSubstrate) set(id string, phase substrate.Phase) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.guests[id] = substrate.GuestStatus{ID: id, Kind: fakeKind, Phase: phase}
+}
+
+func (f *fakeSubstrate) drop(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.guests, id)
+}
+
+// phase is the guest's phase, "" when the substrate has no such guest.
+func (f *fakeSubstrate) phase(id string) substrate.Phase {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.guests[id].Phase
+}
+
+func (f *fakeSubstrate) counts(id string) (boots, stops int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.boots, f.stops[id]
+}
+
+// quietRepo is a repo whose firehose carries nothing: the test hands the bidder its events.
+type quietRepo struct{ repos.Repo }
+
+func (quietRepo) Events() repos.EventSource { return quietSource{} }
+
+type quietSource struct{}
+
+func (quietSource) Subscribe(ctx context.Context, _ *int64, _ func(repos.Event) error) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// env is a PDS with the accounts of the bidder, a requester and another bidder, the
+// requester's payload and open policy, a substrate and a clock.
+type env struct {
+	t                      *testing.T
+	srv                    *pds.Server
+	repo, requester, rival repos.Repo
+	payload, policy        atrepo.StrongRef
+	sub                    *fakeSubstrate
+	clock                  *clocktesting.FakeClock
+	ctx                    context.Context
+	// runs is the context each started bidder runs in: its handlers take it, as Run's do.
+	runs map[*Bidder]context.Context
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	account := func(handle string) repos.Repo {
+		if _, err := srv.CreateAccount(ctx, handle, "password-1234"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := repos.Local(ctx, srv, handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	e := &env{t: t, srv: srv, repo: account("bidder.test"), requester: account("requester.test"), rival: account("rival.test"),
+		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}}
+	e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: 1, Mem: 64})
+	e.policy = e.write(e.requester, mk.PoliciesOpenNSID, mk.PoliciesOpen{})
+	return e
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// write puts v as a new record of coll in r.
+func (e *env) write(r repos.Repo, coll string, v any) atrepo.StrongRef {
+	e.t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := r.Put(e.ctx, coll, feed.TID(), raw, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return atrepo.StrongRef{URI: w.URI, CID: w.CID}
+}
+
+// start runs a bidder of capacity n over the env's repo and substrate until the test ends
+// (or stop is called) and returns once it has recovered its state.
+func (e *env) start(n int) (b *Bidder, stop func()) {
+	e.t.Helper()
+	b = New(Config{Repo: quietRepo{e.repo}, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
+		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog()})
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.runs[b] = ctx
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			e.t.Errorf("Run: %v", err)
+		}
+	})
+	e.t.Cleanup(stop)
+	select {
+	case <-b.recovered:
+	case err := <-done:
+		e.t.Fatalf("Run ended before it recovered: %v", err)
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("bidder did not recover")
+	}
+	return b, stop
+}
+
+// deliver hands b the creation of the record at ref, as its firehose would.
+func (e *env) deliver(b *Bidder, ref atrepo.StrongRef) {
+	e.t.Helper()
+	did, coll, rkey, err := feed.ParseURI(ref.URI)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b.handle(e.runs[b], repos.Event{DID: did, Ops: []repos.Op{{Action: "create", Collection: coll, RKey: rkey, CID: ref.CID}}})
+}
+
+// rfp writes an rfp of the requester for the env's payload and policy and hands it to b.
+func (e *env) rfp(b *Bidder) atrepo.StrongRef {
+	e.t.Helper()
+	ref := e.write(e.requester, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy})
+	e.deliver(b, ref)
+	return ref
+}
+
+// accept writes the requester's accept of bid on rfp and hands it to b.
+func (e *env) accept(b *Bidder, rfp, bid atrepo.StrongRef) atrepo.StrongRef {
+	e.t.Helper()
+	ref := e.write(e.requester, mk.AcceptNSID, mk.Accept{RFP: rfp, Bid: bid})
+	e.deliver(b, ref)
+	return ref
+}
+
+// release writes a delete event on receipt in by's repo and hands it to b.
+func (e *env) release(b *Bidder, by repos.Repo, receipt atrepo.StrongRef) {
+	e.t.Helper()
+	reason := "done"
+	e.deliver(b, e.write(by, mk.EventNSID, mk.Event{Receipt: receipt, Payload: mk.EventPayload{ComputeEventsVMDelete: &mk.ComputeEventsVMDelete{Reason: &reason}}}))
+}
+
+// records lists the bidder's records of coll.
+func (e *env) records(coll string) []repos.Record {
+	e.t.Helper()
+	recs, _, err := e.repo.List(e.ctx, coll, "", 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+// bidOn is the bidder's bid on rfp, if it wrote one.
+func (e *env) bidOn(rfp atrepo.StrongRef) (atrepo.StrongRef, bool) {
+	e.t.Helper()
+	var found []atrepo.StrongRef
+	for _, r := range e.records(mk.BidNSID) {
+		var bid mk.Bid
+		if err := json.Unmarshal(r.Value, &bid); err != nil {
+			e.t.Fatal(err)
+		}
+		if bid.RFP.URI == rfp.URI {
+			found = append(found, atrepo.StrongRef{URI: r.URI, CID: r.CID})
+		}
+	}
+	if len(found) > 1 {
+		e.t.Fatalf("%d bids on %s, want at most one", len(found), rfp.URI)
+	}
+	if len(found) == 0 {
+		return atrepo.StrongRef{}, false
+	}
+	return found[0], true
+}
+
+// mustBid is the bidder's bid on rfp; the test fails without one.
+func (e *env) mustBid(rfp atrepo.StrongRef) atrepo.StrongRef {
+	e.t.Helper()
+	bid, ok := e.bidOn(rfp)
+	if !ok {
+		e.t.Fatalf("no bid on %s", rfp.URI)
+	}
+	return bid
+}
+
+// receiptOf is the bidder's receipt of accept, if it wrote one; more than one fails the test.
+func (e *env) receiptOf(accept atrepo.StrongRef) (atrepo.StrongRef, bool) {
+	e.t.Helper()
+	var found []atrepo.StrongRef
+	for _, r := range e.records(mk.ReceiptNSID) {
+		var rc mk.Receipt
+		if err := json.Unmarshal(r.Value, &rc); err != nil {
+			e.t.Fatal(err)
+		}
+		if rc.Accept.URI == accept.URI {
+			found = append(found, atrepo.StrongRef{URI: r.URI, CID: r.CID})
+		}
+	}
+	if len(found) > 1 {
+		e.t.Fatalf("%d receipts of %s, want at most one", len(found), accept.URI)
+	}
+	if len(found) == 0 {
+		return atrepo.StrongRef{}, false
+	}
+	return found[0], true
+}
+
+// finalReason waits for the bidder's vm.delete event on receipt and returns its reason;
+// more than one fails the test.
+func (e *env) finalReason(receipt atrepo.StrongRef) string {
+	e.t.Helper()
+	var reasons []string
+	eventually(e.t, "a final event on "+receipt.URI, func() bool {
+		reasons = e.finalReasons(receipt)
+		return len(reasons) > 0
+	})
+	time.Sleep(50 * time.Millisecond) // a second one would come at once
+	if reasons = e.finalReasons(receipt); len(reasons) != 1 {
+		e.t.Fatalf("final events %q, want one", reasons)
+	}
+	return reasons[0]
+}
+
+// started says whether the bidder wrote vm.started on receipt: after it, it watches the guest.
+func (e *env) started(receipt atrepo.StrongRef) bool {
+	for _, r := range e.records(mk.EventNSID) {
+		ev, err := mk.DecodeEvent(r.Value)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if ev.Receipt.URI == receipt.URI && ev.Payload.ComputeEventsVMStarted != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) finalReasons(receipt atrepo.StrongRef) []string {
+	var reasons []string
+	for _, r := range e.records(mk.EventNSID) {
+		ev, err := mk.DecodeEvent(r.Value)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if ev.Receipt.URI == receipt.URI && ev.Payload.ComputeEventsVMDelete != nil {
+			reasons = append(reasons, *ev.Payload.ComputeEventsVMDelete.Reason)
+		}
+	}
+	return reasons
+}
+
+// held is a running bidder of capacity 1 holding the guest of an accepted contract.
+type held struct {
+	b                *Bidder
+	stop             func()
+	rfp, bid, accept atrepo.StrongRef
+	receipt          atrepo.StrongRef
+	id               string
+}
+
+func (e *env) hold() held {
+	e.t.Helper()
+	b, stop := e.start(1)
+	h := held{b: b, stop: stop, rfp: e.rfp(b)}
+	h.bid = e.mustBid(h.rfp)
+	h.accept = e.accept(b, h.rfp, h.bid)
+	h.id = GuestID(h.accept.URI)
+	rc, ok := e.receiptOf(h.accept)
+	if !ok {
+		e.t.Fatal("no receipt of the accept")
+	}
+	h.receipt = rc
+	if p := e.sub.phase(h.id); p != substrate.Running {
+		e.t.Fatalf("guest %s is %q, want Running", h.id, p)
+	}
+	eventually(e.t, "vm.started", func() bool { return e.started(h.receipt) })
+	return h
+}
+
+// bidsAgain says whether b, of capacity 1, has a free place: it bids on a new rfp.
+func (e *env) bidsAgain(b *Bidder) bool {
+	e.t.Helper()
+	_, ok := e.bidOn(e.rfp(b))
+	return ok
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An unanswered bid holds its place for BidHold and no longer: within it a bidder at
+// capacity does not bid, after it it bids again, and an accept of a lapsed bid whose place
+// was given to another bid is declined rather than booted beyond capacity.
+func TestBidHold(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration
+		// acceptFirst: once the second rfp was handled, the requester accepts the first bid.
+		acceptFirst bool
+		wantBid     bool
+		wantBoot    bool
+	}{
+		{name: "within the hold", after: BidHold - time.Second, wantBid: false},
+		{name: "hold lapsed", after: BidHold + time.Second, wantBid: true},
+		{name: "accept within the hold boots", after: BidHold - time.Second, acceptFirst: true, wantBid: false, wantBoot: true},
+		{name: "accept after the place was given away is declined", after: BidHold + time.Second, acceptFirst: true, wantBid: true, wantBoot: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b, _ := e.start(1)
+			first := e.rfp(b)
+			bid := e.mustBid(first)
+			e.clock.Step(c.after)
+			second := e.rfp(b)
+			if _, got := e.bidOn(second); got != c.wantBid {
+				t.Fatalf("bid on an rfp %s after the first bid: %v, want %v", c.after, got, c.wantBid)
+			}
+			if !c.acceptFirst {
+				return
+			}
+			acc := e.accept(b, first, bid)
+			_, receipted := e.receiptOf(acc)
+			boots, _ := e.sub.counts(GuestID(acc.URI))
+			if receipted != c.wantBoot || (boots == 1) != c.wantBoot {
+				t.Fatalf("accept of the first bid: receipt %v, boots %d; want booted %v", receipted, boots, c.wantBoot)
+			}
+		})
+	}
+}
+
+// An rfp or an accept handled once is not handled again: seen twice (a firehose replayed,
+// two sources carrying it) or after a restart, there is one bid, one boot and one receipt.
+func TestNotTwice(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		name := "replayed"
+		if restart {
+			name = "replayed after a restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			b, stop := e.start(2)
+			rfp := e.rfp(b)
+			bid := e.mustBid(rfp)
+			acc := e.accept(b, rfp, bid)
+			if restart {
+				stop()
+				b, _ = e.start(2)
+			}
+			e.deliver(b, rfp)
+			e.deliver(b, acc)
+			e.mustBid(rfp) // fails on a second bid
+			if _, ok := e.receiptOf(acc); !ok {
+				t.Fatal("no receipt")
+			}
+			if boots, stops := e.sub.counts(GuestID(acc.URI)); boots != 1 || stops != 0 {
+				t.Fatalf("boots %d, stops %d; want 1, 0", boots, stops)
+			}
+		})
+	}
+}
+
+// A restarted bidder matches the substrate's guests with its receipts: it adopts a guest that
+// still runs (no second boot, its place held, its end watched), reports one gone while it was
+// down, stops the guest of a contract that ended and a guest without a receipt.
+func TestRestart(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// running acts before the bidder stops; down changes the substrate while it is stopped.
+		running, down func(e *env, h held)
+		// after checks the restarted bidder.
+		after func(t *testing.T, e *env, h held, b *Bidder)
+	}{
+		{
+			name: "running guest adopted",
+			after: func(t *testing.T, e *env, h held, b *Bidder) {
+				if boots, stops := e.sub.counts(h.id); boots != 1 || stops != 0 || e.sub.phase(h.id) != substrate.Running {
+					t.Fatalf("boots %d, stops %d, phase %q; want 1, 0, Running", boots, stops, e.sub.phase(h.id))
+				}
+				if e.bidsAgain(b) {
+					t.Fatal("bid beyond capacity: the adopted guest holds no place")
+				}
+				e.sub.set(h.id, substrate.Exited)
+				if r := e.finalReason(h.receipt); !strings.Contains(r, "ended by itself") {
+					t.Fatalf("final reason %q, want the guest's own end", r)
+				}
+			},
+		},
+		{
+			name: "guest gone while down",
+			down: func(e *env, h held) { e.sub.drop(h.id) },
+			after: func(t *testing.T, e *env, h held, b *Bidder) {
+				if r := e.finalReason(h.receipt); !strings.Contains(r, "gone while the bidder was down") {
+					t.Fatalf("final reason %q", r)
+				}
+				if boots, _ := e.sub.counts(h.id); boots != 1 {
+					t.Fatalf("%d boots, want 1: a gone guest is reported, not booted again", boots)
+				}
+				if !e.bidsAgain(b) {
+					t.Fatal("no bid: the gone guest still holds its place")
+				}
+			},
+		},
+		{
+			name: "guest of an ended contract stopped",
+			running: func(e *env, h held) {
+				e.release(h.b, e.requester, h.receipt)
+				e.finalReason(h.receipt)
+			},
+			down: func(e *env, h held) { e.sub.set(h.id, substrate.Running) }, // its stop did not take
+			after: func(t *testing.T, e *env, h held, b *Bidder) {
+				if _, stops := e.sub.counts(h.id); stops != 2 || e.sub.phase(h.id) != "" {
+					t.Fatalf("guest of an ended contract: %d stops, phase %q; want stopped again and removed", stops, e.sub.phase(h.id))
+				}
+				e.finalReason(h.receipt) // still one
+				if !e.bidsAgain(b) {
+					t.Fatal("no bid: the ended contract holds a place")
+				}
+			},
+		},
+		{
+			name: "guest without a receipt stopped",
+			down: func(e *env, h held) { e.sub.set("gorphan", substrate.Running) },
+			after: func(t *testing.T, e *env, h held, b *Bidder) {
+				if _, stops := e.sub.counts("gorphan"); stops != 1 || e.sub.phase("gorphan") != "" {
+					t.Fatalf("guest without a receipt: %d stops, phase %q; want stopped and removed", stops, e.sub.phase("gorphan"))
+				}
+				if p := e.sub.phase(h.id); p != substrate.Running {
+					t.Fatalf("held guest is %q, want Running", p)
+				}
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			h := e.hold()
+			if c.running != nil {
+				c.running(e, h)
+			}
+			h.stop()
+			if c.down != nil {
+				c.down(e, h)
+			}
+			b, _ := e.start(1)
+			c.after(t, e, h, b)
+		})
+	}
+}
+
+// A delete event on the receipt by the accept's author releases: the guest is stopped and
+// removed, the final event written once, and its place freed. Anyone else's is ignored.
+func TestRelease(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		by      func(e *env) repos.Repo
+		release bool
+	}{
+		{name: "by the requester", by: func(e *env) repos.Repo { return e.requester }, release: true},
+		{name: "by someone else", by: func(e *env) repos.Repo { return e.rival }, release: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			h := e.hold()
+			e.release(h.b, c.by(e), h.receipt)
+			if !c.release {
+				if p := e.sub.phase(h.id); p != substrate.Running {
+					t.Fatalf("guest is %q after a stranger's delete, want Running", p)
+				}
+				if r := e.finalReasons(h.receipt); len(r) != 0 {
+					t.Fatalf("final events %q after a stranger's delete", r)
+				}
+				if e.bidsAgain(h.b) {
+					t.Fatal("bid beyond capacity after a stranger's delete")
+				}
+				return
+			}
+			if r := e.finalReason(h.receipt); r != "released on request" {
+				t.Fatalf("final reason %q", r)
+			}
+			if p := e.sub.phase(h.id); p != "" {
+				t.Fatalf("guest is %q after release, want removed", p)
+			}
+			e.release(h.b, c.by(e), h.receipt) // a second delete changes nothing
+			e.finalReason(h.receipt)
+			if !e.bidsAgain(h.b) {
+				t.Fatal("no bid after release: the place is still held")
+			}
+		})
+	}
+}
+
+// A guest that does not come up ends the contract without a panic and frees its place: a
+// boot the substrate refuses writes nothing (the requester sees no receipt), a guest that
+// fails or stays Booting beyond ReadyTimeout gets the final event with the reason.
+func TestBootFails(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		bootErr   error
+		bootPhase substrate.Phase
+		// timeout: the guest runs only if ReadyTimeout is stepped past.
+		timeout     bool
+		wantReceipt bool
+		wantReason  string
+	}{
+		{name: "substrate refuses the boot", bootErr: substrate.Errorf(fakeKind, "boot", "", substrate.ErrBoot, "no binary")},
+		{name: "guest fails before it runs", bootPhase: substrate.Failed, wantReceipt: true, wantReason: "guest did not start"},
+		{name: "guest stays Booting", bootPhase: substrate.Booting, timeout: true, wantReceipt: true, wantReason: "guest did not start: context deadline exceeded"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.sub.bootErr, e.sub.bootPhase = c.bootErr, c.bootPhase
+			b, _ := e.start(1)
+			rfp := e.rfp(b)
+			acc := e.accept(b, rfp, e.mustBid(rfp))
+			rc, ok := e.receiptOf(acc)
+			if ok != c.wantReceipt {
+				t.Fatalf("receipt %v, want %v", ok, c.wantReceipt)
+			}
+			if c.timeout {
+				eventually(t, "the wait for the guest to run", e.clock.HasWaiters)
+				e.clock.Step(time.Minute - time.Second)
+				time.Sleep(50 * time.Millisecond)
+				if r := e.finalReasons(rc); len(r) != 0 {
+					t.Fatalf("final event %q before ReadyTimeout", r)
+				}
+				e.clock.Step(time.Second)
+			}
+			if c.wantReceipt {
+				if r := e.finalReason(rc); !strings.HasPrefix(r, c.wantReason) {
+					t.Fatalf("final reason %q, want %q", r, c.wantReason)
+				}
+			}
+			if p := e.sub.phase(GuestID(acc.URI)); p != "" {
+				t.Fatalf("guest left %q", p)
+			}
+			if !e.bidsAgain(b) {
+				t.Fatal("no bid after the failed boot: its place is still held")
+			}
+		})
+	}
+}
