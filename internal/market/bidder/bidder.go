@@ -457,9 +457,14 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	if err != nil {
 		return err
 	}
+	adid, _, _, _ := feed.ParseURI(uri)
+	rdid, _, _, _ := feed.ParseURI(acc.RFP.URI)
 	b.mu.Lock()
 	ours := b.bidURIs[acc.Bid.URI]
 	delete(b.pending, acc.Bid.URI) // its place becomes the guest's (or is freed)
+	if bid, ok := b.bids[acc.RFP.URI]; ok && adid == rdid {
+		delete(b.pending, bid.URI) // the rfp's requester chose: a bid of ours it did not take holds nothing
+	}
 	b.mu.Unlock()
 	if !ours {
 		return nil

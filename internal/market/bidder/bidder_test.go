@@ -501,6 +501,42 @@ func TestNotTwice(t *testing.T) {
 	}
 }
 
+// A bid the requester did not take holds no place once the requester's accept of another
+// bid on the same rfp is seen.
+func TestAnotherAcceptFreesHold(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// by writes the accept; sameRFP: it names the rfp the bidder bid on.
+		by       func(e *env) repos.Repo
+		sameRFP  bool
+		wantFree bool
+	}{
+		{name: "requester accepts a rival's bid", by: func(e *env) repos.Repo { return e.requester }, sameRFP: true, wantFree: true},
+		{name: "requester accepts a rival's bid on another rfp", by: func(e *env) repos.Repo { return e.requester }, sameRFP: false, wantFree: false},
+		{name: "someone else accepts a rival's bid on the rfp", by: func(e *env) repos.Repo { return e.rival }, sameRFP: true, wantFree: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b, _ := e.start(1)
+			rfp := e.rfp(b)
+			e.mustBid(rfp)
+			target := rfp
+			if !c.sameRFP {
+				target = e.write(e.requester, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy})
+			}
+			rivalBid := e.write(e.rival, mk.BidNSID, mk.Bid{RFP: target, Payload: mk.BidPayload{BidsFree: &mk.BidsFree{}}})
+			e.deliver(b, rivalBid)
+			e.deliver(b, e.write(c.by(e), mk.AcceptNSID, mk.Accept{RFP: target, Bid: rivalBid}))
+			if got := e.bidsAgain(b); got != c.wantFree {
+				t.Fatalf("bids on a new rfp: %v, want %v", got, c.wantFree)
+			}
+			if boots, _ := e.sub.counts(""); boots != 0 {
+				t.Fatalf("%d boots for a rival's accept", boots)
+			}
+		})
+	}
+}
+
 // A restarted bidder matches the substrate's guests with its receipts: it adopts a guest that
 // still runs (no second boot, its place held, its end watched), reports one gone while it was
 // down, stops the guest of a contract that ended and a guest without a receipt.
