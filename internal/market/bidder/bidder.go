@@ -71,7 +71,6 @@ type Bidder struct {
 
 	mu       sync.Mutex
 	bids     map[string]atrepo.StrongRef // rfp uri -> our bid
-	bidURIs  map[string]bool             // our bid uris
 	receipts map[string]atrepo.StrongRef // accept uri -> our receipt
 	ended    map[string]bool             // receipt uri -> our final event written
 	active   map[string]bool             // receipt uri -> guest held
@@ -118,7 +117,7 @@ func New(cfg Config) *Bidder {
 	router := feed.NewRouter(fetchers...)
 	cfg.Fetch = router.Fetcher()
 	return &Bidder{router: router, cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
-		bids: map[string]atrepo.StrongRef{}, bidURIs: map[string]bool{}, receipts: map[string]atrepo.StrongRef{},
+		bids: map[string]atrepo.StrongRef{}, receipts: map[string]atrepo.StrongRef{},
 		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
 		recovered: make(chan struct{})}
 }
@@ -227,7 +226,6 @@ func (b *Bidder) recover(ctx context.Context) error {
 		var bid mk.Bid
 		if json.Unmarshal(r.Value, &bid) == nil {
 			b.bids[bid.RFP.URI] = atrepo.StrongRef{URI: r.URI, CID: r.CID}
-			b.bidURIs[r.URI] = true
 		}
 	}); err != nil {
 		return err
@@ -441,7 +439,7 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 		return err
 	}
 	b.mu.Lock()
-	b.bids[uri], b.bidURIs[ref.URI] = ref, true
+	b.bids[uri] = ref
 	b.pending[ref.URI] = b.cfg.Clock.Now()
 	b.mu.Unlock()
 	b.log.Info("market_bid", "rfp", uri, "bid", ref.URI)
@@ -457,13 +455,15 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	if err != nil {
 		return err
 	}
+	// Only the rfp's requester chooses among its bids: an accept by anyone else, or of our bid
+	// naming another rfp than the one it answered, is not an answer to it.
 	adid, _, _, _ := feed.ParseURI(uri)
 	rdid, _, _, _ := feed.ParseURI(acc.RFP.URI)
 	b.mu.Lock()
-	ours := b.bidURIs[acc.Bid.URI]
-	delete(b.pending, acc.Bid.URI) // its place becomes the guest's (or is freed)
-	if bid, ok := b.bids[acc.RFP.URI]; ok && adid == rdid {
-		delete(b.pending, bid.URI) // the rfp's requester chose: a bid of ours it did not take holds nothing
+	bid, bidOn := b.bids[acc.RFP.URI]
+	ours := bidOn && adid == rdid && bid.URI == acc.Bid.URI
+	if bidOn && adid == rdid {
+		delete(b.pending, bid.URI) // its place becomes the guest's, or is freed when another bid won
 	}
 	b.mu.Unlock()
 	if !ours {

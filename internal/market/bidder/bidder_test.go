@@ -716,3 +716,49 @@ func TestBootFails(t *testing.T) {
 		})
 	}
 }
+
+// Only the requester of the rfp a bid answered accepts it, naming that rfp: an accept of the
+// bid by anyone else, or naming another rfp, boots nothing and leaves the bid's place held
+// for the requester's own accept.
+func TestAcceptOfOurBid(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// by writes the accept; otherRFP: it names an rfp of by's other than the one bid on.
+		by       func(e *env) repos.Repo
+		otherRFP bool
+		wantBoot bool
+	}{
+		{name: "by the rfp's requester", by: func(e *env) repos.Repo { return e.requester }, wantBoot: true},
+		{name: "by someone else, naming the rfp", by: func(e *env) repos.Repo { return e.rival }},
+		{name: "by someone else, naming an rfp of theirs", by: func(e *env) repos.Repo { return e.rival }, otherRFP: true},
+		{name: "by the requester, naming another rfp", by: func(e *env) repos.Repo { return e.requester }, otherRFP: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b, _ := e.start(2) // room for the guest beside the bid: only the accept's own fault refuses it
+			rfp := e.rfp(b)
+			bid := e.mustBid(rfp)
+			by := c.by(e)
+			named := rfp
+			if c.otherRFP {
+				named = e.write(by, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy})
+			}
+			acc := e.write(by, mk.AcceptNSID, mk.Accept{RFP: named, Bid: bid})
+			e.deliver(b, acc)
+			_, receipted := e.receiptOf(acc)
+			if boots, _ := e.sub.counts(""); receipted != c.wantBoot || (boots == 1) != c.wantBoot {
+				t.Fatalf("receipt %v, boots %d; want booted %v", receipted, boots, c.wantBoot)
+			}
+			if c.wantBoot {
+				return
+			}
+			if !e.bidsAgain(b) || e.bidsAgain(b) {
+				t.Fatal("a stray accept freed the bid's place (or took another)")
+			}
+			e.accept(b, rfp, bid)
+			if boots, _ := e.sub.counts(""); boots != 1 {
+				t.Fatalf("the requester's own accept after a stray one: %d boots, want 1", boots)
+			}
+		})
+	}
+}
