@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,8 +161,8 @@ func (quietSource) Subscribe(ctx context.Context, _ *int64, _ func(repos.Event) 
 	return ctx.Err()
 }
 
-// env is a PDS with the accounts of the bidder, a requester and another bidder, the
-// requester's payload and open policy, a substrate and a clock.
+// env is the shared PDS with a fresh account of the bidder, the requester's payload and open
+// policy, a substrate and a clock.
 type env struct {
 	t                      *testing.T
 	srv                    *pds.Server
@@ -172,28 +175,61 @@ type env struct {
 	runs map[*Bidder]context.Context
 }
 
+// shared is one PDS for the package's tests with the requester's and the rival's accounts:
+// an account costs a bcrypt hash (a second or more under -race), so a test makes only its
+// bidder's, whose repo is then its own.
+var shared struct {
+	srv              *pds.Server
+	requester, rival repos.Repo
+	bidders          atomic.Int64
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bidder-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		ctx := context.Background()
+		srv, err := pds.New(pds.Config{DataDir: dir, Logger: quietLog()})
+		if err == nil {
+			err = srv.Start(ctx)
+		}
+		if err == nil {
+			defer srv.Close()
+			shared.srv = srv
+			shared.requester, err = account(ctx, "requester.test")
+		}
+		if err == nil {
+			shared.rival, err = account(ctx, "rival.test")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// account creates an account on the shared PDS and returns its repo.
+func account(ctx context.Context, handle string) (repos.Repo, error) {
+	if _, err := shared.srv.CreateAccount(ctx, handle, "password-1234"); err != nil {
+		return nil, err
+	}
+	return repos.Local(ctx, shared.srv, handle)
+}
+
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := pds.New(pds.Config{DataDir: t.TempDir(), Logger: quietLog()})
+	repo, err := account(ctx, fmt.Sprintf("bidder%d.test", shared.bidders.Add(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	account := func(handle string) repos.Repo {
-		if _, err := srv.CreateAccount(ctx, handle, "password-1234"); err != nil {
-			t.Fatal(err)
-		}
-		r, err := repos.Local(ctx, srv, handle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	e := &env{t: t, srv: srv, repo: account("bidder.test"), requester: account("requester.test"), rival: account("rival.test"),
+	e := &env{t: t, srv: shared.srv, repo: repo, requester: shared.requester, rival: shared.rival,
 		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}}
 	e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: 1, Mem: 64})
 	e.policy = e.write(e.requester, mk.PoliciesOpenNSID, mk.PoliciesOpen{})
