@@ -488,17 +488,24 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 		return b.acceptWithSecrets(ctx, uri, spec, receipt, vm.Secrets)
 	}
 	id := spec.ID
-	if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
-		return fmt.Errorf("boot: %w", err)
+	_, bootErr := b.cfg.Substrate.Boot(ctx, spec)
+	if errors.Is(bootErr, substrate.ErrExists) {
+		bootErr = nil
 	}
 	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
 	if err != nil {
 		b.stop(ctx, id)
-		return fmt.Errorf("receipt: %w", err)
+		return errors.Join(bootErr, fmt.Errorf("receipt: %w", err))
 	}
 	b.mu.Lock()
 	b.receipts[uri], b.active[rc.URI] = rc, true
 	b.mu.Unlock()
+	if bootErr != nil {
+		// The requester hears why, as after a boot with secrets: the receipt, then the final
+		// event with the reason, rather than silence until its answer wait gives up.
+		b.finish(ctx, id, rc, fmt.Sprintf("boot: %v", bootErr))
+		return nil
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

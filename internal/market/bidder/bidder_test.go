@@ -715,7 +715,7 @@ func TestBootFails(t *testing.T) {
 		wantReceipt bool
 		wantReason  string
 	}{
-		{name: "substrate refuses the boot", bootErr: substrate.Errorf(fakeKind, "boot", "", substrate.ErrBoot, "no binary")},
+		{name: "substrate refuses the boot", bootErr: substrate.Errorf(fakeKind, "boot", "", substrate.ErrBoot, "no binary"), wantReceipt: true, wantReason: "boot: "},
 		{name: "guest fails before it runs", bootPhase: substrate.Failed, wantReceipt: true, wantReason: "guest did not start"},
 		{name: "guest stays Booting", bootPhase: substrate.Booting, timeout: true, wantReceipt: true, wantReason: "guest did not start: context deadline exceeded"},
 	} {
