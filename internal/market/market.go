@@ -378,56 +378,72 @@ func until(now, t time.Time) time.Duration {
 // bidder that never answered the delete. Released and Failed are final; a Failed contract
 // whose guest was won still has its delete written (ActDelete) before it is recorded.
 func Next(s State) Decision {
-	now := s.Now
-	switch s.Phase {
-	case v1alpha1.ComputeContractReleased, v1alpha1.ComputeContractFailed:
+	switch StateOf(s) {
+	case StageFinal:
 		return Decision{Phase: s.Phase}
-	}
-	if s.Release {
+	case StageReleasing:
 		return nextRelease(s)
-	}
-	if s.RFPAt.IsZero() {
+	case StageUnpublished:
 		return Decision{Action: ActRFP, Phase: v1alpha1.ComputeContractRequesting, Message: "rfp written; waiting for bids"}
+	case StageBidding:
+		return nextBidding(s)
+	case StageAccepted:
+		return nextAccepted(s)
 	}
-	if s.Accept.URI == "" {
-		answered := map[string]bool{}
-		for _, b := range s.Bids {
-			answered[b.Bidder] = true
+	return nextBound(s)
+}
+
+// nextBidding: the rfp is out and nothing accepted. The window closes at its deadline or
+// once every bidder answered; then the cheapest allowed bid is accepted, or the contract
+// fails with no bids or every bid refused.
+func nextBidding(s State) Decision {
+	now := s.Now
+	answered := map[string]bool{}
+	for _, b := range s.Bids {
+		answered[b.Bidder] = true
+	}
+	closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
+	if !closed {
+		msg := fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders))
+		if s.Isolation.Requires() {
+			msg += fmt.Sprintf("; %d known bidder(s) meet %s for %s guests", len(s.Bidders), s.Isolation, s.Isolation.Kind)
 		}
-		closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
-		if !closed {
-			msg := fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders))
+		return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
+	}
+	w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Isolation)
+	if w == nil {
+		if len(s.Bids) == 0 {
+			req := ""
 			if s.Isolation.Requires() {
-				msg += fmt.Sprintf("; %d known bidder(s) meet %s for %s guests", len(s.Bidders), s.Isolation, s.Isolation.Kind)
+				req = ", " + s.Isolation.String()
 			}
-			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
+			return fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s%s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID), req)
 		}
-		w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Isolation)
-		if w == nil {
-			if len(s.Bids) == 0 {
-				req := ""
-				if s.Isolation.Requires() {
-					req = ", " + s.Isolation.String()
-				}
-				return fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s%s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID), req)
-			}
-			parts := make([]string, 0, len(refused))
-			for _, r := range refused {
-				parts = append(parts, r.Bid.Bidder+": "+r.Reason)
-			}
-			d := fail(ReasonAllRefused, "every bid refused: %s", strings.Join(parts, "; "))
-			d.Refused = refused
-			return d
+		parts := make([]string, 0, len(refused))
+		for _, r := range refused {
+			parts = append(parts, r.Bid.Bidder+": "+r.Reason)
 		}
-		return Decision{Action: ActAccept, Winner: w, Refused: refused, Phase: v1alpha1.ComputeContractRequesting,
-			Message: fmt.Sprintf("accepted %s's bid; waiting for its receipt", w.Bidder), RequeueAfter: s.AnswerWait}
+		d := fail(ReasonAllRefused, "every bid refused: %s", strings.Join(parts, "; "))
+		d.Refused = refused
+		return d
 	}
-	if s.Receipt == nil {
-		if dl := s.AcceptAt.Add(s.AnswerWait); now.Before(dl) {
-			return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: fmt.Sprintf("waiting for %s's receipt", s.Winner), RequeueAfter: until(now, dl)}
-		}
-		return fail(ReasonWinnerSilent, "the winner %s wrote no receipt within %s of the accept", s.Winner, s.AnswerWait)
+	return Decision{Action: ActAccept, Winner: w, Refused: refused, Phase: v1alpha1.ComputeContractRequesting,
+		Message: fmt.Sprintf("accepted %s's bid; waiting for its receipt", w.Bidder), RequeueAfter: s.AnswerWait}
+}
+
+// nextAccepted: the accept is written; the winner has the answer wait to write its receipt.
+func nextAccepted(s State) Decision {
+	now := s.Now
+	if dl := s.AcceptAt.Add(s.AnswerWait); now.Before(dl) {
+		return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: fmt.Sprintf("waiting for %s's receipt", s.Winner), RequeueAfter: until(now, dl)}
 	}
+	return fail(ReasonWinnerSilent, "the winner %s wrote no receipt within %s of the accept", s.Winner, s.AnswerWait)
+}
+
+// nextBound: the receipt binds. The guest ended, or the secrets go to the winner, or the
+// guest started (Held), or the ready timeout fails it and has its delete written.
+func nextBound(s State) Decision {
+	now := s.Now
 	if s.Ended {
 		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "GuestEnded", Message: "the guest ended by itself and " + s.Winner + " reported it"}
 	}
