@@ -7,10 +7,11 @@
 // steps, one file each, like Karpenter's NodeClaim lifecycle, in this order:
 //
 //  1. read (read.go): the release finalizer on before anything is written to the market, or
-//     off for a final contract being deleted; the spec as a market.State (a bad spec fails
-//     the contract); our repo, with the index caught up on its firehose; then observe: the
-//     bids, our accept, the receipt that binds it and the winner's events. The status keeps
-//     the bids, the receipt, the guest's address and the events seen.
+//     off for a final contract being deleted; the spec as a market.State (specState: a bad
+//     spec fails the contract); our repo, with the index caught up on its firehose; then
+//     observe: the rfp's time, the bids and bidders, and (receipt.go, observeReceipt) our
+//     accept, the receipt that binds it and the winner's events on it. The status keeps the
+//     bids, the receipt, the guest's address and the events seen.
 //  2. the step of the stage, applying market.Next's decision:
 //     Unpublished: publish (publish.go) writes the compute.vm payload, the policy and the rfp;
 //     Bidding: accept (accept.go) marks the refused bids and writes the accept for the winner;

@@ -46,29 +46,7 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, obj *v1
 		res, err := r.dropFinalizer(ctx, obj)
 		return nil, res, err
 	}
-
-	s := market.State{Now: now, Phase: st.Phase, Release: deleting || obj.Spec.Release != nil,
-		BidderDids: obj.Spec.BidderDids, Deny: obj.Spec.DenyBidderDids}
-	var specErr error
-	s.Window, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgBidWindow, market.DefaultBidWindow)
-	if specErr == nil {
-		s.AnswerWait, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgAnswerWait, market.DefaultAnswerWait)
-	}
-	s.ReadyTimeout = market.DefaultReadyTimeout
-	if obj.Spec.VMReadyTimeoutSec != nil {
-		s.ReadyTimeout = time.Duration(*obj.Spec.VMReadyTimeoutSec) * time.Second
-	}
-	policyNSID, perr := market.PolicyName(obj.Spec.Policy)
-	if specErr == nil {
-		specErr = perr
-	}
-	required, rerr := market.ParseRequirement(string(obj.Spec.RequireIsolation))
-	if specErr == nil {
-		specErr = rerr
-	}
-	if specErr == nil && obj.Spec.RepoRef == nil {
-		specErr = fmt.Errorf("spec.repoRef names no AtprotoRepo")
-	}
+	s, policyNSID, required, specErr := specState(obj, now, deleting)
 	if specErr != nil && !final {
 		res, err := r.write(ctx, orig, obj, market.Decision{Phase: v1alpha1.ComputeContractFailed, Reason: market.ReasonBadSpec, Message: market.ReasonBadSpec + ": " + specErr.Error()})
 		return nil, res, err
@@ -99,12 +77,42 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, obj *v1
 	return rd, reconcile.Result{}, nil
 }
 
+// specState is the part of the market state the spec sets: the release asked, the bidder
+// lists, the window, answer wait and ready timeout; with spec.policy's record collection and
+// spec.requireIsolation. specErr is the first thing in the spec the market cannot run.
+func specState(obj *v1alpha1.ComputeContract, now time.Time, deleting bool) (s market.State, policyNSID string, required market.Boundary, specErr error) {
+	s = market.State{Now: now, Phase: obj.Status.Phase, Release: deleting || obj.Spec.Release != nil,
+		BidderDids: obj.Spec.BidderDids, Deny: obj.Spec.DenyBidderDids}
+	s.Window, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgBidWindow, market.DefaultBidWindow)
+	if specErr == nil {
+		s.AnswerWait, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgAnswerWait, market.DefaultAnswerWait)
+	}
+	s.ReadyTimeout = market.DefaultReadyTimeout
+	if obj.Spec.VMReadyTimeoutSec != nil {
+		s.ReadyTimeout = time.Duration(*obj.Spec.VMReadyTimeoutSec) * time.Second
+	}
+	var perr error
+	policyNSID, perr = market.PolicyName(obj.Spec.Policy)
+	if specErr == nil {
+		specErr = perr
+	}
+	var rerr error
+	required, rerr = market.ParseRequirement(string(obj.Spec.RequireIsolation))
+	if specErr == nil {
+		specErr = rerr
+	}
+	if specErr == nil && obj.Spec.RepoRef == nil {
+		specErr = fmt.Errorf("spec.repoRef names no AtprotoRepo")
+	}
+	return s, policyNSID, required, specErr
+}
+
 // observe fills the market state with what the index and our repo hold for the contract:
 // the rfp's time, the bids and bidders, our accept and the receipt that binds it, the
 // winner's events on it; the status keeps the bids, the receipt, the guest's address and
 // the events seen.
 func (r *Reconciler) observe(ctx context.Context, rd *round) error {
-	obj, key, repo, now := rd.obj, rd.key, rd.repo, rd.now
+	obj, key, repo := rd.obj, rd.key, rd.repo
 	st, s := &obj.Status, &rd.s
 	s.Policy = market.Policy{NSID: rd.policyNSID, RequesterDID: repo.DID()}
 	s.RFPAt = at(lastEvent(st, evRFP))
@@ -138,42 +146,8 @@ func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 	}
 	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Isolation)
 	s.Winner = st.Winner
-	if st.Accept != "" {
-		r.Index.Own(st.Accept, key)
-		_, coll, rkey, _ := feed.ParseURI(st.Accept)
-		rec, err := repo.Get(ctx, coll, rkey)
-		if err != nil {
-			return fmt.Errorf("read our accept: %w", err)
-		}
-		s.Accept = market.Ref{URI: rec.URI, CID: rec.CID}
-		for _, rc := range r.Index.Receipts(st.Accept) {
-			if market.Binds(rc, s.Accept, st.Winner) == nil {
-				rc := rc
-				s.Receipt = &rc
-			}
-		}
-	}
-	if s.Receipt != nil {
-		st.Receipt = s.Receipt.URI
-		r.Index.Own(s.Receipt.URI, key)
-		for _, e := range r.Index.Events(s.Receipt.URI) {
-			if e.Author != st.Winner {
-				continue
-			}
-			switch e.Kind {
-			case mk.ComputeEventsVMStartedNSID:
-				s.Started = true
-			case mk.ComputeEventsVMOnNetworkNSID:
-				st.Guest = &v1alpha1.GuestStatus{Address: e.Address, Ports: guestPorts(e.Ports)}
-			case mk.ComputeEventsVMDeleteNSID:
-				s.Ended = true
-			}
-			if lastEventURI(st, e.URI) {
-				continue
-			}
-			t := metav1.NewTime(now)
-			st.Events = append(st.Events, v1alpha1.ContractEvent{URI: e.URI, Type: shortKind(e.Kind), At: &t})
-		}
+	if err := r.observeReceipt(ctx, rd); err != nil {
+		return err
 	}
 	s.SecretsWanted = obj.Spec.SecretsRef != nil
 	s.SecretsDelivered = meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.ConditionSecretsDelivered))
