@@ -1,6 +1,8 @@
 package market
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,5 +80,56 @@ func TestStateOf(t *testing.T) {
 				t.Fatalf("in %s: got %+v; want action %q phase %s reason %q", c.stage, d, c.act, c.phase, c.reason)
 			}
 		})
+	}
+}
+
+// TestStateOfHoldsEveryAction: the requester runs one step per stage, so each action Next
+// asks for must come only in the stage whose step writes it. Random states, seeded.
+func TestStateOfHoldsEveryAction(t *testing.T) {
+	writes := map[Action][]Stage{
+		ActRFP:            {StageUnpublished},
+		ActAccept:         {StageBidding},
+		ActDeliverSecrets: {StageBound},
+		ActDelete:         {StageBound, StageReleasing},
+	}
+	t0 := time.Unix(1000, 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	phases := []Phase{"", v1alpha1.ComputeContractPending, v1alpha1.ComputeContractRequesting, v1alpha1.ComputeContractHeld,
+		v1alpha1.ComputeContractReleasing, v1alpha1.ComputeContractReleased, v1alpha1.ComputeContractFailed}
+	at := func() time.Time {
+		if rng.IntN(3) == 0 {
+			return time.Time{}
+		}
+		return t0.Add(time.Duration(rng.IntN(40)) * time.Second)
+	}
+	seen := map[Action]int{}
+	for i := 0; i < 20000; i++ {
+		s := State{Now: t0.Add(time.Duration(rng.IntN(60)) * time.Second), Phase: phases[rng.IntN(len(phases))],
+			Release: rng.IntN(3) == 0, RFPAt: at(), Window: 10 * time.Second, AnswerWait: 20 * time.Second,
+			ReadyTimeout: 30 * time.Second, Bidders: []string{"did:a", "did:b"}, Policy: Policy{NSID: PolicyOpen},
+			AcceptAt: at(), DeleteAt: at(), ReleaseAt: at(), Started: rng.IntN(2) == 0, Ended: rng.IntN(4) == 0,
+			SecretsWanted: rng.IntN(2) == 0, SecretsDelivered: rng.IntN(2) == 0}
+		for _, d := range []string{"did:a", "did:b"}[:rng.IntN(3)] {
+			s.Bids = append(s.Bids, Bid{URI: "at://" + d + "/b", Bidder: d, Cost: int64(rng.IntN(5)), Currency: "USD"})
+		}
+		if rng.IntN(2) == 0 {
+			s.Accept, s.Winner = Ref{URI: "at://did:r/accept/1", CID: "bafyA"}, "did:a"
+			if rng.IntN(2) == 0 {
+				s.Receipt = &ReceiptSeen{Author: "did:a"}
+			}
+		}
+		d, stage := Next(s), StateOf(s)
+		if d.Action == ActNone {
+			continue
+		}
+		seen[d.Action]++
+		if !slices.Contains(writes[d.Action], stage) {
+			t.Fatalf("%+v: action %q in stage %s, whose step does not write it", s, d.Action, stage)
+		}
+	}
+	for a := range writes {
+		if seen[a] == 0 {
+			t.Errorf("no state asked for %q: the generator misses it", a)
+		}
 	}
 }

@@ -140,6 +140,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		step, err = r.guest(ctx, rd)
 	case market.StageReleasing:
 		step, err = r.release(ctx, rd)
+	case market.StageAccepted, market.StageFinal:
+		// Nothing to write: the receipt is awaited (Next's deadline requeue), or the
+		// contract ended (read stops before a final one).
 	}
 	if err != nil {
 		return step, err
