@@ -21,17 +21,17 @@ import (
 func (r *Reconciler) guest(ctx context.Context, rd *round) (reconcile.Result, error) {
 	switch rd.d.Action {
 	case market.ActDeliverSecrets:
-		return r.deliverSecrets(ctx, rd)
+		return r.secretsToWinner(ctx, rd)
 	case market.ActDelete:
 		return r.writeDelete(ctx, rd)
 	}
 	return reconcile.Result{}, nil
 }
 
-// deliverSecrets hands the secrets over; once the winner has them, Next decides again (the
+// secretsToWinner hands the secrets over (deliver); once the winner has them, Next decides again (the
 // guest may be Held already). A Secret not readable or a delivery refused is a condition,
 // retried (d.RequeueAfter, at most a second) until the ready deadline.
-func (r *Reconciler) deliverSecrets(ctx context.Context, rd *round) (reconcile.Result, error) {
+func (r *Reconciler) secretsToWinner(ctx context.Context, rd *round) (reconcile.Result, error) {
 	err := r.deliver(ctx, rd.repo, rd.obj)
 	if err == nil {
 		rd.s.SecretsDelivered = true
