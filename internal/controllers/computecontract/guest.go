@@ -28,9 +28,9 @@ func (r *Reconciler) guest(ctx context.Context, rd *round) (reconcile.Result, er
 	return reconcile.Result{}, nil
 }
 
-// secretsToWinner hands the secrets over (deliver); once the winner has them, Next decides again (the
-// guest may be Held already). A Secret not readable or a delivery refused is a condition,
-// retried (d.RequeueAfter, at most a second) until the ready deadline.
+// secretsToWinner hands the secrets over (deliver); once the winner has them, Next decides
+// again (the guest may be Held already). A Secret not readable or a delivery refused is a
+// condition, retried (d.RequeueAfter, at most a second) until the ready deadline.
 func (r *Reconciler) secretsToWinner(ctx context.Context, rd *round) (reconcile.Result, error) {
 	err := r.deliver(ctx, rd.repo, rd.obj)
 	if err == nil {
