@@ -380,7 +380,7 @@ func link(uri, pdsURL string) Link {
 	if err != nil {
 		return l
 	}
-	q := url.Values{"repo": {a.DID}, "collection": {a.Collection}, "rkey": {a.Rkey}}
+	q := url.Values{"repo": {a.DID.String()}, "collection": {a.Collection.String()}, "rkey": {a.Rkey.String()}}
 	l.Href = strings.TrimRight(pdsURL, "/") + "/xrpc/com.atproto.repo.getRecord?" + q.Encode()
 	return l
 }

@@ -6,14 +6,17 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
-// ATURI is the at-uri of one record: at://<did>/<collection>/<rkey>.
+// ATURI is the at-uri of one record: at://<did>/<collection>/<rkey>. Its parts are indigo's
+// syntax types, so a value from ParseATURI carries its checks with it.
 type ATURI struct {
-	DID        string
-	Collection string
-	Rkey       string
+	DID        syntax.DID
+	Collection syntax.NSID
+	Rkey       syntax.RecordKey
 }
 
-func (u ATURI) String() string { return "at://" + u.DID + "/" + u.Collection + "/" + u.Rkey }
+func (u ATURI) String() string {
+	return "at://" + u.DID.String() + "/" + u.Collection.String() + "/" + u.Rkey.String()
+}
 
 // ParseATURI parses the at-uri of one record: a DID authority, a collection NSID and a record
 // key. It is the tree's one parser of at-uris: syntax.ParseATURI checks the syntax, which also
@@ -33,12 +36,13 @@ func ParseATURI(s string) (ATURI, error) {
 	if coll == "" || rkey == "" {
 		return ATURI{}, fmt.Errorf("at-uri %q names no record; %s", s, want)
 	}
-	return ATURI{DID: did.String(), Collection: coll.String(), Rkey: rkey.String()}, nil
+	return ATURI{DID: did, Collection: coll, Rkey: rkey}, nil
 }
 
-// RecordURI is the at-uri of kind's record at rkey in the repo of did.
+// RecordURI is the at-uri of kind's record at rkey in the repo of did: both come from this
+// side (a repo's DID as its PDS reported it, a key this tree made), not from a peer.
 func RecordURI(did string, kind Kind, rkey string) string {
-	return ATURI{DID: did, Collection: kind.Collection(), Rkey: rkey}.String()
+	return ATURI{DID: syntax.DID(did), Collection: syntax.NSID(kind.Collection()), Rkey: syntax.RecordKey(rkey)}.String()
 }
 
 // CheckFollow checks the uri a following object names: its DID must be the repo's and its
@@ -48,10 +52,10 @@ func CheckFollow(uri, repoDID string, kind Kind) (ATURI, error) {
 	if err != nil {
 		return ATURI{}, err
 	}
-	if u.DID != repoDID {
+	if u.DID.String() != repoDID {
 		return ATURI{}, fmt.Errorf("at-uri %q: DID %s is not the repo's (%s)", uri, u.DID, repoDID)
 	}
-	if u.Collection != kind.Collection() {
+	if u.Collection.String() != kind.Collection() {
 		return ATURI{}, fmt.Errorf("at-uri %q: collection %s is not %s", uri, u.Collection, kind.Collection())
 	}
 	return u, nil

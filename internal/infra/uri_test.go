@@ -100,13 +100,13 @@ func FuzzParseATURI(f *testing.F) {
 		if u.String() != s {
 			t.Fatalf("ParseATURI(%q).String() = %q", s, u.String())
 		}
-		if _, err := syntax.ParseDID(u.DID); err != nil {
+		if _, err := syntax.ParseDID(u.DID.String()); err != nil {
 			t.Fatalf("ParseATURI(%q): DID %q: %v", s, u.DID, err)
 		}
-		if _, err := syntax.ParseNSID(u.Collection); err != nil {
+		if _, err := syntax.ParseNSID(u.Collection.String()); err != nil {
 			t.Fatalf("ParseATURI(%q): collection %q: %v", s, u.Collection, err)
 		}
-		if _, err := ParseRecordKey(u.Rkey); err != nil {
+		if _, err := ParseRecordKey(u.Rkey.String()); err != nil {
 			t.Fatalf("ParseATURI(%q): %v", s, err)
 		}
 	})

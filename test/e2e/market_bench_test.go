@@ -11,8 +11,8 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/bidder"
-	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
@@ -151,8 +151,8 @@ func TestBench_MarketDeployFixedWindow(t *testing.T) {
 		})
 		held := time.Now()
 		over = append(over, held.Sub(start)-w)
-		_, coll, rkey, _ := feed.ParseURI(c.Status.RFP)
-		rec, err := env.PDS.Repo(env.Account.DID).Get(context.Background(), coll, rkey)
+		u, _ := infra.ParseATURI(c.Status.RFP)
+		rec, err := env.PDS.Repo(env.Account.DID).Get(context.Background(), u.Collection.String(), u.Rkey.String())
 		if err != nil {
 			t.Fatal(err)
 		}

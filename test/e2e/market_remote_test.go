@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds/refpds"
@@ -120,8 +121,8 @@ func remoteMarket(t *testing.T, env *testenv.Env, service, identifier, password,
 		!strings.HasPrefix(c.Status.Receipt, "at://"+b.DID()+"/") {
 		t.Fatalf("rfp %s, accept %s (want in %s), receipt %s (want in %s)", c.Status.RFP, c.Status.Accept, did, c.Status.Receipt, b.DID())
 	}
-	_, coll, rkey, _ := feed.ParseURI(c.Status.Accept)
-	if _, err := repos.GetPublic(ctx, service, did, coll, rkey); err != nil {
+	u, _ := infra.ParseATURI(c.Status.Accept)
+	if _, err := repos.GetPublic(ctx, service, did, u.Collection.String(), u.Rkey.String()); err != nil {
 		t.Fatalf("the accept is not on the requester's PDS: %v", err)
 	}
 	if n := running(t, &runningBidder{sub: sub}); n != 1 {

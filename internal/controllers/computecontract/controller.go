@@ -20,6 +20,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/controllers/reconcilekit"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
@@ -181,9 +182,9 @@ func put(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, n 
 }
 
 func fetchOwn(ctx context.Context, repo repos.Repo, uri string) (*repos.Record, error) {
-	_, coll, rkey, err := feed.ParseURI(uri)
+	u, err := infra.ParseATURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return repo.Get(ctx, coll, rkey)
+	return repo.Get(ctx, u.Collection.String(), u.Rkey.String())
 }

@@ -9,7 +9,6 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market"
-	"socialweb.computer/internal/market/feed"
 )
 
 // observeReceipt reads our accept back from our repo (its cid is what a receipt must bind),
@@ -21,8 +20,7 @@ func (r *Reconciler) observeReceipt(ctx context.Context, rd *round) error {
 	st, s := &obj.Status, &rd.s
 	if st.Accept != "" {
 		r.Index.Own(st.Accept, key)
-		_, coll, rkey, _ := feed.ParseURI(st.Accept)
-		rec, err := repo.Get(ctx, coll, rkey)
+		rec, err := fetchOwn(ctx, repo, st.Accept)
 		if err != nil {
 			return fmt.Errorf("read our accept: %w", err)
 		}

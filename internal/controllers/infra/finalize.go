@@ -137,8 +137,8 @@ func (r *Reconciler) finalRecord(ctx context.Context, p *pass) (bool, error) {
 		setCondition(o, v1alpha1.ConditionSynced, false, infra.ReasonSyncUnavailable, err.Error(), p.now)
 		return false, nil
 	}
-	b := &binding{repo: repo, repoRef: o.spec.Record.RepoRef, rkey: u.Rkey, uri: st.URI, following: o.spec.Record.URI != ""}
-	read, value, err := r.getRecord(ctx, repo, u.Rkey)
+	b := &binding{repo: repo, repoRef: o.spec.Record.RepoRef, rkey: u.Rkey.String(), uri: st.URI, following: o.spec.Record.URI != ""}
+	read, value, err := r.getRecord(ctx, repo, u.Rkey.String())
 	if err != nil {
 		setCondition(o, v1alpha1.ConditionSynced, false, infra.ReasonSyncUnavailable, err.Error(), p.now)
 		return false, nil
@@ -150,7 +150,7 @@ func (r *Reconciler) finalRecord(ctx context.Context, p *pass) (bool, error) {
 		// scales from zero again and again does not leave a record per cycle in its owner's
 		// repo. The swap is the cid just read; a write in between is read again next pass.
 		cid := read.CID
-		if err := repo.Delete(ctx, r.Kind.Collection(), u.Rkey, &cid); err != nil {
+		if err := repo.Delete(ctx, r.Kind.Collection(), u.Rkey.String(), &cid); err != nil {
 			return false, fmt.Errorf("deleting the record %s of a cluster Infra: %w", st.URI, err)
 		}
 		r.log().Info("infra_record_deleted_with_cluster", "object", o.obj.GetNamespace()+"/"+o.obj.GetName(), "uri", st.URI)
@@ -167,7 +167,7 @@ func (r *Reconciler) finalRecord(ctx context.Context, p *pass) (bool, error) {
 		endedAt, reason = o.status.EndedAt.Time, o.status.EndReason
 	}
 	if err := r.indexUpdate(ctx, repo, p.now, func(idx *atinfra.InfraIndex) (*atinfra.InfraIndex, bool) {
-		return infra.IndexEnd(idx, r.Kind.Collection(), u.Rkey, endedAt, reason, p.now)
+		return infra.IndexEnd(idx, r.Kind.Collection(), u.Rkey.String(), endedAt, reason, p.now)
 	}); err != nil {
 		return false, fmt.Errorf("index end of %s: %w", st.URI, err)
 	}

@@ -151,11 +151,11 @@ func (r *Reconciler) bind(ctx context.Context, o *object, now time.Time) (*bindi
 	b := &binding{repoRef: rb.RepoRef, following: rb.URI != ""}
 	if b.following {
 		if u, err := infra.ParseATURI(rb.URI); err == nil {
-			b.rkey, b.uri = u.Rkey, rb.URI
+			b.rkey, b.uri = u.Rkey.String(), rb.URI
 		}
 	} else if st := o.status.Record; st != nil && st.URI != "" && st.Direction != v1alpha1.RecordRetained {
 		if u, err := infra.ParseATURI(st.URI); err == nil {
-			b.rkey, b.uri = u.Rkey, st.URI
+			b.rkey, b.uri = u.Rkey.String(), st.URI
 		}
 	}
 	repo, err := r.Resolver.ForRef(ctx, o.obj.GetNamespace(), rb.RepoRef)
@@ -169,11 +169,11 @@ func (r *Reconciler) bind(ctx context.Context, o *object, now time.Time) (*bindi
 		if err != nil {
 			return nil, err
 		}
-		b.rkey = u.Rkey
+		b.rkey = u.Rkey.String()
 	} else {
 		name, uid := o.obj.GetName(), string(o.obj.GetUID())
 		bound := false
-		if u, err := infra.ParseATURI(b.uri); err == nil && u.DID == repo.DID() && u.Collection == r.Kind.Collection() && infra.InSuccession(name, uid, u.Rkey) {
+		if u, err := infra.CheckFollow(b.uri, repo.DID(), r.Kind); err == nil && infra.InSuccession(name, uid, u.Rkey.String()) {
 			bound = true
 		}
 		if !bound {

@@ -221,11 +221,11 @@ func (r *Reconciler) listed(ctx context.Context, repo repos.Repo, now time.Time)
 		}
 		for _, rec := range page {
 			u, err := infra.ParseATURI(rec.URI)
-			if err != nil || u.Rkey == infra.RkeySelf {
+			if err != nil || u.Rkey.String() == infra.RkeySelf {
 				continue
 			}
 			if live(infra.ReadRecord(r.Kind, rec.Value, rec.CID), now) {
-				out = append(out, infra.ListedRecord{Rkey: u.Rkey, URI: rec.URI, CID: rec.CID})
+				out = append(out, infra.ListedRecord{Rkey: u.Rkey.String(), URI: rec.URI, CID: rec.CID})
 			}
 		}
 		if next == "" || len(page) == 0 {

@@ -22,6 +22,7 @@ import (
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/repos"
@@ -375,7 +376,7 @@ func (b *Bidder) load() int {
 
 // readPolicy reads an rfp's policy record; any failure is a Policy that denies.
 func readPolicy(ctx context.Context, f feed.Fetcher, uri string) market.Policy {
-	_, coll, _, err := feed.ParseURI(uri)
+	u, err := infra.ParseATURI(uri)
 	if err != nil {
 		return market.Policy{Err: err}
 	}
@@ -383,8 +384,8 @@ func readPolicy(ctx context.Context, f feed.Fetcher, uri string) market.Policy {
 	if err != nil {
 		return market.Policy{Err: err}
 	}
-	p := market.Policy{NSID: coll}
-	switch coll {
+	p := market.Policy{NSID: u.Collection.String()}
+	switch p.NSID {
 	case mk.PoliciesOnlyMeNSID:
 		v, err := mk.DecodePoliciesOnlyMe(rec.Value)
 		if err != nil {
@@ -457,12 +458,11 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	}
 	// Only the rfp's requester chooses among its bids: an accept by anyone else, or of our bid
 	// naming another rfp than the one it answered, is not an answer to it.
-	adid, _, _, _ := feed.ParseURI(uri)
-	rdid, _, _, _ := feed.ParseURI(acc.RFP.URI)
+	byRequester := sameAuthor(uri, acc.RFP.URI)
 	b.mu.Lock()
 	bid, bidOn := b.bids[acc.RFP.URI]
-	ours := bidOn && adid == rdid && bid.URI == acc.Bid.URI
-	if bidOn && adid == rdid {
+	ours := bidOn && byRequester && bid.URI == acc.Bid.URI
+	if bidOn && byRequester {
 		delete(b.pending, bid.URI) // its place becomes the guest's, or is freed when another bid won
 	}
 	b.mu.Unlock()
@@ -612,10 +612,11 @@ func (b *Bidder) awaitAgain(ctx context.Context, uri string, rc atrepo.StrongRef
 }
 
 func (b *Bidder) newAwaiting(uri string, names []string) (*awaiting, error) {
-	requester, _, _, err := feed.ParseURI(uri)
+	u, err := infra.ParseATURI(uri)
 	if err != nil {
 		return nil, err
 	}
+	requester := u.DID.String()
 	sorted := slices.Clone(names)
 	sort.Strings(sorted)
 	a := &awaiting{requester: requester, names: sorted, got: make(chan map[string][]byte, 1), stop: make(chan struct{})}
@@ -779,9 +780,7 @@ func (b *Bidder) onEvent(ctx context.Context, uri string) error {
 		return nil
 	}
 	// Only the requester (the accept's author) may release.
-	adid, _, _, _ := feed.ParseURI(acceptURI)
-	edid, _, _, _ := feed.ParseURI(uri)
-	if adid != edid {
+	if !sameAuthor(acceptURI, uri) {
 		return nil
 	}
 	b.finish(ctx, GuestID(acceptURI), rc, "released on request")
@@ -800,4 +799,15 @@ func (b *Bidder) StopAll(ctx context.Context) {
 // guests, as the substrate itself reports it.
 func isolationEntry(kind string, iso substrate.Isolation) mk.OfferingIsolation {
 	return mk.OfferingIsolation{Substrate: kind, Boundary: iso.Boundary, Layers: append([]string(nil), iso.Layers...)}
+}
+
+// sameAuthor reports whether two records' at-uris name the same repo; an at-uri that does
+// not parse has no author, so it is never the same as another's.
+func sameAuthor(a, b string) bool {
+	ua, err := infra.ParseATURI(a)
+	if err != nil {
+		return false
+	}
+	ub, err := infra.ParseATURI(b)
+	return err == nil && ua.DID == ub.DID
 }

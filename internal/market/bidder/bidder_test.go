@@ -18,6 +18,7 @@ import (
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -282,11 +283,11 @@ func (e *env) start(n int) (b *Bidder, stop func()) {
 // deliver hands b the creation of the record at ref, as its firehose would.
 func (e *env) deliver(b *Bidder, ref atrepo.StrongRef) {
 	e.t.Helper()
-	did, coll, rkey, err := feed.ParseURI(ref.URI)
+	u, err := infra.ParseATURI(ref.URI)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	b.handle(e.runs[b], repos.Event{DID: did, Ops: []repos.Op{{Action: "create", Collection: coll, RKey: rkey, CID: ref.CID}}})
+	b.handle(e.runs[b], repos.Event{DID: u.DID.String(), Ops: []repos.Op{{Action: "create", Collection: u.Collection.String(), RKey: u.Rkey.String(), CID: ref.CID}}})
 }
 
 // rfp writes an rfp of the requester for the env's payload and policy and hands it to b.
@@ -796,5 +797,24 @@ func TestAcceptOfOurBid(t *testing.T) {
 				t.Fatalf("the requester's own accept after a stray one: %d boots, want 1", boots)
 			}
 		})
+	}
+}
+
+// TestSameAuthor: records are by the same author only when both at-uris parse and name one
+// repo; two unparsable uris are not "the same" (both would have an empty author).
+func TestSameAuthor(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"at://did:plc:a/computer.socialweb.market.accept/1", "at://did:plc:a/computer.socialweb.market.rfp/2", true},
+		{"at://did:plc:a/computer.socialweb.market.accept/1", "at://did:plc:b/computer.socialweb.market.rfp/2", false},
+		{"not a uri", "also not", false},
+		{"at://alice.test/computer.socialweb.market.accept/1", "at://alice.test/computer.socialweb.market.rfp/2", false},
+		{"", "at://did:plc:a/computer.socialweb.market.rfp/2", false},
+	} {
+		if got := sameAuthor(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameAuthor(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

@@ -36,20 +36,11 @@ func Local(srv *pds.Server) Fetcher {
 
 // Get reads the record at an at-uri.
 func (f Fetcher) Get(ctx context.Context, uri string) (*repos.Record, error) {
-	did, coll, rkey, err := ParseURI(uri)
+	u, err := infra.ParseATURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return f(ctx, did, coll, rkey)
-}
-
-// ParseURI splits a record's at-uri (at://did/collection/rkey) as infra.ParseATURI parses it.
-func ParseURI(uri string) (did, collection, rkey string, err error) {
-	u, err := infra.ParseATURI(uri)
-	if err != nil {
-		return "", "", "", err
-	}
-	return u.DID, u.Collection, u.Rkey, nil
+	return f(ctx, u.DID.String(), u.Collection.String(), u.Rkey.String())
 }
 
 // URI builds at://did/collection/rkey.
