@@ -49,6 +49,10 @@ type Config struct {
 	// ReadyTimeout bounds the wait for a booted guest to run (0: 60 s), and the wait for the
 	// secrets of a contract that names some.
 	ReadyTimeout time.Duration
+	// FetchTimeout bounds the reads an rfp's evaluation makes (its payload and policy
+	// records, from the requester's PDS) (0: 30 s): a PDS that never answers costs a bid,
+	// not a bidder's goroutine.
+	FetchTimeout time.Duration
 	// Directory resolves requesters' DIDs to their keys, to verify the service-auth token of
 	// a deliverSecrets call. With it the bidder serves deliverSecrets on Listen (default
 	// 127.0.0.1:0) and publishes that URL as its offering's endpointUrl; without it it serves
@@ -101,6 +105,9 @@ func New(cfg Config) *Bidder {
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.FetchTimeout == 0 {
+		cfg.FetchTimeout = 30 * time.Second
 	}
 	if cfg.Currency == "" {
 		cfg.Currency = "USD"
@@ -322,10 +329,17 @@ func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
 
 // evaluate says whether the bidder bids on rfp: its payload kind, its policy, capacity.
 func (b *Bidder) evaluate(ctx context.Context, rfp *mk.RFP) (*mk.ComputeVM, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	bound := b.cfg.Clock.AfterFunc(b.cfg.FetchTimeout, func() {
+		cancel(fmt.Errorf("the requester's records were not read within %s", b.cfg.FetchTimeout))
+	})
+	defer bound.Stop()
 	prec, err := b.cfg.Fetch.Get(ctx, rfp.Payload.URI)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	vm, err := mk.DecodeComputeVM(prec.Value)

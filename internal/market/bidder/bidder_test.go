@@ -818,3 +818,38 @@ func TestSameAuthor(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchBound: a requester's PDS that never answers the payload read costs the rfp, after
+// FetchTimeout on the bidder's clock, with a reason that says so.
+func TestFetchBound(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	hang := feed.Fetcher(func(ctx context.Context, did, coll, rkey string) (*repos.Record, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	b := New(Config{Repo: quietRepo{shared.requester}, Fetch: hang, Substrate: newFakeSubstrate(), Clock: clk,
+		FetchTimeout: 10 * time.Second, Log: quietLog()})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.evaluate(context.Background(), &mk.RFP{Payload: atrepo.StrongRef{URI: "at://did:plc:x/" + mk.ComputeVMNSID + "/p"}})
+		done <- err
+	}()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(9 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("evaluate ended before FetchTimeout: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	clk.Step(time.Second)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not read within 10s") {
+			t.Fatalf("evaluate: %v, want the fetch bound named", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("evaluate still waits after FetchTimeout on the bidder's clock")
+	}
+}
