@@ -4,6 +4,11 @@
 // status in the guest dir (so the status survives the Go process that
 // started it), liveness checks that survive pid reuse, and stopping a whole
 // process group.
+//
+// A caller that stays to supervise its child itself (the tenant control
+// planes: restarted on exit, measured by pid) starts it Direct: the same
+// session, log and pid record, without the shell supervisor, and waits on
+// Child.Done.
 package guestproc
 
 import (
@@ -19,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,6 +111,8 @@ type Record struct {
 	PID        int       `json:"pid"`
 	StartTicks uint64    `json:"startTicks"`
 	StartedAt  time.Time `json:"startedAt"`
+	// Direct: PID is the guest itself, started without a supervisor.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // StartOptions describe the guest process.
@@ -116,6 +124,27 @@ type StartOptions struct {
 	// Cleanup names entries of Dir ([A-Za-z0-9._-]+) that the supervisor
 	// deletes when the guest exits by itself (secrets, per-guest initrd).
 	Cleanup []string
+	// Log and PidFile are where the output is appended and the Record
+	// written; empty, Dir/log and Dir/pid.json.
+	Log, PidFile string
+	// Direct runs Argv as the session leader itself, without the
+	// supervisor: the recorded pid is the guest's, and nothing records its
+	// exit (no exit file, no Cleanup), so the caller waits on Child.Done.
+	Direct bool
+	// ParentDeathSignal, when set, is sent to the leader when the thread
+	// that started it ends (PR_SET_PDEATHSIG): a guest that must not
+	// outlive the process that supervises it.
+	ParentDeathSignal syscall.Signal
+}
+
+func (o StartOptions) logPath() string     { return orJoin(o.Log, o.Dir, LogFile) }
+func (o StartOptions) pidFilePath() string { return orJoin(o.PidFile, o.Dir, PidFile) }
+
+func orJoin(path, dir, name string) string {
+	if path != "" {
+		return path
+	}
+	return filepath.Join(dir, name)
 }
 
 var cleanRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
@@ -140,65 +169,109 @@ echo "$code" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 
 var (
 	reapMu  sync.Mutex
-	reapers = map[int]chan struct{}{}
+	reapers = map[int]*Child{}
 )
 
+// Child is a guest this process started, and reaps.
+type Child struct {
+	Record
+	done chan struct{}
+	err  error // cmd.Wait's, set before done is closed
+}
+
+// Done is closed when the leader has exited and been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Err is how the leader ended ("exit status 1", "signal: killed"; nil for
+// status 0), once Done is closed.
+func (c *Child) Err() error {
+	<-c.done
+	return c.err
+}
+
+// Stop ends the child's process group as StopGroup does; after the leader
+// has ended by itself, it kills what is left of the group, if anything.
+func (c *Child) Stop(ctx context.Context, grace time.Duration) error {
+	select {
+	case <-c.done:
+		if len(GroupMembers(c.PID, false)) == 0 {
+			return nil // nothing left, and the pgid may be free for reuse
+		}
+	default:
+	}
+	return StopGroup(ctx, c.Record, grace)
+}
+
 // Start launches the guest under the supervisor in a new session (and so a
-// new process group), stdout and stderr appended to Dir/log, and writes
-// pid.json. The child is reaped by a goroutine of this process; if this
+// new process group), stdout and stderr appended to the log, and writes the
+// pid file. The child is reaped by a goroutine of this process; if this
 // process ends first, the guest runs on and its supervisor still records
 // the exit status.
 func Start(o StartOptions) (Record, error) {
-	if len(o.Argv) == 0 || !filepath.IsAbs(o.Argv[0]) {
-		return Record{}, fmt.Errorf("guest command %q: want an absolute path", o.Argv)
+	c, err := Spawn(o)
+	if err != nil {
+		return Record{}, err
 	}
-	args := []string{"-c", supervisor, "socialweb-guest", o.Dir}
+	return c.Record, nil
+}
+
+// Spawn is Start, returning the child to wait on.
+func Spawn(o StartOptions) (*Child, error) {
+	if len(o.Argv) == 0 || !filepath.IsAbs(o.Argv[0]) {
+		return nil, fmt.Errorf("guest command %q: want an absolute path", o.Argv)
+	}
+	if o.Direct && len(o.Cleanup) > 0 {
+		return nil, errors.New("a direct guest has no supervisor to clean up after it")
+	}
+	name, args := "/bin/sh", []string{"-c", supervisor, "socialweb-guest", o.Dir}
 	for _, c := range o.Cleanup {
 		if !cleanRE.MatchString(c) {
-			return Record{}, fmt.Errorf("cleanup entry %q", c)
+			return nil, fmt.Errorf("cleanup entry %q", c)
 		}
 		args = append(args, c)
 	}
 	args = append(args, "--")
 	args = append(args, o.Argv...)
-	logf, err := os.OpenFile(filepath.Join(o.Dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if o.Direct {
+		name, args = o.Argv[0], o.Argv[1:]
+	}
+	logf, err := os.OpenFile(o.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command("/bin/sh", args...)
+	cmd := exec.Command(name, args...)
 	cmd.Env = o.Env
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
 	cmd.Dir = o.Cwd
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: o.ParentDeathSignal}
 	if err := cmd.Start(); err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	pid := cmd.Process.Pid
-	done := make(chan struct{})
+	c := &Child{Record: Record{PID: pid, StartedAt: time.Now().UTC(), Direct: o.Direct}, done: make(chan struct{})}
 	reapMu.Lock()
-	reapers[pid] = done
+	reapers[pid] = c
 	reapMu.Unlock()
 	go func() {
-		_ = cmd.Wait()
+		c.err = cmd.Wait()
 		reapMu.Lock()
 		delete(reapers, pid)
 		reapMu.Unlock()
-		close(done)
+		close(c.done)
 	}()
-	rec := Record{PID: pid, StartedAt: time.Now().UTC()}
 	if st, err := ReadStat(pid); err == nil {
-		rec.StartTicks = st.StartTicks
+		c.StartTicks = st.StartTicks
 	}
-	if err := WriteJSON(filepath.Join(o.Dir, PidFile), rec); err != nil {
+	if err := WriteJSON(o.pidFilePath(), c.Record); err != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-done
-		return Record{}, err
+		<-c.done
+		return nil, err
 	}
-	return rec, nil
+	return c, nil
 }
 
 // Stat is what we read of /proc/PID/stat.
@@ -299,6 +372,18 @@ func GroupCPU(pgid int) time.Duration {
 // group. It returns when no member is left, zombies included when this
 // process is the one that reaps the leader.
 func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
+	return killGroup(ctx, pgid, grace, false)
+}
+
+// StopGroup ends the process group that rec leads, as KillGroup does; when
+// the leader is the guest itself (rec.Direct), the whole group is killed
+// once grace has passed, or at once when the leader has exited (what is
+// left lost its parent).
+func StopGroup(ctx context.Context, rec Record, grace time.Duration) error {
+	return killGroup(ctx, rec.PID, grace, rec.Direct)
+}
+
+func killGroup(ctx context.Context, pgid int, grace time.Duration, direct bool) error {
 	if pgid <= 1 {
 		return nil
 	}
@@ -311,6 +396,9 @@ func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
 			break
 		}
 		switch {
+		case direct && stage < 2 && (time.Since(start) > grace || !slices.Contains(members, pgid)):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			stage = 2
 		case stage == 0 && time.Since(start) > grace:
 			for _, p := range members {
 				if p != pgid {
@@ -331,11 +419,11 @@ func KillGroup(ctx context.Context, pgid int, grace time.Duration) error {
 	}
 	// Our own child: wait until the reaper has collected it.
 	reapMu.Lock()
-	done := reapers[pgid]
+	child := reapers[pgid]
 	reapMu.Unlock()
-	if done != nil {
+	if child != nil {
 		select {
-		case <-done:
+		case <-child.done:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -370,6 +458,34 @@ func Stop(ctx context.Context, dir string, grace time.Duration) error {
 		return nil
 	}
 	return KillGroup(ctx, rec.PID, grace)
+}
+
+// ReapStale ends the process group recorded in pidFile when its leader
+// still runs (a guest left by an earlier run of this program, which did not
+// stop it), as StopGroup does, and removes pidFile. It returns the record
+// of the group it stopped, if any.
+func ReapStale(ctx context.Context, pidFile string, grace time.Duration) (Record, bool, error) {
+	var rec Record
+	if err := ReadJSON(pidFile, &rec); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Record{}, false, nil
+		}
+		return Record{}, false, os.Remove(pidFile) // unreadable: nothing to recognise a guest by
+	}
+	if !rec.Alive() {
+		return Record{}, false, ignoreNotExist(os.Remove(pidFile))
+	}
+	if err := StopGroup(ctx, rec, grace); err != nil {
+		return rec, true, err
+	}
+	return rec, true, ignoreNotExist(os.Remove(pidFile))
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // Exit reads the exit status the supervisor recorded.

@@ -2,8 +2,12 @@ package guestproc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -91,5 +95,157 @@ func TestKillGroupEscalates(t *testing.T) {
 func TestStopOfARemovedGuest(t *testing.T) {
 	if err := Stop(context.Background(), filepath.Join(t.TempDir(), "gone"), time.Second); err != nil {
 		t.Fatalf("Stop of a removed guest: %v", err)
+	}
+}
+
+func waitDone(t *testing.T, c *Child, within time.Duration) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(within):
+		t.Fatalf("child %d still running after %s", c.PID, within)
+	}
+}
+
+// A direct guest is the pid it records (its log and pid file where the
+// caller put them), and its Stop kills the whole group once the grace has
+// passed, not a grace later as a supervisor-led group's. (No member is
+// orphaned: the guest ignores SIGTERM and has no children.)
+func TestDirectChildStopsAfterOneGrace(t *testing.T) {
+	dir := t.TempDir()
+	log, pidFile := filepath.Join(dir, "cp.log"), filepath.Join(dir, "cp.pid")
+	c, err := Spawn(StartOptions{Dir: dir, Log: log, PidFile: pidFile, Direct: true, Cwd: dir,
+		Argv: []string{"/bin/sh", "-c", "echo up; trap '' TERM; exec sleep 600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec Record
+	if err := ReadJSON(pidFile, &rec); err != nil || rec != c.Record || !rec.Direct || !rec.Alive() {
+		t.Fatalf("pid file %+v (%v), want %+v alive", rec, err, c.Record)
+	}
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.PID))
+		if strings.HasPrefix(string(cmd), "sleep\x00600") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("pid %d is %q, not the guest", c.PID, cmd)
+		}
+	}
+	const grace = time.Second
+	t0 := time.Now()
+	if err := c.Stop(context.Background(), grace); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < grace || d > grace*3/2 {
+		t.Fatalf("stop took %s, want one grace of %s", d, grace)
+	}
+	waitDone(t, c, time.Second)
+	if err := c.Err(); err == nil || err.Error() != "signal: killed" {
+		t.Fatalf("exit %v", err)
+	}
+	if m := GroupMembers(c.PID, false); len(m) != 0 || c.Alive() {
+		t.Fatalf("members left: %v", m)
+	}
+	if b, _ := os.ReadFile(log); string(b) != "up\n" {
+		t.Fatalf("log %q", b)
+	}
+}
+
+// A direct guest that exits by itself is seen on Done with its status, and
+// Stop then kills at once what it left in its group, TERM ignored.
+func TestDirectChildExitAndLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Spawn(StartOptions{Dir: dir, Direct: true, Cwd: dir,
+		Argv: []string{"/bin/sh", "-c", "(trap '' TERM; sleep 600) & sleep 0.1; exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, 5*time.Second)
+	if err := c.Err(); err == nil || err.Error() != "exit status 3" {
+		t.Fatalf("exit %v", err)
+	}
+	if len(GroupMembers(c.PID, false)) == 0 {
+		t.Fatal("the leftover is not in the group")
+	}
+	t0 := time.Now()
+	if err := c.Stop(context.Background(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Fatalf("leftovers stopped after %s, want at once", d)
+	}
+	if m := GroupMembers(c.PID, false); len(m) != 0 {
+		t.Fatalf("members left: %v", m)
+	}
+	if _, _, ok := Exit(dir); ok {
+		t.Fatal("a direct guest has an exit file")
+	}
+}
+
+// ParentDeathSignal reaches the guest when the thread that started it ends.
+func TestParentDeathSignal(t *testing.T) {
+	dir := t.TempDir()
+	started := make(chan *Child, 1)
+	go func() {
+		// Locked and never unlocked: the thread ends with the goroutine.
+		runtime.LockOSThread()
+		c, err := Spawn(StartOptions{Dir: dir, Direct: true, Cwd: dir, Argv: []string{"/bin/sleep", "600"}, ParentDeathSignal: syscall.SIGTERM})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- c
+	}()
+	c := <-started
+	if c == nil {
+		return
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background(), time.Second) })
+	waitDone(t, c, 5*time.Second)
+	if err := c.Err(); err == nil || err.Error() != "signal: terminated" {
+		t.Fatalf("exit %v", err)
+	}
+}
+
+// ReapStale stops the group a pid file records while its leader runs, and
+// leaves alone a process that only has the recorded pid.
+func TestReapStale(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "cp.pid")
+	if _, found, err := ReapStale(context.Background(), pidFile, time.Second); found || err != nil {
+		t.Fatalf("no pid file: found %v, %v", found, err)
+	}
+	c, err := Spawn(StartOptions{Dir: dir, PidFile: pidFile, Direct: true, Cwd: dir, Argv: []string{"/bin/sh", "-c", "sleep 600 & wait"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background(), time.Second) })
+
+	// The same pid, started at another time: someone else's process.
+	other := c.Record
+	other.StartTicks++
+	if err := WriteJSON(pidFile, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := ReapStale(context.Background(), pidFile, time.Second); found || err != nil || !c.Alive() {
+		t.Fatalf("a reused pid: found %v, %v; alive %v", found, err, c.Alive())
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("the pid file of a gone guest is kept: %v", err)
+	}
+
+	if err := WriteJSON(pidFile, c.Record); err != nil {
+		t.Fatal(err)
+	}
+	rec, found, err := ReapStale(context.Background(), pidFile, time.Second)
+	if err != nil || !found || rec != c.Record {
+		t.Fatalf("ReapStale = %+v, %v, %v; want %+v", rec, found, err, c.Record)
+	}
+	waitDone(t, c, time.Second)
+	if m := GroupMembers(c.PID, false); len(m) != 0 {
+		t.Fatalf("members left: %v", m)
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("pid file kept: %v", err)
 	}
 }
