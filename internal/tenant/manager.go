@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/tenant/gate"
 )
 
@@ -187,7 +187,6 @@ type instance struct {
 
 	mu      sync.Mutex
 	status  Status
-	cmd     *exec.Cmd
 	stop    chan struct{} // closed to ask the supervisor to stop
 	stopped chan struct{} // closed when the supervisor has reaped its child
 }
@@ -416,40 +415,20 @@ func portFree(port int) bool {
 	return true
 }
 
-// reapStale kills the process group of a child left by a previous manager that did not stop
-// it (a crash of the parent), recognised by its pid file and command line.
+// reapStale stops the process group of a child left by a previous manager that did not stop
+// it (a crash of the parent), recognised by its pid file.
 func reapStale(l Layout, log *slog.Logger) {
-	b, err := os.ReadFile(l.PIDFile())
+	rec, found, err := guestproc.ReapStale(context.Background(), l.PIDFile(), staleGrace)
+	if found {
+		log.Warn("stopped a tenant control plane left running by an earlier process", "pid", rec.PID, "dir", l.Dir)
+	}
 	if err != nil {
-		return
+		log.Warn("stale tenant control plane", "dir", l.Dir, "err", err)
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	if pid <= 1 {
-		return
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), l.Spec()) {
-		_ = os.Remove(l.PIDFile())
-		return
-	}
-	log.Warn("stopping a tenant control plane left running by an earlier process", "pid", pid, "dir", l.Dir)
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	for i := 0; i < 200 && alive(pid); i++ {
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = os.Remove(l.PIDFile())
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie (state Z) has exited; only its parent's wait is missing.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
-}
+// staleGrace is how long a stale child has to stop before its process group is killed.
+const staleGrace = 10 * time.Second
 
 // supervise runs the child until stop is closed, restarting it with backoff when it exits
 // unasked.
@@ -459,27 +438,23 @@ func (m *Manager) supervise(in *instance, stop, stopped chan struct{}) {
 	backoff := time.Second
 	for {
 		started := time.Now()
-		cmd, err := m.spawn(in)
+		child, err := m.spawn(in)
 		if err != nil {
 			in.setExit(fmt.Sprintf("could not start: %v", err))
 			m.notify(in.key)
 		} else {
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
 			readyCtx, cancelReady := context.WithCancel(context.Background())
-			go m.awaitReady(readyCtx, in, cmd.Process.Pid)
+			go m.awaitReady(readyCtx, in, child.PID)
 			select {
 			case <-stop:
 				cancelReady()
-				m.stopChild(in, cmd, exited, log)
-				_ = os.Remove(in.layout.PIDFile())
+				m.stopChild(in, child, log)
 				return
-			case err := <-exited:
+			case <-child.Done():
 				cancelReady()
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // anything left in its group
-				_ = os.Remove(in.layout.PIDFile())
-				in.setExit(describeExit(err, in.layout))
-				log.Warn("tenant control plane exited; restarting", "exit", describeExit(err, in.layout), "backoff", backoff)
+				_ = child.Stop(context.Background(), 0) // anything left in its group
+				in.setExit(describeExit(child.Err(), in.layout))
+				log.Warn("tenant control plane exited; restarting", "exit", describeExit(child.Err(), in.layout), "backoff", backoff)
 				m.notify(in.key)
 			}
 			if time.Since(started) > time.Minute {
@@ -540,32 +515,39 @@ func lastLine(path string) string {
 	return l
 }
 
-func (m *Manager) spawn(in *instance) (*exec.Cmd, error) {
-	logf, err := os.OpenFile(in.layout.Log(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func (m *Manager) spawn(in *instance) (*guestproc.Child, error) {
+	env := append(append(childBaseEnv(), StartEnv...), m.cfg.ChildEnv...)
+	child, err := startControlPlane(in.layout, m.cfg.Binary, env)
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(m.cfg.Binary, "kube", "controlplane", "--spec", in.layout.Spec())
-	cmd.Dir = in.layout.Dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(append(childBaseEnv(), StartEnv...), m.cfg.ChildEnv...)
-	// Its own process group, so that a stop reaches everything it started; and a parent
-	// that dies takes it along rather than leaving it serving unsupervised.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	_ = atomicfile.Write(in.layout.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	in.mu.Lock()
-	in.cmd = cmd
-	in.status.PID = cmd.Process.Pid
-	in.status.Instance = fmt.Sprintf("%s-%d", hex.EncodeToString(id), cmd.Process.Pid)
+	in.status.PID = child.PID
+	in.status.Instance = fmt.Sprintf("%s-%d", hex.EncodeToString(id), child.PID)
 	in.status.State = StateStarting
 	in.mu.Unlock()
-	return cmd, nil
+	return child, nil
+}
+
+// startControlPlane starts the control plane of the cluster in l: its own session and
+// process group, so that a stop reaches everything it started; its pid (the control plane's
+// own: Status.Instance names it) in the pid file, for a later manager's reapStale; and a
+// parent that dies takes it along rather than leaving it serving unsupervised.
+func startControlPlane(l Layout, binary string, env []string) (*guestproc.Child, error) {
+	bin, err := exec.LookPath(binary)
+	if err == nil {
+		bin, err = filepath.Abs(bin)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return guestproc.Spawn(guestproc.StartOptions{
+		Dir: l.Dir, Log: l.Log(), PidFile: l.PIDFile(), Cwd: l.Dir, Env: env,
+		Argv:   []string{bin, "kube", "controlplane", "--spec", l.Spec()},
+		Direct: true, ParentDeathSignal: syscall.SIGTERM,
+	})
 }
 
 // StartEnv is added to every child's environment; empty, the child's runtime keeps its
@@ -600,37 +582,34 @@ func childBaseEnv() []string {
 
 // stopChild asks the child to stop (it stops its controllers, then its apiserver, then its
 // store), and kills its process group if it has not exited within StopTimeout.
-func (m *Manager) stopChild(in *instance, cmd *exec.Cmd, exited chan error, log *slog.Logger) {
+func (m *Manager) stopChild(in *instance, child *guestproc.Child, log *slog.Logger) {
 	in.mu.Lock()
 	in.status.State = StateStopping
 	in.mu.Unlock()
-	pid := cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	deadline := time.After(m.cfg.StopTimeout)
 	// Until it has exited, close the direct connections (again: a client may reconnect
 	// while the apiserver still accepts).
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	in.direct.closeAll()
-wait:
-	for {
-		select {
-		case <-exited:
-			break wait
-		case <-tick.C:
+	stopped := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			in.direct.closeAll()
-		case <-deadline:
-			log.Warn("tenant control plane did not stop in time; killing its process group", "pid", pid)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-exited
-			break wait
+			select {
+			case <-stopped:
+				return
+			case <-tick.C:
+			}
 		}
+	}()
+	t0 := time.Now()
+	_ = child.Stop(context.Background(), m.cfg.StopTimeout)
+	close(stopped)
+	if time.Since(t0) > m.cfg.StopTimeout {
+		log.Warn("tenant control plane did not stop in time; its process group was killed", "pid", child.PID)
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	in.mu.Lock()
 	in.status.State = StateStopped
 	in.status.PID = 0
-	in.cmd = nil
 	in.mu.Unlock()
 }
 
