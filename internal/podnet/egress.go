@@ -126,12 +126,15 @@ func ForwardJumps() [][]string {
 	}
 }
 
-// ForwardRules are ChainForward's: replies into a node link pass; what a node link sends
+// ForwardRules are ChainForward's: replies into a node link pass, and so does what the host
+// forwards to a node's published overlay endpoint (PublishOverlay); what a node link sends
 // goes to its node's chain (through ChainEgress); a node link without a chain of its own
 // forwards nothing, and nothing else new enters a node link.
 func ForwardRules() [][]string {
 	return [][]string{
 		{"-o", LinkPrefix + "+", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+		// A published overlay endpoint's UDP, forwarded to its node by PublishOverlay.
+		{"-o", LinkPrefix + "+", "-p", "udp", "--dport", strconv.Itoa(clusternet.OverlayPort), "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"},
 		{"-i", LinkPrefix + "+", "-j", ChainEgress},
 		{"-i", LinkPrefix + "+", "-j", "DROP"},
 		{"-o", LinkPrefix + "+", "-j", "DROP"},
@@ -393,7 +396,8 @@ func (h Host) AddNode(link string, p EgressPolicy) error {
 	return ensureJump(h.Netns, "filter", ChainEgress, EgressJump(link))
 }
 
-// RemoveNode removes what AddNode added for link: every copy of its jump, then its chain.
+// RemoveNode removes what AddNode and PublishOverlay added for link: every copy of its
+// jumps, then its chains.
 // Idempotent.
 func (h Host) RemoveNode(link string) error {
 	unlock, err := lockHost()
@@ -408,6 +412,9 @@ func (h Host) RemoveNode(link string) error {
 		if _, err := iptables(h.Netns, append([]string{"-D", ChainEgress}, EgressJump(link)...)...); err != nil {
 			return err
 		}
+	}
+	if err := h.unpublishOverlay(link); err != nil {
+		return err
 	}
 	chain := NodeChain(link)
 	if _, err := iptables(h.Netns, "-S", chain); err != nil {

@@ -27,8 +27,12 @@ type NodeConfig struct {
 	Client *rest.Config
 	// NodeName is this node's Node.
 	NodeName string
-	// NodeIP is the node's address; its overlay endpoint is NodeIP:clusternet.OverlayPort.
+	// NodeIP is the node's address; its overlay endpoint is NodeIP:clusternet.OverlayPort
+	// unless Endpoint is set.
 	NodeIP netip.Addr
+	// Endpoint is the overlay endpoint published on the Node when the host forwards one of
+	// its own to the node (Host.PublishOverlay), so nodes on other hosts can be peers.
+	Endpoint netip.AddrPort
 	// KeyFile holds the node's overlay private key (made on first start, mode 0600).
 	KeyFile string
 	// OnPodCIDR is called once with the Node's spec.podCIDR when the controller-manager has
@@ -54,6 +58,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	}
 	pub := key.PublicKey()
 	endpoint := netip.AddrPortFrom(cfg.NodeIP, clusternet.OverlayPort).String()
+	if cfg.Endpoint.IsValid() {
+		endpoint = cfg.Endpoint.String()
+	}
 	cs, err := kubernetes.NewForConfig(cfg.Client)
 	if err != nil {
 		return err
