@@ -45,10 +45,7 @@ const (
 
 // Reconciler reconciles Cluster objects.
 type Reconciler struct {
-	Client client.Client
-	// Reader reads a Cluster straight from the API server when a status write met a
-	// conflict; nil means Client.
-	Reader  client.Reader
+	Client  client.Client
 	Tenants *tenant.Manager
 	// Unavailable, when Tenants is nil, says why this process cannot run tenant control
 	// planes; it is reported on every Cluster.
@@ -63,7 +60,7 @@ type Reconciler struct {
 // Setup registers the Cluster controller with m. tenants may be nil (then every Cluster
 // reports unavailable, saying why).
 func Setup(m ctrl.Manager, obs manager.ReconcileObserver, tenants *tenant.Manager, unavailable string) error {
-	r := &Reconciler{Client: m.GetClient(), Reader: m.GetAPIReader(), Tenants: tenants, Unavailable: unavailable}
+	r := &Reconciler{Client: m.GetClient(), Tenants: tenants, Unavailable: unavailable}
 	b := ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.Cluster{}).
@@ -239,33 +236,21 @@ func (r *Reconciler) nodesRefresh() time.Duration {
 	return 30 * time.Second
 }
 
-// writeStatus writes the fields of the status this controller owns (observedGeneration,
-// phase, server, instance, teardownBlocked, the Ready condition) once, through
-// reconcilekit.CommitOwnedStatus: the node host writes the same status (condition Scaling,
-// nodes), so on a conflict only this controller's fields are set on a fresh read.
+// FieldManager is the field manager of this controller's applies of a Cluster's status.
+const FieldManager = "socialweb.computer/cluster"
+
+// StatusOwner is the part of a Cluster's status this controller owns: the node host
+// (internal/controllers/nodehost) owns nodes and the Scaling condition.
+var StatusOwner = reconcilekit.StatusOwner{Manager: FieldManager,
+	Fields:     []string{"observedGeneration", "phase", "server", "instance", "podSecurity", "podUserNamespaces", "teardownBlocked"},
+	Conditions: []string{string(v1alpha1.ConditionReady)}}
+
+// writeStatus writes the fields of the status this controller owns once, by apply
+// (reconcilekit.ApplyStatus), so the node host's writes of the same status neither conflict
+// with it nor are lost.
 func (r *Reconciler) writeStatus(ctx context.Context, stored, c *v1alpha1.Cluster) error {
-	want := c.DeepCopy()
-	own := func(dst *v1alpha1.Cluster) error { setOwnStatus(dst, want); return nil }
-	written, err := reconcilekit.CommitOwnedStatus(ctx, r.Client, r.reader(), stored, c, own)
-	*c = *written
+	_, err := reconcilekit.ApplyStatus(ctx, r.Client, StatusOwner, stored, c)
 	return client.IgnoreNotFound(err)
-}
-
-func (r *Reconciler) reader() client.Reader {
-	if r.Reader != nil {
-		return r.Reader
-	}
-	return r.Client
-}
-
-// setOwnStatus copies the status fields this controller owns from src to dst.
-func setOwnStatus(dst, src *v1alpha1.Cluster) {
-	dst.Status.ObservedGeneration = src.Status.ObservedGeneration
-	dst.Status.Phase, dst.Status.Server, dst.Status.Instance = src.Status.Phase, src.Status.Server, src.Status.Instance
-	dst.Status.TeardownBlocked = src.Status.TeardownBlocked
-	if cond := meta.FindStatusCondition(src.Status.Conditions, string(v1alpha1.ConditionReady)); cond != nil {
-		meta.SetStatusCondition(&dst.Status.Conditions, *cond)
-	}
 }
 
 func setReady(c *v1alpha1.Cluster, status metav1.ConditionStatus, reason, msg string) {

@@ -135,8 +135,8 @@ func TestFinalizerRemoveKeepsConcurrentRemoval(t *testing.T) {
 }
 
 // The node host writes the same status (its Scaling condition) between the controller's
-// read and its status write: the controller's write conflicts, reads again and sets only its
-// own fields, so both conditions stay.
+// read and its status write: the controller applies only its own fields, so both conditions
+// stay.
 func TestStatusWriteKeepsConcurrentCondition(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	key := newCluster(t, env, "race-status", v1alpha1.FinalizerClusterTeardown)
@@ -153,7 +153,7 @@ func TestStatusWriteKeepsConcurrentCondition(t *testing.T) {
 		return env.Client.Status().Patch(ctx, &fresh, patch)
 	}
 	rc := &racingClient{Client: env.Client, other: nodeHost}
-	r := &cluster.Reconciler{Client: rc, Reader: env.Client, Unavailable: "no tenant control planes in this test"}
+	r := &cluster.Reconciler{Client: rc, Unavailable: "no tenant control planes in this test"}
 	settle(t, r, key)
 	if rc.err != nil {
 		t.Fatalf("the node host: %v", rc.err)
