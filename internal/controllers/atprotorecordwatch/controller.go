@@ -36,6 +36,24 @@ const (
 	ReasonStreamBroken    = "StreamBroken"
 )
 
+// Field managers of the applies of a watch's status, one per writer.
+const (
+	// FieldManager: the reconciler, which says the repo is unavailable while no follower
+	// runs.
+	FieldManager = "socialweb.computer/atprotorecordwatch"
+	// FieldManagerFollower: the follower, whose checkpoint the status is.
+	FieldManagerFollower = "socialweb.computer/atprotorecordwatch-follower"
+)
+
+// The parts of a watch's status its writers own. Both own the Ready condition (the
+// reconciler only while no follower runs); the last apply holds it.
+var (
+	StatusOwner         = reconcilekit.StatusOwner{Manager: FieldManager, Conditions: []string{string(v1alpha1.ConditionReady)}}
+	FollowerStatusOwner = reconcilekit.StatusOwner{Manager: FieldManagerFollower,
+		Fields:     []string{"observedGeneration", "cursor", "records", "deleted"},
+		Conditions: []string{string(v1alpha1.ConditionReady)}}
+)
+
 // unavailableRetry is the wait before looking again at a watch whose repo is unavailable.
 const unavailableRetry = 5 * time.Second
 
@@ -123,7 +141,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		stored := obj.DeepCopy()
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady),
 			Status: metav1.ConditionFalse, Reason: ReasonRepoUnavailable, Message: err.Error(), ObservedGeneration: obj.Generation})
-		written, werr := reconcilekit.CommitStatus(ctx, r.Client, stored, &obj)
+		_, werr := reconcilekit.ApplyStatus(ctx, r.Client, StatusOwner, stored, &obj)
+		settled, werr := reconcilekit.Settle(ctx, werr)
 		if werr != nil {
 			return reconcile.Result{}, fmt.Errorf("writing status of %s: %w", req, werr)
 		}
@@ -131,7 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if retry == 0 {
 			retry = unavailableRetry
 		}
-		return reconcilekit.Merge(written, reconcile.Result{RequeueAfter: retry}), nil
+		return reconcilekit.Merge(settled, reconcile.Result{RequeueAfter: retry}), nil
 	}
 	key := followKey{did: repo.DID(), endpoint: repo.Endpoint(), collection: obj.Spec.Collection, generation: obj.Generation}
 	r.mu.Lock()

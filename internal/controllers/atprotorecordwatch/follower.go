@@ -195,32 +195,32 @@ func (f *follower) handle(ctx context.Context, batch []repos.Event) error {
 	return nil
 }
 
-// checkpoint writes the state and the Ready condition to the watch's status. msg "" keeps
-// the current message. A conflict re-reads the object and writes again
-// (reconcilekit.CommitOwnedStatus): the state in memory is the truth for cursor, records and
-// deleted. A watch whose generation moved on is gone for this follower.
+// checkpoint writes the state and the Ready condition to the watch's status, by apply
+// (reconcilekit.ApplyStatus, as FollowerStatusOwner): the state in memory is the truth for
+// cursor, records and deleted, so there is nothing to read again first. msg "" keeps the
+// current message. A watch whose generation moved on is gone for this follower: the object
+// each apply returns carries the generation, so at most one checkpoint lands after a spec
+// change, and it says which generation it observed (the next follower starts afresh).
 func (f *follower) checkpoint(ctx context.Context, ready metav1.ConditionStatus, reason, msg string) error {
-	own := func(obj *v1alpha1.AtprotoRecordWatch) error {
-		if obj.Generation != f.key.generation {
-			return errGone
-		}
-		f.st.toStatus(&obj.Status)
-		obj.Status.ObservedGeneration = obj.Generation
-		if msg == "" {
-			if c := meta.FindStatusCondition(obj.Status.Conditions, string(v1alpha1.ConditionReady)); c != nil && c.Reason == reason {
-				msg = c.Message
-			}
-		}
-		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady),
-			Status: ready, Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
-		return nil
+	if f.obj.Generation != f.key.generation {
+		return errGone
 	}
-	obj, err := reconcilekit.CommitOwnedStatus(ctx, f.r.Client, f.r.Reader, f.obj, f.obj.DeepCopy(), own)
+	obj := f.obj.DeepCopy()
+	f.st.toStatus(&obj.Status)
+	obj.Status.ObservedGeneration = obj.Generation
+	if msg == "" {
+		if c := meta.FindStatusCondition(obj.Status.Conditions, string(v1alpha1.ConditionReady)); c != nil && c.Reason == reason {
+			msg = c.Message
+		}
+	}
+	meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady),
+		Status: ready, Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
+	_, err := reconcilekit.ApplyStatus(ctx, f.r.Client, FollowerStatusOwner, f.obj, obj)
 	switch {
 	case err == nil:
 		f.obj, f.lastWrite = obj, time.Now()
 		return nil
-	case errors.Is(err, errGone) || apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err):
 		return errGone
 	}
 	return fmt.Errorf("writing status of %s: %w", f.name, err)
