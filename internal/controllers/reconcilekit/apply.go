@@ -1,7 +1,6 @@
 package reconcilekit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -191,7 +190,7 @@ func upgradedStatusManagers(entries []metav1.ManagedFieldsEntry, o StatusOwner) 
 			continue
 		}
 		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+		if err := set.FromJSON(e.FieldsV1.GetRawReader()); err != nil {
 			return nil, false, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
 		}
 		owned := set.FilterIncludeMatches(mine)
@@ -230,6 +229,6 @@ func withFields(e metav1.ManagedFieldsEntry, set *fieldpath.Set) (metav1.Managed
 	if err != nil {
 		return e, err
 	}
-	e.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+	e.FieldsV1 = metav1.NewFieldsV1(string(raw))
 	return e, nil
 }

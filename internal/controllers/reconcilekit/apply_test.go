@@ -135,7 +135,7 @@ func TestApplyStatusRemovesFieldsOfMergePatchedStatus(t *testing.T) {
 		meta.SetStatusCondition(&c.Status.Conditions, condition(string(v1alpha1.ConditionScaling), metav1.ConditionFalse, "Steady", "steady"))
 	})
 	for _, e := range get(t, env.Client, key).ManagedFields {
-		t.Logf("before apply: manager %q operation %s subresource %q fields %s", e.Manager, e.Operation, e.Subresource, e.FieldsV1.Raw)
+		t.Logf("before apply: manager %q operation %s subresource %q fields %s", e.Manager, e.Operation, e.Subresource, e.FieldsV1.GetRawString())
 	}
 
 	if err := applyAs(ctx, env.Client, controllerOwner, key, func(c *v1alpha1.Cluster) {
@@ -146,7 +146,7 @@ func TestApplyStatusRemovesFieldsOfMergePatchedStatus(t *testing.T) {
 	}
 	got := get(t, env.Client, key)
 	for _, e := range got.ManagedFields {
-		t.Logf("after apply: manager %q operation %s subresource %q fields %s", e.Manager, e.Operation, e.Subresource, e.FieldsV1.Raw)
+		t.Logf("after apply: manager %q operation %s subresource %q fields %s", e.Manager, e.Operation, e.Subresource, e.FieldsV1.GetRawString())
 	}
 	if got.Status.TeardownBlocked != "" {
 		t.Fatalf("teardownBlocked %q: the controller no longer sets it, it should be gone", got.Status.TeardownBlocked)

@@ -9,4 +9,9 @@
 // written, so an unchanged status costs no write, and a reconcile's sub-steps combine their
 // results with Merge and Join (the soonest requeue wins, errors are joined) rather than the
 // deprecated Result.Requeue.
+//
+// A status with several writers (the Cluster's: its controller and the node host) is the
+// exception to the lock: each writer applies its own part by server-side apply under its
+// own field manager (ApplyStatus), and the API server merges the parts, so there is no
+// conflict to read again for.
 package reconcilekit

@@ -18,9 +18,6 @@ import (
 // "someone moved the object on" answer: long enough not to spin, short enough to be unseen.
 const Soon = 200 * time.Millisecond
 
-// ownedAttempts bounds CommitOwnedStatus's re-reads: past it, the conflict is returned.
-const ownedAttempts = 5
-
 // RequeueSoon is the result of a reconcile that has to read again.
 func RequeueSoon() reconcile.Result { return reconcile.Result{RequeueAfter: Soon} }
 
@@ -144,40 +141,4 @@ func patchStatus(ctx context.Context, c client.Client, stored, obj client.Object
 	base := stored.DeepCopyObject().(client.Object)
 	base.SetResourceVersion(obj.GetResourceVersion())
 	return c.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-}
-
-// CommitOwnedStatus writes the part of a status one writer owns when several writers share
-// it (the Cluster's: its controller and the node host). own sets that writer's fields on an
-// object; it is applied to obj, and the status is written when it changed, like
-// CommitStatus. On a conflict the object is read again through reader (the API server, not
-// a cache that may be behind), own is applied to a fresh copy, and the write is tried again,
-// so a burst of the other writer's changes never keeps this one out for long; after a few
-// attempts the conflict is returned. An error from own stops it and is returned. It returns
-// the object as written (or as read, when nothing had to be written).
-func CommitOwnedStatus[T client.Object](ctx context.Context, c client.Client, reader client.Reader, stored, obj T, own func(T) error) (T, error) {
-	for attempt := 1; ; attempt++ {
-		if err := own(obj); err != nil {
-			return obj, err
-		}
-		if !StatusChanged(stored, obj) {
-			return obj, nil
-		}
-		err := patchStatus(ctx, c, stored, obj)
-		if !apierrors.IsConflict(err) || attempt == ownedAttempts {
-			return obj, err
-		}
-		log.FromContext(ctx).V(1).Info("status conflict: reading again", "attempt", attempt)
-		fresh, ok := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(T)
-		if !ok {
-			return obj, err
-		}
-		if gerr := reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); gerr != nil {
-			return obj, gerr
-		}
-		next, ok := fresh.DeepCopyObject().(T)
-		if !ok {
-			return obj, err
-		}
-		stored, obj = fresh, next
-	}
 }

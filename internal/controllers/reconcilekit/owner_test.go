@@ -79,7 +79,7 @@ func TestStatusOwnerProjectSendsOnlyOwnedFields(t *testing.T) {
 }
 
 func TestUpgradedStatusManagers(t *testing.T) {
-	fields := func(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+	fields := metav1.NewFieldsV1
 	legacy := metav1.ManagedFieldsEntry{Manager: "socialweb", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "socialweb.computer/v1alpha1",
 		Subresource: "status", FieldsType: "FieldsV1",
 		FieldsV1: fields(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{}},"k:{\"type\":\"Scaling\"}":{".":{},"f:type":{}}},"f:nodes":{},"f:phase":{}}}`)}
