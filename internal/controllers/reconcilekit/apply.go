@@ -74,7 +74,7 @@ func ApplyStatus(ctx context.Context, c client.Client, o StatusOwner, stored, ob
 	v := reflect.ValueOf(obj).Elem()
 	v.Set(reflect.Zero(v.Type()))
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
-		return true, fmt.Errorf("reading the applied %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+		return true, fmt.Errorf("reading the applied %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(u), err)
 	}
 	return true, nil
 }
