@@ -15,6 +15,7 @@ import (
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
+	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/deno"
@@ -108,6 +109,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&nodes.DNSUpstream, "node-dns-upstream", "", "with --substrate node: where nodes' DNS servers forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	addEgressFlags(f, &nodes.EgressAllow, &nodes.EgressDeny)
+	addOverlayFlags(f, &nodes.OverlayAddress, &nodes.OverlayPorts)
 	return cmd
 }
 
@@ -115,6 +117,13 @@ func newBidderCommand() *cobra.Command {
 func addEgressFlags(f *pflag.FlagSet, allow, deny *[]string) {
 	f.StringSliceVar(deny, "node-egress-deny", nil, "with nodes: CIDRs (or addresses) pods may not reach, besides the defaults (private, shared, link-local, loopback, multicast and reserved ranges), repeatable or comma-separated")
 	f.StringSliceVar(allow, "node-egress-allow", nil, "with nodes: CIDRs (or addresses) pods may reach although the deny list holds them (a registry or DNS server on this provider's private network); never this host, its node links, or the pod, service and link-local ranges")
+}
+
+// addOverlayFlags are the flags of the nodes' published overlay endpoints, for bidder and up
+// alike.
+func addOverlayFlags(f *pflag.FlagSet, address, ports *string) {
+	f.StringVar(address, "node-overlay-address", "", "with nodes: this host's public IPv4 address as other hosts reach it; each node then publishes an overlay endpoint of it (a UDP port of --node-overlay-ports forwarded to the node), so nodes of a cluster rented on other hosts are its peers (default: none, a node is a peer of this host's nodes only)")
+	f.StringVar(ports, "node-overlay-ports", "", "with --node-overlay-address: the UDP ports forwarded to nodes, FIRST-LAST (default "+podnet.DefaultOverlayPorts.String()+"); open them in the host's firewall")
 }
 
 // UnknownSubstrateError is a --substrate the bidder command cannot run.

@@ -53,6 +53,9 @@ type UpOptions struct {
 	// NodeEgressAllow and NodeEgressDeny change what the local node bidder's pods may
 	// reach beyond their cluster (node.Config.EgressAllow, EgressDeny).
 	NodeEgressAllow, NodeEgressDeny []string
+	// NodeOverlayAddress and NodeOverlayPorts publish the local nodes' overlay endpoints on
+	// this host's public address (node.Config.OverlayAddress, OverlayPorts).
+	NodeOverlayAddress, NodeOverlayPorts string
 	// NodeDNSUpstream is where the local node bidder's nodes forward names outside their
 	// cluster (node.Config.DNSUpstream).
 	NodeDNSUpstream string
@@ -166,7 +169,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	// The local node bidder's substrate first: whether its nodes run pods in user namespaces
 	// decides the tenant clusters' default (--pod-user-namespaces auto).
 	nodeSub, err := newLocalNodeSubstrate(dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
-		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny}, phase)
+		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny, OverlayAddress: o.NodeOverlayAddress, OverlayPorts: o.NodeOverlayPorts}, phase)
 	if err != nil {
 		return err
 	}

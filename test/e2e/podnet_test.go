@@ -313,3 +313,67 @@ func TestSecurity_PodEgress(t *testing.T) {
 		t.Errorf("the node's jump %q is not in %s: %s %v", jump, podnet.ChainEgress, out, err)
 	}
 }
+
+// TestPodNet_NodesPublishEndpointsOnTheHostsAddress: with --node-overlay-address (this
+// host's address as other hosts would reach it: here a documentation address on a dummy
+// link of the host's own), each node publishes an endpoint of that address and a port of
+// --node-overlay-ports, the host forwards it to the node, and two nodes' pods reach each
+// other through those endpoints. Once the nodes are gone, the host forwards nothing more.
+func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
+	requireNodeHost(t)
+	const public = "198.51.100.200"
+	link := fmt.Sprintf("swtpub%d", time.Now().UnixNano()%100000)
+	if out, err := exec.Command("ip", "link", "add", link, "type", "dummy").CombinedOutput(); err != nil {
+		t.Fatalf("dummy link: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", link).Run() })
+	for _, args := range [][]string{{"addr", "add", public + "/32", "dev", link}, {"link", "set", link, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	n := startNodeUp(t, "--node-bid-window", "1s", "--node-overlay-address", public, "--node-overlay-ports", "51900-51909")
+	kc := n.cluster("pub", "maxNodes: 2, podsPerNode: 1, scaleHold: 30s")
+	tkubectl(t, kc, httpPod("a")+"---\n"+httpPod("b"), "apply", "-f", "-")
+	nodeA := waitPod(t, kc, "a", "Running", "", 180*time.Second)
+	nodeB := waitPod(t, kc, "b", "Running", "", 180*time.Second)
+	if nodeA == nodeB {
+		t.Fatalf("both pods on %s", nodeA)
+	}
+	seen := map[string]bool{}
+	for _, nodeName := range []string{nodeA, nodeB} {
+		ep := tkubectl(t, kc, "", "get", "node", nodeName, "-o", `jsonpath={.metadata.annotations.podnet\.socialweb\.computer/endpoint}`)
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(ep))
+		if err != nil || ap.Addr().String() != public || ap.Port() < 51900 || ap.Port() > 51909 || seen[ep] {
+			t.Fatalf("node %s publishes endpoint %q: want %s and a port of its own in 51900-51909", nodeName, ep, public)
+		}
+		seen[ep] = true
+	}
+	nat, err := exec.Command("iptables", "-w", "-t", "nat", "-S", podnet.ChainOverlayIn).CombinedOutput()
+	if err != nil || strings.Count(string(nat), "-j SWNO-") < 2 {
+		t.Fatalf("the host forwards no endpoint of the two nodes: %v\n%s", err, nat)
+	}
+	ipA, ipB := podIP(t, kc, "a"), podIP(t, kc, "b")
+	testenv.Eventually(t, 60*time.Second, "pod a reaches pod b through the published endpoints", func() (bool, error) {
+		got, err := inPod(kc, "a", httpGet(ipB+":8080", "/", 3))
+		return httpBody(got) == "served by b", fmt.Errorf("%q %v", got, err)
+	})
+	if back, err := inPod(kc, "b", httpGet(ipA+":8080", "/", 3)); err != nil || httpBody(back) != "served by a" {
+		t.Errorf("pod b -> pod a: %q %v", back, err)
+	}
+
+	tkubectl(t, kc, "", "delete", "pod", "a", "b", "--wait=false")
+	n.up.kubectl(t, "", "delete", "cluster", "pub", "--wait=false")
+	testenv.Eventually(t, 120*time.Second, "the host forwards no endpoint once the nodes are gone", func() (bool, error) {
+		out, _ := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput()
+		var left []string
+		for _, l := range strings.Split(string(out), "\n") {
+			for ep := range seen {
+				if strings.Contains(l, "--dport "+ep[strings.LastIndexByte(ep, ':')+1:]+" ") && strings.Contains(l, public) {
+					left = append(left, l)
+				}
+			}
+		}
+		return len(left) == 0, fmt.Errorf("still forwarded: %q", left)
+	})
+}

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/nodedns"
 	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate"
@@ -107,15 +108,27 @@ type Config struct {
 	// their cluster (podnet.ParseEgressPolicy: CIDRs; the deny list is podnet.DefaultDeny
 	// plus EgressDeny, and EgressAllow opens holes in it).
 	EgressAllow, EgressDeny []string
+	// OverlayAddress, when set, is this host's public IPv4 address as other hosts reach it:
+	// each namespace node then publishes an overlay endpoint of that address and a port of
+	// OverlayPorts the host forwards to it (podnet.Host.PublishOverlay), so nodes of a
+	// cluster rented on other hosts can be its peers. Empty: nodes publish their link
+	// address, which only this host reaches.
+	OverlayAddress string
+	// OverlayPorts is the host's UDP ports for those endpoints, FIRST-LAST (empty:
+	// podnet.DefaultOverlayPorts).
+	OverlayPorts string
 }
 
 // Substrate runs nodes.
 type Substrate struct {
 	cfg    Config
 	egress podnet.EgressPolicy
-	store  guestproc.Store
-	vm     *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
-	why    string        // why this flavour
+	// overlayPublic, overlayPorts: Config.OverlayAddress and OverlayPorts, parsed.
+	overlayPublic netip.Addr
+	overlayPorts  podnet.PortRange
+	store         guestproc.Store
+	vm            *vm.Substrate // FlavourVM: the machine's image, accelerator and command line
+	why           string        // why this flavour
 	// dnsUpstreams, dnsWhy: Config.DNSUpstream decided once, in New.
 	dnsUpstreams []string
 	dnsWhy       string
@@ -161,6 +174,10 @@ func New(cfg Config) (*Substrate, error) {
 	if err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "%v", err)
 	}
+	overlayPublic, overlayPorts, err := parseOverlay(cfg.OverlayAddress, cfg.OverlayPorts)
+	if err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "%v", err)
+	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -178,7 +195,8 @@ func New(cfg Config) (*Substrate, error) {
 	if err := prerequisites(rt.Dir == "" || cfg.Flavour != FlavourNamespace); err != nil {
 		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
 	}
-	s := &Substrate{cfg: cfg, egress: egress, store: guestproc.Store{Root: abs}, why: "configured", runtime: rt}
+	s := &Substrate{cfg: cfg, egress: egress, overlayPublic: overlayPublic, overlayPorts: overlayPorts,
+		store: guestproc.Store{Root: abs}, why: "configured", runtime: rt}
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
 	if s.dnsUpstreams, s.dnsWhy, err = nodedns.ChooseUpstreams(cfg.DNSUpstream, resolvConf); err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "DNS upstream: %v", err)
@@ -288,7 +306,11 @@ type nodeState struct {
 	// egress policy at boot. False for a node booted before it.
 	PodNet      bool     `json:"podNet,omitempty"`
 	EgressAllow []string `json:"egressAllow,omitempty"`
-	EgressDeny  []string `json:"egressDeny,omitempty"`
+	// OverlayEndpoint is the overlay endpoint the host forwards to this node (its public
+	// address and a port of its own), published on the Node instead of NodeIP's; empty when
+	// the bidder publishes none.
+	OverlayEndpoint string   `json:"overlayEndpoint,omitempty"`
+	EgressDeny      []string `json:"egressDeny,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -399,6 +421,14 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		}
 	} else if err := writeSecrets(filepath.Join(dir, secretsDir), spec.Secrets); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
+	} else if s.overlayPublic.IsValid() {
+		// Before the node state is written: a failed boot's teardown removes the forwarding
+		// with the node's other host rules (RemoveNode).
+		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
+		if err != nil {
+			return fail(substrate.ErrBoot, "overlay endpoint: %v", err)
+		}
+		ns.OverlayEndpoint = ep.String()
 	}
 	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -764,4 +794,32 @@ func (s *Substrate) List(ctx context.Context) ([]substrate.GuestStatus, error) {
 		return nil, err
 	}
 	return substrate.ListStatuses(ctx, ids, s.Status), nil
+}
+
+// parseOverlay reads Config.OverlayAddress and OverlayPorts: a public IPv4 address that is
+// not one nodes or pods use, and a port range (default podnet.DefaultOverlayPorts); a zero
+// address when none is set.
+func parseOverlay(address, ports string) (netip.Addr, podnet.PortRange, error) {
+	r := podnet.DefaultOverlayPorts
+	if strings.TrimSpace(address) == "" {
+		if strings.TrimSpace(ports) != "" {
+			return netip.Addr{}, r, fmt.Errorf("overlay ports %q without an overlay address: the ports are of that address", ports)
+		}
+		return netip.Addr{}, r, nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(address))
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, r, fmt.Errorf("overlay address %q: want this host's IPv4 address as other hosts reach it", address)
+	}
+	for _, c := range []string{clusternet.NodeNetwork, clusternet.ClusterCIDR, clusternet.ServiceCIDR, "127.0.0.0/8", "169.254.0.0/16", "0.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4"} {
+		if netip.MustParsePrefix(c).Contains(a) {
+			return netip.Addr{}, r, fmt.Errorf("overlay address %s is in %s, which no other host reaches as this one", a, c)
+		}
+	}
+	if strings.TrimSpace(ports) != "" {
+		if r, err = podnet.ParsePortRange(ports); err != nil {
+			return netip.Addr{}, r, err
+		}
+	}
+	return a, r, nil
 }

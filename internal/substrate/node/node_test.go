@@ -148,3 +148,32 @@ func TestPrerequisitesAskTheHostRuntimeOnlyWhenItRuns(t *testing.T) {
 		t.Errorf("on the host's runtime without it: %v, want ErrUnavailable naming containerd, the shim, runc and ctr", err)
 	}
 }
+
+func TestParseOverlay(t *testing.T) {
+	for _, tc := range []struct {
+		addr, ports string
+		want        string
+		first, last uint16
+		bad         bool
+	}{
+		{addr: "", ports: "", want: "invalid IP", first: 51821, last: 52820},
+		{addr: "198.51.100.7", want: "198.51.100.7", first: 51821, last: 52820},
+		{addr: " 203.0.113.9 ", ports: "40000-40009", want: "203.0.113.9", first: 40000, last: 40009},
+		{addr: "", ports: "40000-40009", bad: true},     // ports of no address
+		{addr: "10.78.0.2", bad: true},                  // a node link address
+		{addr: "10.42.1.1", bad: true},                  // a pod address
+		{addr: "127.0.0.1", bad: true},                  // loopback reaches no other host
+		{addr: "2001:db8::1", bad: true},                // the overlay is IPv4
+		{addr: "overlay.example.org", bad: true},        // nothing is resolved
+		{addr: "198.51.100.7", ports: "9-1", bad: true}, // a backwards range
+	} {
+		a, r, err := parseOverlay(tc.addr, tc.ports)
+		if (err != nil) != tc.bad {
+			t.Errorf("parseOverlay(%q, %q): error %v, want error %v", tc.addr, tc.ports, err, tc.bad)
+			continue
+		}
+		if !tc.bad && (a.String() != tc.want || r.First != tc.first || r.Last != tc.last) {
+			t.Errorf("parseOverlay(%q, %q) = %s %v, want %s %d-%d", tc.addr, tc.ports, a, r, tc.want, tc.first, tc.last)
+		}
+	}
+}

@@ -38,6 +38,13 @@ func RunPodNet(dir string) int {
 		logf("error: node IP %q: %v", ns.NodeIP, err)
 		return 2
 	}
+	var endpoint netip.AddrPort
+	if ns.OverlayEndpoint != "" {
+		if endpoint, err = netip.ParseAddrPort(ns.OverlayEndpoint); err != nil {
+			logf("error: overlay endpoint %q: %v", ns.OverlayEndpoint, err)
+			return 2
+		}
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", ns.secret(SecretKubeconfig))
 	if err != nil {
 		logf("error: the node's kubeconfig: %v", err)
@@ -62,7 +69,7 @@ func RunPodNet(dir string) int {
 	defer stop()
 	go followKubeletPair(ctx, ns.work("kubelet", "pki", "kubelet-client-current.pem"), pair, logf)
 	err = podnet.RunNode(ctx, podnet.NodeConfig{
-		Client: cfg, NodeName: ns.NodeName, NodeIP: nodeIP,
+		Client: cfg, NodeName: ns.NodeName, NodeIP: nodeIP, Endpoint: endpoint,
 		KeyFile: filepath.Join(ns.Dir, overlayKeyFile),
 		OnPodCIDR: func(p netip.Prefix) error {
 			if err := writeCNIConfig(ns, p.String()); err != nil {
