@@ -315,23 +315,19 @@ func TestSecurity_PodEgress(t *testing.T) {
 }
 
 // TestPodNet_NodesPublishEndpointsOnTheHostsAddress: with --node-overlay-address (this
-// host's address as other hosts would reach it: here a documentation address on a dummy
-// link of the host's own), each node publishes an endpoint of that address and a port of
+// host's address as other hosts would reach it: here a documentation address on the host's
+// end of a veth pair into a namespace of the test's), each node publishes an endpoint of that address and a port of
 // --node-overlay-ports, the host forwards it to the node, and two nodes' pods reach each
 // other through those endpoints. Once the nodes are gone, the host forwards nothing more.
 func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 	requireNodeHost(t)
 	const public = "198.51.100.200"
 	link := fmt.Sprintf("swtpub%d", time.Now().UnixNano()%100000)
-	if out, err := exec.Command("ip", "link", "add", link, "type", "dummy").CombinedOutput(); err != nil {
-		t.Fatalf("dummy link: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", link).Run() })
-	for _, args := range [][]string{{"addr", "add", public + "/32", "dev", link}, {"link", "set", link, "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	far := substratetest.NewNetns(t, "swtpub")
+	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
+	far.IP(t, "link", "set", "eth0", "up")
+	substratetest.MustIP(t, "addr", "add", public+"/32", "dev", link)
+	substratetest.MustIP(t, "link", "set", link, "up")
 	n := startNodeUp(t, "--node-bid-window", "1s", "--node-overlay-address", public, "--node-overlay-ports", "51900-51909")
 	kc := n.cluster("pub", "maxNodes: 2, podsPerNode: 1, scaleHold: 30s")
 	tkubectl(t, kc, httpPod("a")+"---\n"+httpPod("b"), "apply", "-f", "-")
