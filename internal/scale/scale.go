@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"fmt"
 	"sort"
 	"time"
 )
@@ -104,6 +105,24 @@ type Input struct {
 	// (BatchIdle, BatchMax). A caller that must act sooner (a test) or later sets them.
 	BatchIdle, BatchMax time.Duration
 	State               State
+	// Simulated are the facts of a scheduling simulation of the pending pods (the
+	// scheduler's own filters run against the nodes, the claims in flight and new nodes of
+	// the size on offer); nil when none ran, and the slot counting of Decide decides.
+	Simulated *Simulation
+}
+
+// Simulation is what a scheduling simulation found for the pending pods (Input.Pods that
+// are Unschedulable), by pod name.
+type Simulation struct {
+	// NewNodes is how many new nodes the pods that fit one need (at most the room
+	// maxNodes leaves).
+	NewNodes int
+	// Unplaced are the pods no node can run, existing or new, with the scheduler's reason
+	// ("Insufficient cpu"). A pod a new node could run but for maxNodes is not one of them.
+	Unplaced map[string]string
+	// FitsExisting are the pods that fit a node the cluster has or a claim in flight
+	// brings: they wait for the scheduler, not for a node.
+	FitsExisting []string
 }
 
 // Action is what the decision asks for.
@@ -132,6 +151,9 @@ const (
 	ReasonInFlight         = "claims in flight"
 	ReasonNoNodesAllowed   = "maxNodes is 0"
 	ReasonReleaseUnclaimed = "empty nodes have no claim to release"
+	// ReasonFitsExisting: the simulation places every pending pod on a node the cluster
+	// has or a claim in flight brings.
+	ReasonFitsExisting = "pending pods fit existing nodes"
 )
 
 // Decision is the outcome of Decide.
@@ -149,22 +171,30 @@ type Decision struct {
 	RequeueAfter time.Duration
 	// State is what to pass back in the next Input.
 	State State
-	// Unfittable are the pending pods no new node can run (Input.NodeSize, Pod.NoNewNode),
-	// sorted: they ask for no node and block no release, and are reported.
+	// Unfittable are the pending pods no new node can run (Input.Simulated, else
+	// Input.NodeSize and Pod.NoNewNode), sorted: they ask for no node and block no release,
+	// and are reported.
 	Unfittable []string
+	// UnfittableWhy says, for each pod of Unfittable, why no node can run it.
+	UnfittableWhy map[string]string
 }
 
 // Decide is the scale decision.
 //
-//  0. A pending pod whose requests exceed what a new node offers (Input.NodeSize, when
-//     known), or that no new node could run for another reason (Pod.NoNewNode), fits
-//     nowhere: it is reported (Decision.Unfittable) and is no pending pod below. Renting for
-//     it would buy nodes it can never run on, and keep them.
+//  0. A pending pod the simulation could place nowhere (Input.Simulated.Unplaced) fits
+//     nowhere; without a simulation, so does one whose requests exceed what a new node offers
+//     (Input.NodeSize, when known) or that no new node could run for another reason
+//     (Pod.NoNewNode). It is reported with why (Decision.Unfittable, UnfittableWhy) and is
+//     no pending pod below. Renting for it would buy nodes it can never run on, and keep
+//     them.
 //  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
 //     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
 //     the closing time.
-//  2. Capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
+//  2. With a simulation: when every pending pod fits a node the cluster has or a claim in
+//     flight brings (Simulated.FitsExisting), it waits for the scheduler: Hold
+//     (ReasonFitsExisting). Otherwise Simulated.NewNodes are needed, bounded as below.
+//     Without one, capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
 //     yet) plus the free slots of each node that is not being released and has been Ready
 //     for less than SchedulerSettle (PodsPerNode minus its running non-daemon pods; the
 //     decision then looks again when that node settles). A node Ready for longer offers
@@ -194,18 +224,33 @@ func Decide(in Input) Decision {
 	busy := map[string]int{}
 	var pending []Pod
 	var unfittable []string
+	why := map[string]string{}
 	for _, p := range in.Pods {
 		switch {
 		case p.Finished || p.Daemon:
 		case p.Node != "":
 			busy[p.Node]++
-		case p.Unschedulable && (p.NoNewNode != "" || in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize)):
+		case !p.Unschedulable:
+		case in.Simulated != nil:
+			if reason, ok := in.Simulated.Unplaced[p.Name]; ok {
+				unfittable, why[p.Name] = append(unfittable, p.Name), reason
+			} else {
+				pending = append(pending, p)
+			}
+		case p.NoNewNode != "":
+			unfittable, why[p.Name] = append(unfittable, p.Name), p.NoNewNode
+		case in.NodeSize.known() && !p.Requests.fitsIn(in.NodeSize):
 			unfittable = append(unfittable, p.Name)
-		case p.Unschedulable:
+			why[p.Name] = fmt.Sprintf("requests %dm CPU and %d MiB, more than a node offers (%dm CPU and %d MiB)",
+				p.Requests.MilliCPU, p.Requests.MemBytes>>20, in.NodeSize.MilliCPU, in.NodeSize.MemBytes>>20)
+		default:
 			pending = append(pending, p)
 		}
 	}
 	sort.Strings(unfittable)
+	if len(why) == 0 {
+		why = nil
+	}
 
 	// Emptiness carried over: a node keeps its first empty time while it stays empty.
 	st := State{EmptySince: map[string]time.Time{}}
@@ -219,7 +264,7 @@ func Decide(in Input) Decision {
 		}
 		st.EmptySince[n.Name] = since
 	}
-	d := Decision{Action: Hold, State: st, Unfittable: unfittable}
+	d := Decision{Action: Hold, State: st, Unfittable: unfittable, UnfittableWhy: why}
 
 	inFlight, total := 0, len(in.Nodes)
 	for _, c := range in.Claims {
@@ -260,29 +305,31 @@ func Decide(in Input) Decision {
 			d.Reason, d.RequeueAfter = ReasonBatching, closes.Sub(in.Now)
 			return d
 		}
-		free := inFlight * perNode
-		var settles time.Duration
-		for _, n := range in.Nodes {
-			if c, ok := claimOf[n.Name]; ok && c.Deleting {
-				continue
+		var need int
+		if sim := in.Simulated; sim != nil {
+			fits := map[string]bool{}
+			for _, name := range sim.FitsExisting {
+				fits[name] = true
 			}
-			left := n.ReadySince.Add(SchedulerSettle).Sub(in.Now)
-			if n.ReadySince.IsZero() || left <= 0 {
-				continue
-			}
-			if f := perNode - busy[n.Name]; f > 0 {
-				free += f
-				if settles == 0 || left < settles {
-					settles = left
+			waiting := 0
+			for _, p := range pending {
+				if fits[p.Name] {
+					waiting++
 				}
 			}
+			if waiting == len(pending) {
+				d.Reason = ReasonFitsExisting
+				return d
+			}
+			need = sim.NewNodes
+		} else {
+			var settles time.Duration
+			need, settles = slotsNeeded(in, pending, perNode, inFlight, claimOf, busy)
+			if need <= 0 {
+				d.Reason, d.RequeueAfter = ReasonCapacity, settles
+				return d
+			}
 		}
-		rest := len(pending) - free
-		if rest <= 0 {
-			d.Reason, d.RequeueAfter = ReasonCapacity, settles
-			return d
-		}
-		need := (rest + perNode - 1) / perNode
 		room := in.MaxNodes - total
 		if need > room {
 			need = room
@@ -347,4 +394,31 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonBusy
 	}
 	return d
+}
+
+// slotsNeeded is how many nodes the pending pods need by counting slots (rule 2 of
+// Decide), 0 when the capacity holds them, and when the first young node settles.
+func slotsNeeded(in Input, pending []Pod, perNode, inFlight int, claimOf map[string]Claim, busy map[string]int) (int, time.Duration) {
+	free := inFlight * perNode
+	var settles time.Duration
+	for _, n := range in.Nodes {
+		if c, ok := claimOf[n.Name]; ok && c.Deleting {
+			continue
+		}
+		left := n.ReadySince.Add(SchedulerSettle).Sub(in.Now)
+		if n.ReadySince.IsZero() || left <= 0 {
+			continue
+		}
+		if f := perNode - busy[n.Name]; f > 0 {
+			free += f
+			if settles == 0 || left < settles {
+				settles = left
+			}
+		}
+	}
+	rest := len(pending) - free
+	if rest <= 0 {
+		return 0, settles
+	}
+	return (rest + perNode - 1) / perNode, settles
 }
