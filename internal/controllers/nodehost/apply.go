@@ -23,12 +23,7 @@ import (
 func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scale.Input, d scale.Decision) error {
 	counts := fmt.Sprintf("%d pending pod(s), %d Ready node(s), %d claim(s)", pending(in.Pods), len(in.Nodes), len(in.Claims))
 	if n := len(d.Unfittable); n > 0 {
-		names := d.Unfittable
-		if n > 5 {
-			names = append(names[:5:5], "...")
-		}
-		counts += fmt.Sprintf("; %d pod(s) no new node can run (they request more than a node offers, %dm CPU and %d MiB, or select labels no node has) get no node: %s",
-			n, in.NodeSize.MilliCPU, in.NodeSize.MemBytes>>20, strings.Join(names, ", "))
+		counts += fmt.Sprintf("; %d pod(s) no new node can run get no node: %s", n, unfittable(d))
 	}
 	switch d.Action {
 	case scale.Provision:
@@ -50,6 +45,24 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		p.outcome = outcome{reason: ConditionReason(d.Reason), message: d.Reason + "; " + counts}
 	}
 	return nil
+}
+
+// unfittable names the first pods no node can run, each with why ("default/big: Insufficient
+// cpu"), separated by "; ".
+func unfittable(d scale.Decision) string {
+	const shown = 5
+	var parts []string
+	for i, name := range d.Unfittable {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("and %d more", len(d.Unfittable)-shown))
+			break
+		}
+		if why := d.UnfittableWhy[name]; why != "" {
+			name += ": " + why
+		}
+		parts = append(parts, name)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func pending(pods []scale.Pod) int {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -259,6 +260,7 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	s := SettingsOf(p.cluster)
 	s.BatchIdle, s.BatchMax = r.BatchIdle, r.BatchMax
 	in := InputOf(r.now(), pods, nodes, p.claims, s, r.watches.stateOf(w))
+	in.Simulated = r.simulate(p, pods, nodes, s)
 	d := scale.Decide(in)
 	r.watches.setState(w, d.State)
 	d, exceeded, err := r.applyQuota(ctx, p, d)
@@ -283,4 +285,36 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		d.RequeueAfter = retry
 	}
 	return d, nil
+}
+
+// simulate runs the scheduling simulation for the decision (simulation.go); nil, and the
+// decision counts slots, when it cannot run (no node has joined yet, or the scheduler
+// framework failed to build), which is logged when a pod is pending.
+func (r *Reconciler) simulate(p *pass, pods []*corev1.Pod, nodes []*corev1.Node, s Settings) *scale.Simulation {
+	pi, err := PlanInputOf(pods, nodes, p.claims, s)
+	if err != nil {
+		if anyPending(pods) {
+			r.Log.Info("nodehost_simulation_skipped", "cluster", p.key.String(), "reason", err.Error())
+		}
+		return nil
+	}
+	sim, err := SimulationOf(pi)
+	if err != nil {
+		r.Log.Error("nodehost_simulation_failed", "cluster", p.key.String(), "error", err.Error())
+		return nil
+	}
+	return sim
+}
+
+// anyPending says whether a pod asks the decision for a node.
+func anyPending(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		if sp := PodOf(p); sp.Unschedulable && !sp.Daemon && !sp.Finished {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,179 @@
+package nodehost
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
+	"socialweb.computer/internal/scale/simulate"
+)
+
+func sized(n *corev1.Node, cpu, mem, pods string) *corev1.Node {
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu),
+		corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourcePods: resource.MustParse(pods)}
+	return n
+}
+
+func requesting(cpu string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}
+	}
+}
+
+func onNode(name string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.NodeName = name; p.Status.Phase = corev1.PodRunning }
+}
+
+func podNames(pods []*corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func nodeNames(nodes []*corev1.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// What the simulation is given: the pending pods as the decision counts them, every bound
+// pod still running (daemon pods too: they use the node), the joined nodes not being
+// released plus a node of the size on offer for each claim in flight, each taking at most
+// podsPerNode pods besides its daemon pods, and the room maxNodes leaves.
+func TestPlanInputOf(t *testing.T) {
+	n1 := sized(node("n1", corev1.ConditionTrue), "2", "4Gi", "110")
+	n1.Labels = map[string]string{corev1.LabelHostname: "n1", ClaimLabel: "c-n1", corev1.LabelArchStable: "amd64"}
+	n1.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Value: "ci", Effect: corev1.TaintEffectNoSchedule}}
+	n2 := sized(node("n2", corev1.ConditionFalse), "2", "4Gi", "110") // registered, not Ready: its claim is in flight
+	n3 := sized(node("n3", corev1.ConditionTrue), "1", "8Gi", "110")  // its claim is being deleted
+	n0 := sized(node("n0", corev1.ConditionTrue), "1", "1Gi", "110")  // joined by hand, no claim
+	n0.Labels = map[string]string{corev1.LabelHostname: "n0", corev1.LabelArchStable: "amd64"}
+	pods := []*corev1.Pod{
+		pod("pending", unschedulable),
+		pod("daemon-pending", all(unschedulable, ownedBy("DaemonSet"))),
+		pod("finished-pending", func(p *corev1.Pod) { unschedulable(p); p.Status.Phase = corev1.PodFailed }),
+		pod("not-yet-tried", nil),
+		pod("running", onNode("n1")),
+		pod("daemon", all(onNode("n1"), ownedBy("DaemonSet"))),
+		pod("done", func(p *corev1.Pod) { p.Spec.NodeName = "n1"; p.Status.Phase = corev1.PodSucceeded }),
+		pod("daemon-n2", all(onNode("n2"), ownedBy("DaemonSet"))),
+		nil,
+	}
+	claims := []*v1alpha1.NodeClaim{
+		claim("c-n1", "n1", v1alpha1.NodeClaimRunning, false),
+		claim("c-n2", "n2", v1alpha1.NodeClaimJoining, false),
+		claim("c-n3", "n3", v1alpha1.NodeClaimRunning, true),
+		claim("c-n4", "n4", v1alpha1.NodeClaimBidding, false),
+		claim("c-n5", "n5", v1alpha1.NodeClaimBidding, true),
+		nil,
+	}
+	pi, err := PlanInputOf(pods, []*corev1.Node{n2, n3, n1, n0, nil}, claims, Settings{MaxNodes: 7, PodsPerNode: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := podNames(pi.Pending), []string{"pending"}; !slices.Equal(got, want) {
+		t.Errorf("pending %v, want %v", got, want)
+	}
+	if got, want := podNames(pi.Bound), []string{"running", "daemon", "daemon-n2"}; !slices.Equal(got, want) {
+		t.Errorf("bound %v, want %v", got, want)
+	}
+	if got, want := nodeNames(pi.Nodes), []string{"n1", "n0", "n2", "n4"}; !slices.Equal(got, want) {
+		t.Errorf("nodes %v, want %v (joined ones not being released, then the claims in flight)", got, want)
+	}
+	// Joined nodes 3 (n0, n1, n3), claims whose node has not joined 3 (n2, n4, n5 deleting).
+	if pi.MaxNew != 1 {
+		t.Errorf("maxNew %d, want 1", pi.MaxNew)
+	}
+	want := simulate.NodeTemplate{MilliCPU: 2000, MemBytes: 8 << 30, Pods: 3, Labels: map[string]string{corev1.LabelArchStable: "amd64"}}
+	if d := cmp.Diff(want, pi.Template); d != "" {
+		t.Errorf("template (-want +got)\n%s", d)
+	}
+	podsOf := map[string]int64{}
+	for _, n := range pi.Nodes {
+		podsOf[n.Name] = n.Status.Allocatable.Pods().Value()
+	}
+	// podsPerNode plus the daemon pods bound there.
+	if d := cmp.Diff(map[string]int64{"n1": 4, "n0": 3, "n2": 4, "n4": 3}, podsOf); d != "" {
+		t.Errorf("pods each node takes (-want +got)\n%s", d)
+	}
+	// Ready: the not-ready taint is stale; the others stay.
+	if d := cmp.Diff([]corev1.Taint{{Key: "dedicated", Value: "ci", Effect: corev1.TaintEffectNoSchedule}}, pi.Nodes[0].Spec.Taints); d != "" {
+		t.Errorf("n1 taints (-want +got)\n%s", d)
+	}
+	if n1.Status.Allocatable.Pods().Value() != 110 || len(n1.Spec.Taints) != 2 {
+		t.Errorf("the tenant's Node was changed: %v", n1.Status.Allocatable)
+	}
+	if got := pi.Nodes[3].Labels; got[corev1.LabelHostname] != "n4" || got[corev1.LabelArchStable] != "amd64" || got[ClaimLabel] != "" {
+		t.Errorf("claim in flight's node labels %v", got)
+	}
+
+	if _, err := PlanInputOf(pods, []*corev1.Node{n2}, claims, Settings{MaxNodes: 7, PodsPerNode: 3}); !errors.Is(err, ErrSizeUnknown) {
+		t.Errorf("no node joined: %v, want ErrSizeUnknown", err)
+	}
+	if pi, _ := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 1, PodsPerNode: 3}); pi.MaxNew != 0 {
+		t.Errorf("over maxNodes: maxNew %d, want 0", pi.MaxNew)
+	}
+}
+
+// The simulation's placements as the decision reads them: a pod that fits a joined node or a
+// claim in flight waits, one that fits nowhere says the scheduler's reason, one that only
+// maxNodes keeps from a new node asks for one.
+func TestSimulationOf(t *testing.T) {
+	n1 := sized(node("n1", corev1.ConditionTrue), "2", "4Gi", "110")
+	pods := []*corev1.Pod{
+		pod("busy", all(onNode("n1"), requesting("1"))),
+		pod("fits", all(unschedulable, requesting("500m"))),
+		pod("huge", all(unschedulable, requesting("64"))),
+		pod("x", all(unschedulable, requesting("1500m"))),
+		pod("y", all(unschedulable, requesting("1500m"))),
+		pod("z", all(unschedulable, requesting("1500m"))),
+	}
+	claims := []*v1alpha1.NodeClaim{claim("c-n1", "n1", v1alpha1.NodeClaimRunning, false), claim("c-n2", "n2", v1alpha1.NodeClaimBidding, false)}
+	pi, err := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 3, PodsPerNode: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := SimulationOf(pi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(sim.FitsExisting)
+	// x on n2 (in flight), y on the one new node maxNodes leaves, z no room, fits on n1.
+	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits", "default/x"},
+		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}}
+	if d := cmp.Diff(want, sim); d != "" {
+		t.Errorf("(-want +got)\n%s", d)
+	}
+
+	// podsPerNode bounds a node as it bounds the slot counting: n1 holds its one pod.
+	pi, _ = PlanInputOf(pods[:2], []*corev1.Node{n1}, claims[:1], Settings{MaxNodes: 3, PodsPerNode: 1})
+	if sim, _ := SimulationOf(pi); sim.NewNodes != 1 || len(sim.FitsExisting) != 0 {
+		t.Errorf("podsPerNode 1, n1 busy: %+v, want a new node", sim)
+	}
+}
+
+// The Scaling condition names each pod no node can run with the scheduler's reason.
+func TestUnfittableMessage(t *testing.T) {
+	d := scale.Decision{Unfittable: []string{"default/a", "default/big", "default/c", "default/d", "default/e", "default/f", "default/g"},
+		UnfittableWhy: map[string]string{"default/big": "Insufficient cpu"}}
+	got := unfittable(d)
+	if want := "default/a; default/big: Insufficient cpu; default/c; default/d; default/e; and 2 more"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if !strings.Contains(got, "default/big: Insufficient cpu") {
+		t.Error(got)
+	}
+}
