@@ -563,7 +563,8 @@ func TestNodeHost_DrivenNodes_RestartRestartsTheHold(t *testing.T) {
 
 // A pod that requests more than any node of the cluster offers (64 CPUs, nodes of 1), and
 // one whose node selector no node has, rent nothing once a node has joined and shown what
-// nodes are: the Scaling condition names them, and a pod that fits still gets its node. Without the rule every settled node that refused it
+// nodes are: the Scaling condition names them with the scheduler's reason (the simulation
+// ran), and a pod that fits still gets its node. Without the rule every settled node that refused it
 // would be one more rented, up to maxNodes, and kept.
 func TestNodeHost_PodLargerThanANodeRentsNothing(t *testing.T) {
 	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 4, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
@@ -590,8 +591,8 @@ func TestNodeHost_PodLargerThanANodeRentsNothing(t *testing.T) {
 	r.unschedulable("ssd")
 	r.eventually(30*time.Second, "Scaling names the pods that fit no node", func() (bool, string) {
 		c := r.scaling()
-		return c != nil && strings.Contains(c.Message, "2 pod(s) no new node can run") && strings.Contains(c.Message, "default/huge") &&
-			strings.Contains(c.Message, "default/ssd"), fmt.Sprintf("%+v", c)
+		return c != nil && strings.Contains(c.Message, "2 pod(s) no new node can run") && strings.Contains(c.Message, "default/huge: Insufficient cpu") &&
+			strings.Contains(c.Message, "default/ssd: node(s) didn't match Pod's node affinity/selector"), fmt.Sprintf("%+v", c)
 	})
 	// Past the batch and the node's settle time: still one claim.
 	r.stayClaims(1, scale.BatchMax+scale.SchedulerSettle)
