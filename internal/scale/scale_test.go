@@ -478,3 +478,92 @@ func TestDecideProperties(t *testing.T) {
 	}
 	t.Logf("actions over 20000 random clusters: %v", counts)
 }
+
+// TestDecideSimulatedProperties checks, over random clusters with random simulation facts,
+// that the simulation decides: pods it places nowhere are reported and block nothing, pods
+// that fit an existing node rent nothing, and new nodes are the simulation's, within maxNodes.
+func TestDecideSimulatedProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(32))
+	counts := map[Action]int{}
+	for i := 0; i < 20000; i++ {
+		in := randomInput(r)
+		sim := &Simulation{Unplaced: map[string]string{}}
+		var unplaced []string
+		asking, waiting := 0, 0 // pending pods that ask for a new node, that fit an existing one
+		for _, p := range in.Pods {
+			if !p.Unschedulable || p.Node != "" || p.Finished || p.Daemon {
+				continue
+			}
+			switch r.Intn(3) {
+			case 0:
+				sim.Unplaced[p.Name] = "Insufficient cpu"
+				unplaced = append(unplaced, p.Name)
+			case 1:
+				sim.FitsExisting = append(sim.FitsExisting, p.Name)
+				waiting++
+			default:
+				asking++
+			}
+		}
+		if asking > 0 {
+			sim.NewNodes = r.Intn(asking + 1)
+		}
+		in.Simulated = sim
+		d := Decide(in)
+		counts[d.Action]++
+		fail := func(format string, a ...any) {
+			t.Helper()
+			t.Fatalf("case %d: %s\ninput: %+v\nsimulated: %+v\ndecision: %+v", i, fmt.Sprintf(format, a...), in, *sim, d)
+		}
+		slices.Sort(unplaced)
+		if !slices.Equal(unplaced, d.Unfittable) {
+			fail("unfittable %v, want the unplaced %v", d.Unfittable, unplaced)
+		}
+		for _, name := range unplaced {
+			if d.UnfittableWhy[name] != "Insufficient cpu" {
+				fail("%s reported without its reason", name)
+			}
+		}
+		joined := map[string]bool{}
+		for _, n := range in.Nodes {
+			joined[n.Name] = true
+		}
+		total := len(in.Nodes)
+		for _, c := range in.Claims {
+			if !joined[c.NodeName] {
+				total++
+			}
+		}
+		switch d.Action {
+		case Provision:
+			if asking == 0 {
+				fail("provision although every pending pod fits an existing node or none")
+			}
+			if d.Provision != min(sim.NewNodes, in.MaxNodes-total) {
+				fail("provision %d, want the simulation's %d within maxNodes %d less %d", d.Provision, sim.NewNodes, in.MaxNodes, total)
+			}
+		case Release:
+			if asking+waiting > 0 {
+				fail("release with %d pending pods that fit a node", asking+waiting)
+			}
+		case Hold:
+			if d.Reason == ReasonFitsExisting && asking > 0 {
+				fail("holds for existing nodes although %d pods ask for a new one", asking)
+			}
+		}
+		// Without the pods placed nowhere the decision is the same: they block nothing.
+		without := in
+		without.Pods = slices.DeleteFunc(slices.Clone(in.Pods), func(p Pod) bool { return slices.Contains(unplaced, p.Name) })
+		d2 := Decide(without)
+		d2.Unfittable, d2.UnfittableWhy = d.Unfittable, d.UnfittableWhy
+		if diff := cmp.Diff(d, d2); diff != "" {
+			fail("the unplaced pods change the decision (-with +without):\n%s", diff)
+		}
+	}
+	for _, a := range []Action{Provision, Release, Hold} {
+		if counts[a] < 500 {
+			t.Fatalf("the generator reached %s only %d times: %v", a, counts[a], counts)
+		}
+	}
+	t.Logf("actions over 20000 random clusters: %v", counts)
+}
