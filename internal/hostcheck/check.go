@@ -144,8 +144,6 @@ var (
 		{"setpriv", "util-linux", "drops the node's privileges"},
 		{"iptables", "iptables", "the host refuses connections a node opens; kube-proxy"},
 		{"nft", "nftables", "writes each node's NetworkPolicy rules"},
-		{"mkfs.ext4", "e2fsprogs", "makes each node's disk"},
-		{"mount", "mount", "mounts each node's disk (a loop device)"},
 	}
 	// hostRuntimeTools are the host's containerd and runc: node.Prerequisites asks for them
 	// when nodes run on them (no node runtime dir, or vm nodes, whose root disk carries

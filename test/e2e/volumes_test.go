@@ -7,13 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -238,57 +236,4 @@ func tkubectlIn(kubeconfig, stdin string, args ...string) (string, error) {
 		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), err
-}
-
-// TestNode_DiskIsBounded: a node's images, emptyDirs, volumes and logs live on a disk of
-// its own (--node-disk-mib when the contract names none): the kubelet reports its size as
-// the node's ephemeral-storage, a pod writing past it gets "No space left on device" in the
-// node, and the host's file system loses no more than the disk.
-func TestNode_DiskIsBounded(t *testing.T) {
-	n := startNodeUp(t, "--node-disk-mib", "512")
-	kc := n.cluster("disk", "maxNodes: 1")
-	tkubectl(t, kc, `apiVersion: v1
-kind: Pod
-metadata: {name: filler, namespace: default}
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: `+node.BusyboxImage+`
-    imagePullPolicy: Never
-    command: ["/bin/sleep", "3600"]
-    volumeMounts: [{name: scratch, mountPath: /scratch}]
-  volumes: [{name: scratch, emptyDir: {}}]
-`, "apply", "-f", "-")
-	nodeName := waitPod(t, kc, "filler", "Running", "", 180*time.Second)
-	capacity := tkubectl(t, kc, "", "get", "node", nodeName, "-o", `jsonpath={.status.capacity.ephemeral-storage}`)
-	q, err := resource.ParseQuantity(strings.TrimSpace(capacity))
-	if err != nil || q.Value() > 512<<20 || q.Value() < 400<<20 {
-		t.Fatalf("node %s reports ephemeral-storage %q (%v), want the 512 MiB disk's size", nodeName, capacity, err)
-	}
-	before, err := hostFreeMiB(n.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := inPod(kc, "filler", "/bin/busybox dd if=/dev/zero of=/scratch/fill bs=1048576 count=1024 2>&1; echo rc=$?")
-	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
-		t.Fatalf("writing 1 GiB on a 512 MiB node: %q, want No space left on device", out)
-	}
-	after, err := hostFreeMiB(n.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if used := before - after; used > 600 {
-		t.Errorf("the host's file system lost %d MiB to a node whose disk is 512 MiB", used)
-	}
-}
-
-// hostFreeMiB is what the file system holding path has free.
-func hostFreeMiB(path string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(path, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize) >> 20, nil
 }

@@ -117,8 +117,6 @@ type Config struct {
 	// OverlayPorts is the host's UDP ports for those endpoints, FIRST-LAST (empty:
 	// podnet.DefaultOverlayPorts).
 	OverlayPorts string
-	// DiskMiB is the disk of a namespace node whose contract names none (0: DefaultDiskMiB).
-	DiskMiB int
 }
 
 // Substrate runs nodes.
@@ -242,7 +240,7 @@ func Prerequisites() error { return prerequisites(true) }
 // required only when hostRuntime.
 func prerequisites(hostRuntime bool) error {
 	var missing []string
-	tools := []string{"ip", "nsenter", "setpriv", "iptables", "mkfs.ext4", "mount"}
+	tools := []string{"ip", "nsenter", "setpriv", "iptables"}
 	if hostRuntime {
 		tools = append(tools, runtimeBinaries...)
 	}
@@ -257,7 +255,7 @@ func prerequisites(hostRuntime bool) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables, e2fsprogs; iproute2 and util-linux)",
+		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables; iproute2 and util-linux)",
 			substrate.ErrUnavailable, strings.Join(missing, ", "))
 	}
 	if os.Geteuid() != 0 {
@@ -311,10 +309,8 @@ type nodeState struct {
 	// OverlayEndpoint is the overlay endpoint the host forwards to this node (its public
 	// address and a port of its own), published on the Node instead of NodeIP's; empty when
 	// the bidder publishes none.
-	OverlayEndpoint string `json:"overlayEndpoint,omitempty"`
-	// DiskMiB is the size of a namespace node's disk (disk.go), its work dir.
-	DiskMiB    int      `json:"diskMiB,omitempty"`
-	EgressDeny []string `json:"egressDeny,omitempty"`
+	OverlayEndpoint string   `json:"overlayEndpoint,omitempty"`
+	EgressDeny      []string `json:"egressDeny,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -382,12 +378,9 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		return fail(substrate.ErrBoot, "%v", err)
 	}
 	booted := false
-	// ns is the node as far as it was made: a boot that fails before its node.json is
-	// written still unmounts its disk and removes its host rules.
-	var ns nodeState
 	defer func() {
 		if !booted {
-			_ = teardownHost(ns)
+			_ = teardownHost(nodeStateFor(dir))
 			_ = os.RemoveAll(dir)
 		}
 	}()
@@ -399,7 +392,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	hostIP, nodeIP := addrs(idx)
 	h := sha256.Sum256([]byte(dir))
 	tag := hex.EncodeToString(h[:])[:10]
-	ns = nodeState{
+	ns := nodeState{
 		NodeName: j.NodeName, Server: j.Server, Index: idx,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, Runtime: s.runtime, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
@@ -426,8 +419,16 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		if err := s.prepareVM(ctx, &ns, spec); err != nil {
 			return fail(substrate.ErrBoot, "%v", err)
 		}
-	} else if reason, err := s.prepareNamespace(&ns, spec); err != nil {
-		return fail(reason, "%v", err)
+	} else if err := writeSecrets(filepath.Join(dir, secretsDir), spec.Secrets); err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	} else if s.overlayPublic.IsValid() {
+		// Before the node state is written: a failed boot's teardown removes the forwarding
+		// with the node's other host rules (RemoveNode).
+		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
+		if err != nil {
+			return fail(substrate.ErrBoot, "overlay endpoint: %v", err)
+		}
+		ns.OverlayEndpoint = ep.String()
 	}
 	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -690,7 +691,7 @@ func teardownHost(ns nodeState) error {
 			}
 		}
 	}
-	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir), filepath.Join(ns.Dir, diskImage)} {
+	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
 		if d == "" || d == "/" {
 			continue
 		}
@@ -821,27 +822,4 @@ func parseOverlay(address, ports string) (netip.Addr, podnet.PortRange, error) {
 		}
 	}
 	return a, r, nil
-}
-
-// prepareNamespace makes what a namespace node has before its network and agent: its
-// secrets, its disk (disk.go) mounted on its work dir, and, when the host publishes overlay
-// endpoints, its forwarded endpoint. The error comes with its substrate reason.
-func (s *Substrate) prepareNamespace(ns *nodeState, spec substrate.GuestSpec) (reason, err error) {
-	if err := writeSecrets(filepath.Join(ns.Dir, secretsDir), spec.Secrets); err != nil {
-		return substrate.ErrBoot, err
-	}
-	if ns.DiskMiB, err = diskMiB(spec.DiskMiB, s.cfg.DiskMiB); err != nil {
-		return substrate.ErrInvalidSpec, err
-	}
-	if err := makeDisk(ns.Dir, ns.work(), ns.DiskMiB); err != nil {
-		return substrate.ErrBoot, fmt.Errorf("the node's disk: %w", err)
-	}
-	if s.overlayPublic.IsValid() {
-		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
-		if err != nil {
-			return substrate.ErrBoot, fmt.Errorf("overlay endpoint: %w", err)
-		}
-		ns.OverlayEndpoint = ep.String()
-	}
-	return nil, nil
 }

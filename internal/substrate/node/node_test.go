@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"socialweb.computer/internal/substrate"
@@ -135,7 +134,7 @@ func TestPrerequisitesAskTheHostRuntimeOnlyWhenItRuns(t *testing.T) {
 		t.Skip(err) // this host lacks more than the runtime
 	}
 	bin := t.TempDir()
-	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables", "mkfs.ext4", "mount"} {
+	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables"} {
 		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -176,78 +175,5 @@ func TestParseOverlay(t *testing.T) {
 		if !tc.bad && (a.String() != tc.want || r.First != tc.first || r.Last != tc.last) {
 			t.Errorf("parseOverlay(%q, %q) = %s %v, want %s %d-%d", tc.addr, tc.ports, a, r, tc.want, tc.first, tc.last)
 		}
-	}
-}
-
-func TestDiskMiB(t *testing.T) {
-	for _, tc := range []struct {
-		asked, def, want int
-		bad              bool
-	}{
-		{asked: 0, def: 0, want: DefaultDiskMiB},
-		{asked: 0, def: 2048, want: 2048},
-		{asked: 512, def: 2048, want: 512},
-		{asked: 100, def: 2048, bad: true},
-		{asked: 0, def: 100, bad: true},
-	} {
-		got, err := diskMiB(tc.asked, tc.def)
-		if (err != nil) != tc.bad || (!tc.bad && got != tc.want) {
-			t.Errorf("diskMiB(%d, %d) = %d, %v; want %d (error %v)", tc.asked, tc.def, got, err, tc.want, tc.bad)
-		}
-	}
-}
-
-// TestMakeDiskBoundsWhatIsWritten: a node's disk is a file system of its size mounted on its
-// work dir, so a write past it fails there (ENOSPC) and nothing lands beneath it; a disk
-// larger than the host has free is refused before anything is made.
-func TestMakeDiskBoundsWhatIsWritten(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a loop device needs root")
-	}
-	for _, b := range []string{"mkfs.ext4", "mount"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skip(b + " is not installed")
-		}
-	}
-	dir := t.TempDir()
-	work := filepath.Join(dir, "work")
-	if err := makeDisk(dir, work, minDiskMiB); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unmountUnder(work) })
-	f, err := os.Create(filepath.Join(work, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 1<<20)
-	var written int
-	for ; written < 2*minDiskMiB; written++ {
-		if _, err = f.Write(chunk); err != nil {
-			break
-		}
-	}
-	f.Close()
-	if !errors.Is(err, syscall.ENOSPC) || written >= minDiskMiB {
-		t.Fatalf("wrote %d MiB to a %d MiB disk, then %v; want ENOSPC before its size", written, minDiskMiB, err)
-	}
-	if err := unmountUnder(work); err != nil {
-		t.Fatal(err)
-	}
-	if entries, _ := os.ReadDir(work); len(entries) != 0 {
-		t.Errorf("the node's writes reached the host's file system beneath its disk: %v", entries)
-	}
-	free, err := freeMiB(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := filepath.Join(t.TempDir(), "big")
-	if err := os.Mkdir(big, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := makeDisk(big, filepath.Join(big, "work"), int(free)+1024); err == nil || !strings.Contains(err.Error(), "free") {
-		t.Errorf("a disk larger than the host's free space: %v, want refused", err)
-	}
-	if entries, _ := os.ReadDir(big); len(entries) != 0 {
-		t.Errorf("a refused disk left %v", entries)
 	}
 }
