@@ -322,7 +322,7 @@ func (h Host) Ensure() error {
 			return err
 		}
 	}
-	if err := ensureEgressChain(netns); err != nil {
+	if err := ensureJumpsChain(netns, "filter", ChainEgress); err != nil {
 		return err
 	}
 	if err := ensureChain(netns, "filter", ChainForward, ForwardRules()); err != nil {
@@ -367,10 +367,10 @@ func lockHost() (unlock func(), err error) {
 	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }
 
-// ensureEgressChain makes ChainEgress, which holds the nodes' jumps, when it is missing; it
-// is never flushed.
-func ensureEgressChain(netns string) error {
-	if _, err := iptables(netns, "-N", ChainEgress); err != nil && !strings.Contains(err.Error(), "exists") {
+// ensureJumpsChain makes chain, one that holds the nodes' jumps (ChainEgress,
+// ChainOverlayIn), in table when it is missing; it is never flushed.
+func ensureJumpsChain(netns, table, chain string) error {
+	if _, err := iptables(netns, "-t", table, "-N", chain); err != nil && !strings.Contains(err.Error(), "exists") {
 		return err
 	}
 	return nil
@@ -387,7 +387,7 @@ func (h Host) AddNode(link string, p EgressPolicy) error {
 		return err
 	}
 	defer unlock()
-	if err := ensureEgressChain(h.Netns); err != nil {
+	if err := ensureJumpsChain(h.Netns, "filter", ChainEgress); err != nil {
 		return err
 	}
 	if err := ensureChain(h.Netns, "filter", NodeChain(link), NodeChainRules(p)); err != nil {
@@ -405,25 +405,30 @@ func (h Host) RemoveNode(link string) error {
 		return err
 	}
 	defer unlock()
+	if err := removeChain(h.Netns, "nat", ChainOverlayIn, OverlayChain(link), []string{"-j", OverlayChain(link)}); err != nil {
+		return err
+	}
+	return removeChain(h.Netns, "filter", ChainEgress, NodeChain(link), EgressJump(link))
+}
+
+// removeChain deletes every copy of jump from table's parent chain, then chain itself;
+// either may be missing already.
+func removeChain(netns, table, parent, chain string, jump []string) error {
 	for i := 0; i < 8; i++ {
-		if _, err := iptables(h.Netns, append([]string{"-C", ChainEgress}, EgressJump(link)...)...); err != nil {
+		if _, err := iptables(netns, append([]string{"-t", table, "-C", parent}, jump...)...); err != nil {
 			break
 		}
-		if _, err := iptables(h.Netns, append([]string{"-D", ChainEgress}, EgressJump(link)...)...); err != nil {
+		if _, err := iptables(netns, append([]string{"-t", table, "-D", parent}, jump...)...); err != nil {
 			return err
 		}
 	}
-	if err := h.unpublishOverlay(link); err != nil {
-		return err
-	}
-	chain := NodeChain(link)
-	if _, err := iptables(h.Netns, "-S", chain); err != nil {
+	if _, err := iptables(netns, "-t", table, "-S", chain); err != nil {
 		return nil // no such chain
 	}
-	if _, err := iptables(h.Netns, "-F", chain); err != nil {
+	if _, err := iptables(netns, "-t", table, "-F", chain); err != nil {
 		return err
 	}
-	_, err = iptables(h.Netns, "-X", chain)
+	_, err := iptables(netns, "-t", table, "-X", chain)
 	return err
 }
 

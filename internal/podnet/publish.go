@@ -141,8 +141,7 @@ func (h Host) PublishOverlay(link string, node, public netip.Addr, ports PortRan
 		return netip.AddrPort{}, err
 	}
 	endpoint := netip.AddrPortFrom(public, port)
-	// ChainOverlayIn holds every node's jump: made when missing, never refilled.
-	if _, err := iptables(h.Netns, "-t", "nat", "-N", ChainOverlayIn); err != nil && !strings.Contains(err.Error(), "exists") {
+	if err := ensureJumpsChain(h.Netns, "nat", ChainOverlayIn); err != nil {
 		return netip.AddrPort{}, err
 	}
 	if err := ensureJump(h.Netns, "nat", "PREROUTING", []string{"-j", ChainOverlayIn}); err != nil {
@@ -155,23 +154,4 @@ func (h Host) PublishOverlay(link string, node, public netip.Addr, ports PortRan
 		return netip.AddrPort{}, err
 	}
 	return endpoint, nil
-}
-
-// unpublishOverlay removes what PublishOverlay added for link (with the host lock held).
-func (h Host) unpublishOverlay(link string) error {
-	chain := OverlayChain(link)
-	jump := []string{"-t", "nat", "-D", ChainOverlayIn, "-j", chain}
-	for i := 0; i < 8; i++ {
-		if _, err := iptables(h.Netns, jump...); err != nil {
-			break
-		}
-	}
-	if _, err := iptables(h.Netns, "-t", "nat", "-S", chain); err != nil {
-		return nil // no such chain
-	}
-	if _, err := iptables(h.Netns, "-t", "nat", "-F", chain); err != nil {
-		return err
-	}
-	_, err := iptables(h.Netns, "-t", "nat", "-X", chain)
-	return err
 }
