@@ -378,9 +378,13 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		return fail(substrate.ErrBoot, "%v", err)
 	}
 	booted := false
+	// ns is the node as far as it was made: a boot that fails before its node.json is
+	// written (publishing its overlay endpoint, or writing node.json) still removes its
+	// host rules.
+	var ns nodeState
 	defer func() {
 		if !booted {
-			_ = teardownHost(nodeStateFor(dir))
+			_ = teardownHost(ns)
 			_ = os.RemoveAll(dir)
 		}
 	}()
@@ -392,7 +396,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	hostIP, nodeIP := addrs(idx)
 	h := sha256.Sum256([]byte(dir))
 	tag := hex.EncodeToString(h[:])[:10]
-	ns := nodeState{
+	ns = nodeState{
 		NodeName: j.NodeName, Server: j.Server, Index: idx,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, Runtime: s.runtime, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
@@ -422,8 +426,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	} else if err := writeSecrets(filepath.Join(dir, secretsDir), spec.Secrets); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
 	} else if s.overlayPublic.IsValid() {
-		// Before the node state is written: a failed boot's teardown removes the forwarding
-		// with the node's other host rules (RemoveNode).
+		// A boot failing from here on removes the forwarding with the node's other host
+		// rules (teardownHost of the node as made so far, RemoveNode).
 		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
 		if err != nil {
 			return fail(substrate.ErrBoot, "overlay endpoint: %v", err)
