@@ -58,6 +58,14 @@ type ClusterSpec struct {
 	// +kubebuilder:default="2m"
 	ScaleHold metav1.Duration `json:"scaleHold,omitempty"`
 
+	// nodeSize bounds the size of each node the cluster rents, as a Karpenter NodePool's
+	// requirements do. Every new node is sized to the pending pods it is bought for: the
+	// smallest size within these bounds that the scheduling simulation packs them into; a pod
+	// larger than the largest size is reported, never rented for. Unset bounds are 1..2 CPUs
+	// and 256..4096 MiB.
+	// +optional
+	NodeSize *NodeSizeRange `json:"nodeSize,omitempty"`
+
 	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
 	// +optional
 	PublishInfra bool `json:"publishInfra,omitempty"`
@@ -91,6 +99,37 @@ type ClusterSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=required;optional
 	PodUserNamespaces string `json:"podUserNamespaces,omitempty"`
+}
+
+// NodeSizeRange bounds the CPUs and memory of a cluster's nodes; a zero bound takes its
+// default.
+// +kubebuilder:validation:XValidation:rule="!has(self.minCPUs) || !has(self.maxCPUs) || self.minCPUs <= self.maxCPUs",message="minCPUs must not exceed maxCPUs"
+// +kubebuilder:validation:XValidation:rule="!has(self.minMemMiB) || !has(self.maxMemMiB) || self.minMemMiB <= self.maxMemMiB",message="minMemMiB must not exceed maxMemMiB"
+type NodeSizeRange struct {
+	// minCPUs is the fewest CPUs a node is rented with (default 1).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MinCPUs int32 `json:"minCPUs,omitempty"`
+
+	// maxCPUs is the most CPUs a node is rented with (default 2, or minCPUs when larger).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxCPUs int32 `json:"maxCPUs,omitempty"`
+
+	// minMemMiB is the least memory a node is rented with, in MiB (default 256).
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=4194304
+	MinMemMiB int32 `json:"minMemMiB,omitempty"`
+
+	// maxMemMiB is the most memory a node is rented with, in MiB (default 4096, or minMemMiB
+	// when larger).
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=4194304
+	MaxMemMiB int32 `json:"maxMemMiB,omitempty"`
 }
 
 // MemberState is an identity's access to a cluster.
@@ -261,6 +300,19 @@ type NodeClaimSpec struct {
 	// ownerDid is the DID of the cluster owner the node is provisioned for.
 	// +optional
 	OwnerDid string `json:"ownerDid,omitempty"`
+
+	// cpus is the size of the node to rent, in CPUs: what its contract asks the market for
+	// and what the node advertises as allocatable. Unset: 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	CPUs int32 `json:"cpus,omitempty"`
+
+	// memMiB is the node's memory in MiB, as cpus. Unset: 256.
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=4194304
+	MemMiB int32 `json:"memMiB,omitempty"`
 
 	// adopt takes over a guest the owner already holds instead of bidding for a new one.
 	// +optional

@@ -23,6 +23,12 @@ const (
 	ComputeContractFailed ComputeContractPhase = "Failed"
 )
 
+// The size a contract asks the market for when its spec states none (cpus, memMiB).
+const (
+	DefaultContractCPUs   = 1
+	DefaultContractMemMiB = 256
+)
+
 // ComputeContractSpec is what the requester asks the market for. Written only by the composer that owns it.
 type ComputeContractSpec struct {
 	// vmName is the name given to the guest.
@@ -74,6 +80,18 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][a-z0-9-]*$`
 	RequireLayers []string `json:"requireLayers,omitempty"`
+
+	// cpus is how many CPUs the guest gets, its size on the market (the payload's cpus); unset: 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	CPUs int32 `json:"cpus,omitempty"`
+
+	// memMiB is the guest's memory in MiB, its size on the market (the payload's mem); unset: 256.
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=4194304
+	MemMiB int32 `json:"memMiB,omitempty"`
 
 	// policyArgs are the arguments passed to the policy workflow.
 	// +optional

@@ -196,6 +196,18 @@ type InfraContract struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][a-z0-9-]*$`
 	RequireLayers []string `json:"requireLayers,omitempty"`
 
+	// cpus is how many CPUs the guest gets, its size on the market (the payload's cpus); unset: 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	CPUs int32 `json:"cpus,omitempty"`
+
+	// memMiB is the guest's memory in MiB, its size on the market (the payload's mem); unset: 256.
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=4194304
+	MemMiB int32 `json:"memMiB,omitempty"`
+
 	// policyArgs are the arguments passed to the policy workflow.
 	// +optional
 	PolicyArgs map[string]string `json:"policyArgs,omitempty"`

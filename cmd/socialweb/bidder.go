@@ -28,7 +28,7 @@ func newBidderCommand() *cobra.Command {
 	var nodes node.Config
 	var cost int64
 	var free bool
-	var capacity int
+	var capacity, maxGuestCPUs, maxGuestMemMiB int
 	cmd := &cobra.Command{
 		Use:   "bidder",
 		Short: "Bid on compute rfps from an account on any PDS and run won guests on Deno or as tenant nodes",
@@ -79,6 +79,7 @@ func newBidderCommand() *cobra.Command {
 			dir := &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
 				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
+				MaxGuestCPUs: maxGuestCPUs, MaxGuestMemMiB: maxGuestMemMiB,
 				Directory: dir, Listen: listen, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
@@ -97,6 +98,8 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&currency, "currency", "USD", "currency of --cost")
 	f.BoolVar(&free, "free", false, "bid free (bids.free) instead of a price")
 	f.IntVar(&capacity, "capacity", 8, "guests run at once")
+	f.IntVar(&maxGuestCPUs, "max-guest-cpus", 0, "largest guest bid on, in CPUs (0: this host's CPUs)")
+	f.IntVar(&maxGuestMemMiB, "max-guest-mem-mib", 0, "largest guest bid on, in MiB of memory (0: this host's memory)")
 	f.StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	f.StringVar(&plcURL, "plc-url", "https://plc.directory", "did:plc directory that resolves requesters' DIDs")
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")

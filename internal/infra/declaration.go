@@ -54,6 +54,10 @@ const (
 	maxContracts        = 64
 	maxVMReadyTimeout   = 86400
 	maxPorts            = 16
+	// A contract's size, as the market payload and the CRD bound it.
+	maxCPUs   = 1024
+	minMemMiB = 64
+	maxMemMiB = 4 << 20
 )
 
 // Declaration is the part of a deployment that both kcp and the record may change: the
@@ -258,6 +262,20 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 		v32 := int32(v)
 		c.VMReadyTimeoutSec = &v32
 	}
+	if rc.Cpus != nil {
+		v := *rc.Cpus
+		if v < 1 || v > maxCPUs {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".cpus", "%d is outside 1..%d", v, maxCPUs)
+		}
+		c.CPUs = int32(v)
+	}
+	if rc.MemMiB != nil {
+		v := *rc.MemMiB
+		if v < minMemMiB || v > maxMemMiB {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".memMiB", "%d is outside %d..%d", v, minMemMiB, maxMemMiB)
+		}
+		c.MemMiB = int32(v)
+	}
 	args, err := policyArgsFromRecord(rc.PolicyArgs)
 	if err != nil {
 		return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".policyArgs", "%v", err)
@@ -346,6 +364,14 @@ func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 		v := int64(*c.VMReadyTimeoutSec)
 		rc.VMReadyTimeoutSec = &v
 	}
+	if c.CPUs > 0 {
+		v := int64(c.CPUs)
+		rc.Cpus = &v
+	}
+	if c.MemMiB > 0 {
+		v := int64(c.MemMiB)
+		rc.MemMiB = &v
+	}
 	if len(c.PolicyArgs) > 0 {
 		b, _ := json.Marshal(c.PolicyArgs) // a map of strings always marshals
 		rc.PolicyArgs = b
@@ -371,7 +397,9 @@ func Hash(d Declaration) string {
 type canonicalContract struct {
 	BidderDids         []string          `json:"bidderDids,omitempty"`
 	ComputeKind        string            `json:"computeKind"`
+	CPUs               int32             `json:"cpus,omitempty"`
 	DenyBidderDids     []string          `json:"denyBidderDids,omitempty"`
+	MemMiB             int32             `json:"memMiB,omitempty"`
 	Name               string            `json:"name"`
 	Policy             string            `json:"policy,omitempty"`
 	PolicyArgs         map[string]string `json:"policyArgs,omitempty"`
@@ -405,7 +433,7 @@ func CanonicalJSON(d Declaration) []byte {
 			kind = string(v1alpha1.ComputeKindVM)
 		}
 		cc := canonicalContract{
-			BidderDids: c.BidderDids, ComputeKind: kind, DenyBidderDids: c.DenyBidderDids, Name: c.Name,
+			BidderDids: c.BidderDids, ComputeKind: kind, CPUs: c.CPUs, DenyBidderDids: c.DenyBidderDids, MemMiB: c.MemMiB, Name: c.Name,
 			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), RequireLayers: c.RequireLayers, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 			State: StateToRecord(c.State), UserData: c.UserData, VMName: c.VMName, VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		}

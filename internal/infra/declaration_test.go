@@ -58,6 +58,10 @@ func TestDeclarationFromRecord(t *testing.T) {
 			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, PolicyArgs: map[string]string{"s": "x", "b": "true", "n": "", "f": "1.5"}}}}},
 		{name: "ports", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":8080},{"name":"ssh","port":22}]}]}`,
 			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, Ports: []v1alpha1.ContractPort{{Name: "http", Port: 8080}, {Name: "ssh", Port: 22}}}}}},
+		{name: "size", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","cpus":2,"memMiB":1536}]}`,
+			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, CPUs: 2, MemMiB: 1536}}}},
+		{name: "no CPUs", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","cpus":0}]}`, reason: InvalidBadField},
+		{name: "too little memory", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","memMiB":63}]}`, reason: InvalidBadField},
 		{name: "duplicate port names", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":80},{"name":"http","port":81}]}]}`, reason: InvalidBadField},
 		{name: "port out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"http","port":70000}]}]}`, reason: InvalidBadField},
 		{name: "port name not a label", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","ports":[{"name":"HTTP","port":80}]}]}`, reason: InvalidBadField},
@@ -184,6 +188,7 @@ func randomDeclaration(r *rand.Rand) Declaration {
 		if r.Intn(4) == 0 {
 			c.ReleaseRequestedAt = mtime(t0.Add(time.Duration(r.Intn(1000)) * time.Second))
 		}
+
 		d.Contracts = append(d.Contracts, c)
 	}
 	return d
@@ -194,6 +199,12 @@ func TestHashSurvivesRecordRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewSource(29))
 	for i := 0; i < 2000; i++ {
 		d := randomDeclaration(r)
+		// Sizes from i, not r: the draws of randomDeclaration stay those of the other tests.
+		for j := range d.Contracts {
+			if (i+j)%3 == 0 {
+				d.Contracts[j].CPUs, d.Contracts[j].MemMiB = int32(1+(i+j)%8), int32(64+(i*7+j)%8192)
+			}
+		}
 		for _, kind := range []Kind{KindInfra, KindEphemeralInfra} {
 			rec, err := RenderRecord(kind, metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0)},
 				v1alpha1.EphemeralInfraSpec{InfraSpec: v1alpha1.InfraSpec{Description: d.Description, Contracts: d.Contracts}},

@@ -358,6 +358,8 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		Ports:             c.Ports,
+		CPUs:              c.CPUs,
+		MemMiB:            c.MemMiB,
 	}
 	if secretRef != nil {
 		r := *secretRef

@@ -53,6 +53,9 @@ type NodeEntry struct {
 	// for a cluster that runs every pod in a user namespace). An entry keeps the ones it
 	// was first declared with: its contract's market flow may already be under way.
 	RequireLayers []string
+	// CPUs and MemMiB are the node's size, what its contract asks the market for (0: the
+	// contract's default). An entry keeps the size it was first declared with.
+	CPUs, MemMiB int32
 }
 
 // NodeEntryState is the desired state of a claim's entry: Released once the claim is
@@ -151,8 +154,10 @@ func ComposeNodeEntry(spec v1alpha1.InfraSpec, c ClusterInfra, entry string, wan
 // before keeps its required layers.
 func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraContract {
 	layers := slices.Clone(want.RequireLayers)
+	cpus, mem := want.CPUs, want.MemMiB
 	if prev.Name != "" {
 		layers = slices.Clone(prev.RequireLayers)
+		cpus, mem = prev.CPUs, prev.MemMiB
 	}
 	return v1alpha1.InfraContract{
 		Name:               want.Name,
@@ -161,6 +166,8 @@ func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraCo
 		ComputeKind:        v1alpha1.ComputeKindNode,
 		PolicyArgs:         maps.Clone(want.PolicyArgs),
 		RequireLayers:      layers,
+		CPUs:               cpus,
+		MemMiB:             mem,
 		ReleaseRequestedAt: prev.ReleaseRequestedAt.DeepCopy(),
 	}
 }
@@ -174,6 +181,7 @@ func NodeEntryOf(spec v1alpha1.InfraSpec, entry string) (*NodeEntry, bool) {
 			e.Name, e.State, e.VMName, found = c.Name, c.State, c.VMName, true
 			e.PolicyArgs = maps.Clone(c.PolicyArgs)
 			e.RequireLayers = slices.Clone(c.RequireLayers)
+			e.CPUs, e.MemMiB = c.CPUs, c.MemMiB
 		}
 	}
 	if !found {

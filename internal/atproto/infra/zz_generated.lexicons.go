@@ -191,8 +191,14 @@ type InfraContract struct {
 	// vm (the default) or deno (a Deno sandbox that runs userData as its program).
 	// (at most 32 bytes; known values vm, deno)
 	ComputeKind *string `json:"computeKind,omitempty"`
+	// The guest's CPUs, its size on the market. Absent: 1. (minimum 1; maximum
+	// 1024)
+	Cpus *int64 `json:"cpus,omitempty"`
 	// These bidders never win. (at most 64 items)
 	DenyBidderDids []string `json:"denyBidderDids,omitzero"`
+	// The guest's memory in MiB, its size on the market. Absent: 256. (minimum 64;
+	// maximum 4194304)
+	MemMiB *int64 `json:"memMiB,omitempty"`
 	// DNS-1123 label, unique in the record. (Required; at most 63 bytes)
 	Name string `json:"name"`
 	// The name of the policy workflow that picks a bid. (at most 256 bytes)

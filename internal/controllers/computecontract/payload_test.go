@@ -12,8 +12,12 @@ import (
 
 func TestPayloadOf(t *testing.T) {
 	vm, err := payloadOf(v1alpha1.ComputeContractSpec{}, nil)
-	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindVM || vm.UserData != nil {
-		t.Fatalf("empty spec: %+v %v, want kind vm and no userData", vm, err)
+	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindVM || vm.UserData != nil || vm.Cpus != 1 || vm.Mem != 256 {
+		t.Fatalf("empty spec: %+v %v, want kind vm, no userData, 1 CPU and 256 MiB", vm, err)
+	}
+	vm, err = payloadOf(v1alpha1.ComputeContractSpec{CPUs: 2, MemMiB: 1536}, nil)
+	if err != nil || vm.Cpus != 2 || vm.Mem != 1536 {
+		t.Fatalf("sized spec: %+v %v, want 2 CPUs and 1536 MiB", vm, err)
 	}
 	vm, err = payloadOf(v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, UserData: "console.log(1)"}, []string{"token"})
 	if err != nil || *vm.ComputeKind != "deno" || *vm.UserData != "console.log(1)" || len(vm.Secrets) != 1 {

@@ -96,7 +96,13 @@ func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeV
 	if kind == "" {
 		kind = mk.ComputeVMComputeKindVM
 	}
-	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: 1, Mem: 256, Secrets: secrets}
+	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: v1alpha1.DefaultContractCPUs, Mem: v1alpha1.DefaultContractMemMiB, Secrets: secrets}
+	if spec.CPUs > 0 {
+		vm.Cpus = int64(spec.CPUs)
+	}
+	if spec.MemMiB > 0 {
+		vm.Mem = int64(spec.MemMiB)
+	}
 	ud := spec.UserData
 	if spec.ComputeKind == v1alpha1.ComputeKindNode && spec.NodeJoin != nil {
 		if ud != "" {

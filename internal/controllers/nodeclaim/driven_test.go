@@ -135,8 +135,15 @@ func (r *rig) cluster(name string) *v1alpha1.Cluster {
 
 func (r *rig) claim(name, cluster string) *v1alpha1.NodeClaim {
 	r.t.Helper()
+	return r.sizedClaim(name, cluster, 0, 0)
+}
+
+// sizedClaim is claim for a node of cpus and memMiB (0: unset).
+func (r *rig) sizedClaim(name, cluster string, cpus, memMiB int32) *v1alpha1.NodeClaim {
+	r.t.Helper()
 	c := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: name},
-		Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: cluster}, NodeName: name, OwnerDid: "did:plc:owner"}}
+		Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: cluster}, NodeName: name, OwnerDid: "did:plc:owner",
+			CPUs: cpus, MemMiB: memMiB}}
 	if err := r.c.Create(context.Background(), c); err != nil {
 		r.t.Fatal(err)
 	}
@@ -231,7 +238,7 @@ func entryState(inf *v1alpha1.Infra, entry string) v1alpha1.ContractState {
 func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 	r := newRig(t, false)
 	r.cluster("web")
-	a, b := r.claim("node-a", "web"), r.claim("node-b", "web")
+	a, b := r.sizedClaim("node-a", "web", 2, 1024), r.claim("node-b", "web")
 
 	var inf *v1alpha1.Infra
 	r.eventually("one Infra with two Requested entries", func() (bool, string) {
@@ -272,6 +279,10 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 			cc.Spec.NodeJoin.NodeName != c.Name || cc.Spec.NodeJoin.Server != server || cc.Spec.SecretsRef == nil ||
 			cc.Spec.NodeJoin.BundleSecretRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name {
 			t.Fatalf("%s spec %+v (nodeJoin %+v)", name, cc.Spec, cc.Spec.NodeJoin)
+		}
+		// The claim's size is its contract's; a claim that states none leaves the default.
+		if want := [2]int32{c.Spec.CPUs, c.Spec.MemMiB}; [2]int32{cc.Spec.CPUs, cc.Spec.MemMiB} != want {
+			t.Fatalf("%s size %d CPU %d MiB, want the claim's %v", name, cc.Spec.CPUs, cc.Spec.MemMiB, want)
 		}
 		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
 			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)

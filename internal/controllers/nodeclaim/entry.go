@@ -56,6 +56,7 @@ func (r *Reconciler) declare(ctx context.Context, p *pass) error {
 func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeEntry {
 	c := p.claim
 	e := &infra.NodeEntry{Name: p.entry, State: state, VMName: c.Spec.NodeName, Bundle: p.bundle,
+		CPUs: c.Spec.CPUs, MemMiB: c.Spec.MemMiB,
 		Node: v1alpha1.InfraContractNode{OwnerDid: c.Spec.OwnerDid, Adopt: c.Spec.Adopt,
 			NodeClaimRef: &v1alpha1.ObjectRef{Namespace: c.Namespace, Name: c.Name}}}
 	if p.bundle != nil {

@@ -12,8 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +50,11 @@ type Config struct {
 	Free     bool
 	// Capacity is how many guests it runs at once (0: 8).
 	Capacity int
+	// MaxGuestCPUs and MaxGuestMemMiB are the largest guest it runs (0: the host's CPUs
+	// and memory). It does not bid on a payload asking for more: a guest larger than its
+	// host would get less than its contract (a node would advertise less than it was
+	// rented at).
+	MaxGuestCPUs, MaxGuestMemMiB int
 	// ReadyTimeout bounds the wait for a booted guest to run (0: 60 s), and the wait for the
 	// secrets of a contract that names some.
 	ReadyTimeout time.Duration
@@ -102,6 +111,12 @@ type Bidder struct {
 func New(cfg Config) *Bidder {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = 8
+	}
+	if cfg.MaxGuestCPUs == 0 {
+		cfg.MaxGuestCPUs = runtime.NumCPU()
+	}
+	if cfg.MaxGuestMemMiB == 0 {
+		cfg.MaxGuestMemMiB = hostMemMiB()
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
@@ -364,10 +379,44 @@ func (b *Bidder) evaluate(ctx context.Context, rfp *mk.RFP) (*mk.ComputeVM, erro
 	if err := readPolicy(ctx, b.cfg.Fetch, rfp.Policy.URI).Allows(market.Candidate{Bidder: b.DID(), CPUs: vm.Cpus}); err != nil {
 		return nil, err
 	}
+	if err := b.fitsGuest(vm); err != nil {
+		return nil, err
+	}
 	if n := b.load(); n >= b.cfg.Capacity {
 		return nil, fmt.Errorf("at capacity (%d guests and open bids of %d)", n, b.cfg.Capacity)
 	}
 	return vm, nil
+}
+
+// fitsGuest says whether the guest vm asks for is one this bidder runs whole.
+func (b *Bidder) fitsGuest(vm *mk.ComputeVM) error {
+	if vm.Cpus > int64(b.cfg.MaxGuestCPUs) {
+		return fmt.Errorf("asks for %d CPUs; this bidder runs guests of at most %d", vm.Cpus, b.cfg.MaxGuestCPUs)
+	}
+	if b.cfg.MaxGuestMemMiB > 0 && vm.Mem > int64(b.cfg.MaxGuestMemMiB) {
+		return fmt.Errorf("asks for %d MiB of memory; this bidder runs guests of at most %d MiB", vm.Mem, b.cfg.MaxGuestMemMiB)
+	}
+	return nil
+}
+
+// hostMemMiB is the host's memory (MemTotal) in MiB; 0 when it cannot be read (memory then
+// bounds no bid).
+func hostMemMiB() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return int(kb >> 10)
+		}
+	}
+	return 0
 }
 
 // BidHold is how long an unanswered bid holds a place of the bidder's capacity.

@@ -174,6 +174,8 @@ type env struct {
 	ctx                    context.Context
 	// runs is the context each started bidder runs in: its handlers take it, as Run's do.
 	runs map[*Bidder]context.Context
+	// maxCPUs and maxMemMiB are the largest guest the bidders start runs (0: the host's).
+	maxCPUs, maxMemMiB int
 }
 
 // shared is one PDS for the package's tests with the requester's and the rival's accounts:
@@ -258,7 +260,7 @@ func (e *env) write(r repos.Repo, coll string, v any) atrepo.StrongRef {
 func (e *env) start(n int) (b *Bidder, stop func()) {
 	e.t.Helper()
 	b = New(Config{Repo: quietRepo{e.repo}, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
-		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog()})
+		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog(), MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB})
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.runs[b] = ctx
 	done := make(chan error, 1)
@@ -502,6 +504,25 @@ func TestBidHold(t *testing.T) {
 			boots, _ := e.sub.counts(GuestID(acc.URI))
 			if receipted != c.wantBoot || (boots == 1) != c.wantBoot {
 				t.Fatalf("accept of the first bid: receipt %v, boots %d; want booted %v", receipted, boots, c.wantBoot)
+			}
+		})
+	}
+}
+
+// A bidder bids only on guests it runs whole: a payload asking for more CPUs or memory than
+// its largest guest gets no bid.
+func TestLargestGuest(t *testing.T) {
+	for _, c := range []struct {
+		cpus, mem int64
+		wantBid   bool
+	}{{2, 1024, true}, {1, 64, true}, {3, 1024, false}, {2, 1025, false}} {
+		t.Run(fmt.Sprintf("%d CPU %d MiB", c.cpus, c.mem), func(t *testing.T) {
+			e := newEnv(t)
+			e.maxCPUs, e.maxMemMiB = 2, 1024
+			e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: c.cpus, Mem: c.mem})
+			b, _ := e.start(2)
+			if _, got := e.bidOn(e.rfp(b)); got != c.wantBid {
+				t.Fatalf("bid %v, want %v", got, c.wantBid)
 			}
 		})
 	}
