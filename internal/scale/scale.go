@@ -123,6 +123,10 @@ type Simulation struct {
 	// FitsExisting are the pods that fit a node the cluster has or a claim in flight
 	// brings: they wait for the scheduler, not for a node.
 	FitsExisting []string
+	// NewNodeSizes are the sizes of the new nodes, one per node of NewNodes: each the
+	// smallest that holds the pods the simulation packed onto it. Missing entries are
+	// the smallest size the cluster rents.
+	NewNodeSizes []Size
 }
 
 // Action is what the decision asks for.
@@ -161,6 +165,9 @@ type Decision struct {
 	Action Action
 	// Provision is how many nodes to add (Action Provision).
 	Provision int
+	// Sizes are the sizes of the nodes to add, in order, when a simulation sized them
+	// (Input.Simulated); a node without an entry is rented at the cluster's smallest size.
+	Sizes []Size
 	// Release are the nodes whose claims to delete (Action Release), sorted.
 	Release []string
 	// ReleaseClaims are the claims of Release, in the same order.
@@ -342,6 +349,9 @@ func Decide(in Input) Decision {
 			return d
 		}
 		d.Action, d.Provision = Provision, need
+		if in.Simulated != nil {
+			d.Sizes = in.Simulated.NewNodeSizes[:min(need, len(in.Simulated.NewNodeSizes))]
+		}
 		d.Reason = ReasonIntentBeyond
 		if total == 0 {
 			d.Reason = ReasonIntentNoNode

@@ -221,6 +221,13 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
 		},
 		{
+			name: "simulated: the sizes of the nodes that fit within maxNodes go with them, in order",
+			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
+				Nodes: []Node{{Name: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold,
+				Simulated: &Simulation{NewNodes: 3, NewNodeSizes: []Size{{2, 1024}, {1, 512}, {1, 256}}}},
+			want: Decision{Action: Provision, Provision: 2, Sizes: []Size{{2, 1024}, {1, 512}}, Reason: ReasonIntentBeyond},
+		},
+		{
 			name: "simulated: the provision count is the simulation's (three pods that share a new node rent one)",
 			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second), pending("b", 2*time.Second), pending("c", 2*time.Second)},
 				MaxNodes: 5, PodsPerNode: 1, Hold: hold, Simulated: &Simulation{NewNodes: 1}},

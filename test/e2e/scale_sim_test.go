@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -81,5 +82,42 @@ func TestScale_AntiAffinityGetsANodeEachAndA64CPUPodIsReported(t *testing.T) {
 	}
 	for _, p := range []string{"a1", "a2", "a3"} {
 		waitPod(t, kc, p, "Running", "", 10*time.Second)
+	}
+}
+
+// sizedPod is a pod that requests cpu and memory.
+func sizedPod(name, cpu, mem string) string {
+	return strings.Replace(bigPod(name), `resources: {requests: {cpu: "64"}}`,
+		`resources: {requests: {cpu: "`+cpu+`", memory: "`+mem+`"}}`, 1)
+}
+
+// A node is rented at the size of the pod it is for: a pod asking for 1.5 CPUs and 300 MiB
+// gets a node of 2 CPUs and 512 MiB (whole CPUs, memory in 256 MiB steps), whose contract
+// asks the market for that size and whose allocatable is exactly that, and runs there.
+func TestScale_ANodeIsRentedAtItsPodsSize(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("sz", "maxNodes: 2, podsPerNode: 10, scaleHold: 30s")
+
+	t0 := time.Now()
+	tkubectl(t, kc, sizedPod("web", "1500m", "300Mi"), "apply", "-f", "-")
+	claims := n.waitClaimsRunning("sz", 1, 240*time.Second)
+	nodeName := waitPod(t, kc, "web", "Running", "", 90*time.Second)
+	t.Logf("pod Running on %s in %.2fs", nodeName, time.Since(t0).Seconds())
+	c, ok := claims[nodeName]
+	if !ok {
+		t.Fatalf("web on %s, no claim of the cluster's (%v)", nodeName, claims)
+	}
+	if c.Spec.CPUs != 2 || c.Spec.MemMiB != 512 {
+		t.Errorf("claim %s asks %d CPU %d MiB, want 2 CPU 512 MiB", c.Name, c.Spec.CPUs, c.Spec.MemMiB)
+	}
+	alloc, _ := tkubectlErr(kc, "get", "node", nodeName, "-o", `jsonpath={.status.allocatable.cpu} {.status.allocatable.memory}`)
+	f := strings.Fields(alloc)
+	if len(f) != 2 {
+		t.Fatalf("node %s allocatable %q", nodeName, alloc)
+	}
+	cpu, errC := resource.ParseQuantity(f[0])
+	mem, errM := resource.ParseQuantity(f[1])
+	if errC != nil || errM != nil || cpu.MilliValue() != 2000 || mem.Value() != 512<<20 {
+		t.Errorf("node %s allocatable %q, want 2 CPUs and 512Mi: a node advertises its contract", nodeName, alloc)
 	}
 }

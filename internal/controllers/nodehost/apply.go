@@ -27,7 +27,7 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 	}
 	switch d.Action {
 	case scale.Provision:
-		names, err := r.provision(ctx, p, d.Provision)
+		names, err := r.provision(ctx, p, d.Provision, sizesOf(d, SettingsOf(p.cluster).SizeRange()))
 		if err != nil {
 			return err
 		}
@@ -75,8 +75,22 @@ func pending(pods []scale.Pod) int {
 	return n
 }
 
-// provision creates n NodeClaims for the Cluster, each with a fresh node name.
-func (r *Reconciler) provision(ctx context.Context, p *pass, n int) ([]string, error) {
+// sizesOf are the sizes of the d.Provision nodes to rent: the simulation's, the cluster's
+// smallest size for a node it did not size.
+func sizesOf(d scale.Decision, r scale.SizeRange) []scale.Size {
+	out := make([]scale.Size, d.Provision)
+	for i := range out {
+		out[i] = r.Min
+		if i < len(d.Sizes) {
+			out[i] = d.Sizes[i]
+		}
+	}
+	return out
+}
+
+// provision creates n NodeClaims for the Cluster, each with a fresh node name and the size
+// of sizes (one per node).
+func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scale.Size) ([]string, error) {
 	taken := map[string]bool{}
 	for _, c := range p.claims {
 		taken[c.Spec.NodeName] = true
@@ -95,7 +109,7 @@ func (r *Reconciler) provision(ctx context.Context, p *pass, n int) ([]string, e
 		claim := &v1alpha1.NodeClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: p.cluster.Namespace, Name: ClaimName(p.cluster.Name, node)},
 			Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: p.cluster.Name}, NodeName: node,
-				OwnerDid: p.cluster.Spec.Account},
+				OwnerDid: p.cluster.Spec.Account, CPUs: sizes[i].CPUs, MemMiB: sizes[i].MemMiB},
 		}
 		if len(validation.IsValidLabelValue(p.cluster.Name)) == 0 {
 			claim.Labels = map[string]string{v1alpha1.LabelInfraCluster: p.cluster.Name}
@@ -103,7 +117,7 @@ func (r *Reconciler) provision(ctx context.Context, p *pass, n int) ([]string, e
 		if err := r.Client.Create(ctx, claim); err != nil {
 			return names, fmt.Errorf("creating NodeClaim %s: %w", claim.Name, err)
 		}
-		names = append(names, node)
+		names = append(names, fmt.Sprintf("%s (%s)", node, sizes[i]))
 	}
 	return names, nil
 }

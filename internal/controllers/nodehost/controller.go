@@ -288,17 +288,12 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 }
 
 // simulate runs the scheduling simulation for the decision (simulation.go); nil, and the
-// decision counts slots, when it cannot run (no node has joined yet, or the scheduler
-// framework failed to build), which is logged when a pod is pending.
+// decision counts slots, when the scheduler framework failed to build (logged).
 func (r *Reconciler) simulate(p *pass, pods []*corev1.Pod, nodes []*corev1.Node, s Settings) *scale.Simulation {
-	pi, err := PlanInputOf(pods, nodes, p.claims, s)
-	if err != nil {
-		if anyPending(pods) {
-			r.Log.Info("nodehost_simulation_skipped", "cluster", p.key.String(), "reason", err.Error())
-		}
+	if !anyPending(pods) {
 		return nil
 	}
-	sim, err := SimulationOf(pi)
+	sim, err := SimulationOf(PlanInputOf(pods, nodes, p.claims, s))
 	if err != nil {
 		r.Log.Error("nodehost_simulation_failed", "cluster", p.key.String(), "error", err.Error())
 		return nil

@@ -98,13 +98,39 @@ type Settings struct {
 	MaxNodes, PodsPerNode int
 	Hold                  time.Duration
 	BatchIdle, BatchMax   time.Duration
+	// NodeSize is the Cluster's spec.nodeSize; nil is the default range.
+	NodeSize *v1alpha1.NodeSizeRange
+}
+
+// SizeRange is the range of sizes the cluster rents nodes at: spec.nodeSize, each bound it
+// leaves unset from scale.DefaultSizeRange, a maximum below its minimum raised to it.
+func (s Settings) SizeRange() scale.SizeRange {
+	r := scale.DefaultSizeRange
+	if ns := s.NodeSize; ns != nil {
+		if ns.MinCPUs > 0 {
+			r.Min.CPUs = ns.MinCPUs
+		}
+		if ns.MaxCPUs > 0 {
+			r.Max.CPUs = ns.MaxCPUs
+		}
+		if ns.MinMemMiB > 0 {
+			r.Min.MemMiB = ns.MinMemMiB
+		}
+		if ns.MaxMemMiB > 0 {
+			r.Max.MemMiB = ns.MaxMemMiB
+		}
+	}
+	r.Max.CPUs = max(r.Max.CPUs, r.Min.CPUs)
+	r.Max.MemMiB = max(r.Max.MemMiB, r.Min.MemMiB)
+	return r
 }
 
 // SettingsOf reads a Cluster's spec: maxNodes (negative is 0), podsPerNode (under 1 is 1),
 // scaleHold (negative is 0). The API server defaults and bounds them; these are for objects
 // written elsewhere.
 func SettingsOf(c *v1alpha1.Cluster) Settings {
-	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration}
+	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration,
+		NodeSize: c.Spec.NodeSize.DeepCopy()}
 	if s.MaxNodes < 0 {
 		s.MaxNodes = 0
 	}

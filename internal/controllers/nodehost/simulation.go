@@ -1,8 +1,8 @@
 package nodehost
 
 import (
-	"errors"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,36 +13,43 @@ import (
 	"socialweb.computer/internal/scale/simulate"
 )
 
-// ErrSizeUnknown: no node has joined, so the size and labels of the nodes this cluster rents
-// are not known and the simulation cannot run; the slot counting decides.
-var ErrSizeUnknown = errors.New("no node has joined yet: the size and labels of a rented node are not known")
-
 // PlanInput is what the scheduling simulation (simulate.Plan) is given for one decision.
 type PlanInput struct {
 	// Pending are the pods the decision counts as pending: unbound, Unschedulable, not
 	// finished, not daemon pods.
 	Pending []*corev1.Pod
-	// Nodes are the joined nodes whose claim is not being deleted, and a node of Template
-	// for each claim in flight (not deleting, its node not joined), named as its node will
-	// be: the capacity it brings counts, and nothing is rented twice for the same pods.
-	// Each takes at most PodsPerNode pods besides its daemon pods; a joined node's
-	// not-ready and unreachable taints, stale once it is Ready, are left out.
+	// Nodes are the joined nodes whose claim is not being deleted, and a node of its
+	// claim's size for each claim in flight (not deleting, its node not joined), named as
+	// its node will be: the capacity it brings counts, and nothing is rented twice for the
+	// same pods. Each takes at most PodsPerNode pods besides its daemon pods; a joined
+	// node's not-ready and unreachable taints, stale once it is Ready, are left out.
 	Nodes []*corev1.Node
 	// Bound are the pods with a node, not finished (daemon pods included: they use the
 	// node's resources).
 	Bound []*corev1.Pod
-	// Template is a new node: the largest joined node's allocatable (every node of a cluster
-	// is rented at the same contract size), PodsPerNode pods, the labels of the first joined
-	// node by name less the ones naming that node, no taints.
+	// Template is a new node of the largest size the cluster rents, less Overhead:
+	// PodsPerNode pods, the labels of the first joined node by name less the ones naming
+	// that node (before any joined: the operating system and architecture every node
+	// registers with), no taints. New nodes are packed at the largest size (the fewest
+	// nodes), then each is rented at the smallest size that holds what was packed on it.
 	Template simulate.NodeTemplate
+	// Sizes are the sizes the cluster rents nodes at.
+	Sizes scale.SizeRange
+	// Overhead is what the daemon pods of a node request (the most of any joined node):
+	// a new node runs them besides the pods it is rented for.
+	Overhead simulate.Load
 	// MaxNew is the room maxNodes leaves: maxNodes less the joined nodes and the claims
 	// whose node has not joined (deleting ones included: they still exist), never below 0.
 	MaxNew int
 }
 
-// PlanInputOf gathers the simulation's input from what the decision reads (InputOf); the
-// error is ErrSizeUnknown while no node has joined.
-func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) (PlanInput, error) {
+// unknownEphemeralStorage is a new node's ephemeral storage before any node has joined: not
+// known, so it bounds nothing (a pod asking for some must not be reported as fitting
+// nowhere, nor wait forever for a first node).
+const unknownEphemeralStorage = 1 << 62
+
+// PlanInputOf gathers the simulation's input from what the decision reads (InputOf).
+func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) PlanInput {
 	perNode := max(s.PodsPerNode, 1)
 	var joined []*corev1.Node
 	joinedName := map[string]bool{}
@@ -52,12 +59,10 @@ func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 			joinedName[n.Name] = true
 		}
 	}
-	if len(joined) == 0 {
-		return PlanInput{}, ErrSizeUnknown
-	}
 
-	var pi PlanInput
+	pi := PlanInput{Sizes: s.SizeRange()}
 	daemons := map[string]int64{}
+	daemonLoad := map[string]simulate.Load{}
 	for _, p := range pods {
 		if p == nil {
 			continue
@@ -69,27 +74,40 @@ func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 			pi.Bound = append(pi.Bound, p)
 			if sp.Daemon {
 				daemons[sp.Node]++
+				l := daemonLoad[sp.Node]
+				daemonLoad[sp.Node] = simulate.Load{MilliCPU: l.MilliCPU + sp.Requests.MilliCPU, MemBytes: l.MemBytes + sp.Requests.MemBytes}
 			}
 		case sp.Unschedulable && !sp.Daemon:
 			pi.Pending = append(pi.Pending, p)
 		}
 	}
+	for _, n := range joined {
+		l := daemonLoad[n.Name]
+		pi.Overhead.MilliCPU = max(pi.Overhead.MilliCPU, l.MilliCPU)
+		pi.Overhead.MemBytes = max(pi.Overhead.MemBytes, l.MemBytes)
+	}
 
 	t := &pi.Template
-	var maxPods int64
-	for _, n := range joined {
-		a := n.Status.Allocatable
-		t.MilliCPU = max(t.MilliCPU, a.Cpu().MilliValue())
-		t.MemBytes = max(t.MemBytes, a.Memory().Value())
-		t.EphemeralStorageBytes = max(t.EphemeralStorageBytes, a.StorageEphemeral().Value())
-		maxPods = max(maxPods, a.Pods().Value())
-	}
+	largest := pi.Sizes.Max.Resources()
+	t.MilliCPU = max(largest.MilliCPU-pi.Overhead.MilliCPU, 0)
+	t.MemBytes = max(largest.MemBytes-pi.Overhead.MemBytes, 0)
 	t.Pods = int64(perNode)
-	if maxPods > 0 && maxPods < t.Pods {
-		t.Pods = maxPods
+	if len(joined) == 0 {
+		t.EphemeralStorageBytes = unknownEphemeralStorage
+		t.Labels = map[string]string{corev1.LabelOSStable: goruntime.GOOS, corev1.LabelArchStable: goruntime.GOARCH}
+	} else {
+		var maxPods int64
+		for _, n := range joined {
+			a := n.Status.Allocatable
+			t.EphemeralStorageBytes = max(t.EphemeralStorageBytes, a.StorageEphemeral().Value())
+			maxPods = max(maxPods, a.Pods().Value())
+		}
+		if maxPods > 0 && maxPods < t.Pods {
+			t.Pods = maxPods
+		}
+		t.Labels = newNodeTemplate(nodes).Labels
+		delete(t.Labels, corev1.LabelHostname)
 	}
-	t.Labels = newNodeTemplate(nodes).Labels
-	delete(t.Labels, corev1.LabelHostname)
 
 	deleting := map[string]bool{}
 	for _, c := range claims {
@@ -131,12 +149,30 @@ func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 		if name == "" {
 			name = c.Name
 		}
-		n := t.Node(name)
+		// The node it brings is of its own size, all of it for pods: its daemon pods are
+		// not there yet.
+		inFlight := *t
+		r := ClaimSize(c).Resources()
+		inFlight.MilliCPU, inFlight.MemBytes = r.MilliCPU, r.MemBytes
+		n := inFlight.Node(name)
 		n.Status.Allocatable[corev1.ResourcePods] = *resource.NewQuantity(t.Pods+daemons[name], resource.DecimalSI)
 		pi.Nodes = append(pi.Nodes, n)
 	}
 	pi.MaxNew = max(s.MaxNodes-total, 0)
-	return pi, nil
+	return pi
+}
+
+// ClaimSize is the size a claim rents its node at: its spec's, the contract's default where
+// it states none.
+func ClaimSize(c *v1alpha1.NodeClaim) scale.Size {
+	sz := scale.Size{CPUs: c.Spec.CPUs, MemMiB: c.Spec.MemMiB}
+	if sz.CPUs <= 0 {
+		sz.CPUs = v1alpha1.DefaultContractCPUs
+	}
+	if sz.MemMiB <= 0 {
+		sz.MemMiB = v1alpha1.DefaultContractMemMiB
+	}
+	return sz
 }
 
 // SimulationOf runs the simulation and turns its placements into the decision's facts: a pod
@@ -149,6 +185,11 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 		return nil, fmt.Errorf("scheduling simulation: %w", err)
 	}
 	sim := &scale.Simulation{NewNodes: res.NewNodes}
+	for _, l := range res.NewNodeLoads {
+		// The load fits the template, the largest size less the overhead, so it fits.
+		size, _ := pi.Sizes.Fit(scale.Resources{MilliCPU: l.MilliCPU + pi.Overhead.MilliCPU, MemBytes: l.MemBytes + pi.Overhead.MemBytes})
+		sim.NewNodeSizes = append(sim.NewNodeSizes, size)
+	}
 	for _, pl := range res.Placements {
 		switch {
 		case pl.Node != "":

@@ -1,7 +1,7 @@
 package nodehost
 
 import (
-	"errors"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -67,7 +67,7 @@ func TestPlanInputOf(t *testing.T) {
 		pod("finished-pending", func(p *corev1.Pod) { unschedulable(p); p.Status.Phase = corev1.PodFailed }),
 		pod("not-yet-tried", nil),
 		pod("running", onNode("n1")),
-		pod("daemon", all(onNode("n1"), ownedBy("DaemonSet"))),
+		pod("daemon", all(onNode("n1"), ownedBy("DaemonSet"), requesting("100m"))),
 		pod("done", func(p *corev1.Pod) { p.Spec.NodeName = "n1"; p.Status.Phase = corev1.PodSucceeded }),
 		pod("daemon-n2", all(onNode("n2"), ownedBy("DaemonSet"))),
 		nil,
@@ -80,10 +80,8 @@ func TestPlanInputOf(t *testing.T) {
 		claim("c-n5", "n5", v1alpha1.NodeClaimBidding, true),
 		nil,
 	}
-	pi, err := PlanInputOf(pods, []*corev1.Node{n2, n3, n1, n0, nil}, claims, Settings{MaxNodes: 7, PodsPerNode: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claims[3].Spec.CPUs, claims[3].Spec.MemMiB = 2, 1024
+	pi := PlanInputOf(pods, []*corev1.Node{n2, n3, n1, n0, nil}, claims, Settings{MaxNodes: 7, PodsPerNode: 3})
 	if got, want := podNames(pi.Pending), []string{"pending"}; !slices.Equal(got, want) {
 		t.Errorf("pending %v, want %v", got, want)
 	}
@@ -97,9 +95,23 @@ func TestPlanInputOf(t *testing.T) {
 	if pi.MaxNew != 1 {
 		t.Errorf("maxNew %d, want 1", pi.MaxNew)
 	}
-	want := simulate.NodeTemplate{MilliCPU: 2000, MemBytes: 8 << 30, Pods: 3, Labels: map[string]string{corev1.LabelArchStable: "amd64"}}
+	// The largest size of the default range (2 CPUs, 4 GiB) less n1's daemon pod.
+	want := simulate.NodeTemplate{MilliCPU: 1900, MemBytes: 4 << 30, Pods: 3, Labels: map[string]string{corev1.LabelArchStable: "amd64"}}
 	if d := cmp.Diff(want, pi.Template); d != "" {
 		t.Errorf("template (-want +got)\n%s", d)
+	}
+	if pi.Overhead != (simulate.Load{MilliCPU: 100}) || pi.Sizes != scale.DefaultSizeRange {
+		t.Errorf("overhead %+v, sizes %+v", pi.Overhead, pi.Sizes)
+	}
+	// A claim in flight brings a node of its size; one that states none, the contract's default.
+	for _, tc := range []struct {
+		node     int
+		cpu, mem string
+	}{{2, "1", "256Mi"}, {3, "2", "1Gi"}} {
+		a := pi.Nodes[tc.node].Status.Allocatable
+		if !a.Cpu().Equal(resource.MustParse(tc.cpu)) || !a.Memory().Equal(resource.MustParse(tc.mem)) {
+			t.Errorf("%s allocatable %v, want %s CPU %s", pi.Nodes[tc.node].Name, a, tc.cpu, tc.mem)
+		}
 	}
 	podsOf := map[string]int64{}
 	for _, n := range pi.Nodes {
@@ -120,10 +132,19 @@ func TestPlanInputOf(t *testing.T) {
 		t.Errorf("claim in flight's node labels %v", got)
 	}
 
-	if _, err := PlanInputOf(pods, []*corev1.Node{n2}, claims, Settings{MaxNodes: 7, PodsPerNode: 3}); !errors.Is(err, ErrSizeUnknown) {
-		t.Errorf("no node joined: %v, want ErrSizeUnknown", err)
+	// Before any node joined: the cluster's own range, the labels every node registers
+	// with, storage that bounds nothing.
+	early := PlanInputOf(pods, []*corev1.Node{n2}, claims, Settings{MaxNodes: 7, PodsPerNode: 3,
+		NodeSize: &v1alpha1.NodeSizeRange{MinCPUs: 2, MaxCPUs: 8, MaxMemMiB: 16384}})
+	want = simulate.NodeTemplate{MilliCPU: 8000, MemBytes: 16 << 30, Pods: 3, EphemeralStorageBytes: unknownEphemeralStorage,
+		Labels: map[string]string{corev1.LabelOSStable: "linux", corev1.LabelArchStable: goruntime.GOARCH}}
+	if d := cmp.Diff(want, early.Template); d != "" {
+		t.Errorf("template before a node joined (-want +got)\n%s", d)
 	}
-	if pi, _ := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 1, PodsPerNode: 3}); pi.MaxNew != 0 {
+	if got := nodeNames(early.Nodes); !slices.Equal(got, []string{"n1", "n2", "n4"}) {
+		t.Errorf("nodes before any joined %v, want the claims in flight", got)
+	}
+	if pi := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 1, PodsPerNode: 3}); pi.MaxNew != 0 {
 		t.Errorf("over maxNodes: maxNew %d, want 0", pi.MaxNew)
 	}
 }
@@ -142,24 +163,22 @@ func TestSimulationOf(t *testing.T) {
 		pod("z", all(unschedulable, requesting("1500m"))),
 	}
 	claims := []*v1alpha1.NodeClaim{claim("c-n1", "n1", v1alpha1.NodeClaimRunning, false), claim("c-n2", "n2", v1alpha1.NodeClaimBidding, false)}
-	pi, err := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 3, PodsPerNode: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pi := PlanInputOf(pods, []*corev1.Node{n1}, claims, Settings{MaxNodes: 3, PodsPerNode: 10})
 	sim, err := SimulationOf(pi)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(sim.FitsExisting)
-	// x on n2 (in flight), y on the one new node maxNodes leaves, z no room, fits on n1.
-	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits", "default/x"},
-		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}}
+	// n2 (in flight, the default 1 CPU) takes no 1.5-CPU pod: x on the one new node maxNodes
+	// leaves, sized 2 CPUs for it, y and z no room, fits on n1.
+	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits"},
+		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}, NewNodeSizes: []scale.Size{{CPUs: 2, MemMiB: 256}}}
 	if d := cmp.Diff(want, sim); d != "" {
 		t.Errorf("(-want +got)\n%s", d)
 	}
 
 	// podsPerNode bounds a node as it bounds the slot counting: n1 holds its one pod.
-	pi, _ = PlanInputOf(pods[:2], []*corev1.Node{n1}, claims[:1], Settings{MaxNodes: 3, PodsPerNode: 1})
+	pi = PlanInputOf(pods[:2], []*corev1.Node{n1}, claims[:1], Settings{MaxNodes: 3, PodsPerNode: 1})
 	if sim, _ := SimulationOf(pi); sim.NewNodes != 1 || len(sim.FitsExisting) != 0 {
 		t.Errorf("podsPerNode 1, n1 busy: %+v, want a new node", sim)
 	}

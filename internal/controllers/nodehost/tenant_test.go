@@ -231,6 +231,18 @@ func (r *rig) pod(name string) {
 	}
 }
 
+// podRequesting creates a pod asking for cpu and memory.
+func (r *rig) podRequesting(name, cpu, mem string) {
+	r.t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/pause:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}}}}
+	if _, err := r.tc.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // unschedulable waits until the scheduler marked the pod Unschedulable and returns since when.
 func (r *rig) unschedulable(name string) time.Time {
 	r.t.Helper()
@@ -323,10 +335,35 @@ func TestNodeHost_PendingPodClaimsOneNode(t *testing.T) {
 	if wait := c.CreationTimestamp.Sub(since); wait < time.Second {
 		t.Errorf("claim created %s after the pod became Unschedulable; the batch is 1 s", wait)
 	}
-	r.waitScaling(nodehost.ConditionReason("capacity available for pending pods"))
+	// A pod that asks for nothing: a node of the smallest size.
+	if c.Spec.CPUs != 1 || c.Spec.MemMiB != 256 {
+		t.Errorf("claim size %d CPU %d MiB, want the smallest of the default range, 1 CPU 256 MiB", c.Spec.CPUs, c.Spec.MemMiB)
+	}
+	// Simulated before any node joined: the claim in flight holds the pod.
+	r.waitScaling(nodehost.ConditionReason(scale.ReasonFitsExisting))
 	r.stayClaims(1, 3*time.Second)
 	if c := r.scaling(); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "1 pending pod(s)") {
 		t.Errorf("Scaling %+v", c)
+	}
+}
+
+// Each node is rented at the smallest size of the cluster's range that holds the pods it is
+// for, before any node has joined: a 1.5-CPU, 600 MiB pod gets a 2-CPU, 768 MiB node; a pod
+// larger than the largest size gets none and is named on the Scaling condition.
+func TestNodeHost_NodesAreSizedToTheirPods(t *testing.T) {
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 3, PodsPerNode: 16, ScaleHold: metav1.Duration{Duration: time.Minute},
+		NodeSize: &v1alpha1.NodeSizeRange{MaxCPUs: 2, MaxMemMiB: 2048}}, nodehost.Options{})
+	r.podRequesting("web", "1500m", "600Mi")
+	r.podRequesting("huge", "3", "100Mi")
+	r.unschedulable("web")
+	r.unschedulable("huge")
+	c := r.waitClaims(1, 30*time.Second)[0]
+	if c.Spec.CPUs != 2 || c.Spec.MemMiB != 768 {
+		t.Errorf("claim size %d CPU %d MiB, want 2 CPU 768 MiB", c.Spec.CPUs, c.Spec.MemMiB)
+	}
+	r.stayClaims(1, 3*time.Second)
+	if sc := r.scaling(); !strings.Contains(sc.Message, "default/huge: Insufficient cpu") {
+		t.Errorf("Scaling message %q does not name the pod no node can run", sc.Message)
 	}
 }
 

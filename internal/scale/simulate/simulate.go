@@ -113,6 +113,22 @@ type Result struct {
 	Placements []Placement
 	// NewNodes is how many hypothetical nodes the placed pods use (at most maxNew).
 	NewNodes int
+	// NewNodeLoads are the summed requests of the pods placed on each new node, index k-1
+	// for new node k: what the node must hold, the basis of its size.
+	NewNodeLoads []Load
+}
+
+// Load is the CPU and memory requests of the pods on a node.
+type Load struct {
+	MilliCPU int64
+	MemBytes int64
+}
+
+// add is l with pod's requests (containers, init containers, overhead, as the scheduler
+// counts them).
+func (l Load) add(pod *corev1.Pod) Load {
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return Load{MilliCPU: l.MilliCPU + req.Cpu().MilliValue(), MemBytes: l.MemBytes + req.Memory().Value()}
 }
 
 // Unplaced are the placements of the pods that fit nowhere.
@@ -158,6 +174,7 @@ func Plan(pending []*corev1.Pod, nodes []*corev1.Node, bound []*corev1.Pod, temp
 			placed = append(placed, boundTo(p, name))
 			if k := newNodeIndex(cluster, name); k > 0 {
 				pl.NewNode = k
+				res.NewNodeLoads[k-1] = res.NewNodeLoads[k-1].add(p)
 			} else {
 				pl.Node = name
 			}
@@ -176,6 +193,7 @@ func Plan(pending []*corev1.Pod, nodes []*corev1.Node, bound []*corev1.Pod, temp
 			pl.Reason = ReasonNoRoom
 		default:
 			res.NewNodes++
+			res.NewNodeLoads = append(res.NewNodeLoads, Load{}.add(p))
 			cluster = withFresh
 			placed = append(placed, boundTo(p, fresh.Name))
 			pl.NewNode = res.NewNodes

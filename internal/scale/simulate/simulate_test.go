@@ -117,13 +117,23 @@ func TestPlan(t *testing.T) {
 		pending:  []*corev1.Pod{pod("a", 1000, gib), pod("b", 1000, gib), pod("c", 1000, gib), pod("d", 1000, gib)},
 		template: offer, maxNew: 10,
 		want: Result{NewNodes: 2, Placements: []Placement{
-			{Pod: "app/a", NewNode: 1}, {Pod: "app/b", NewNode: 1}, {Pod: "app/c", NewNode: 2}, {Pod: "app/d", NewNode: 2}}},
+			{Pod: "app/a", NewNode: 1}, {Pod: "app/b", NewNode: 1}, {Pod: "app/c", NewNode: 2}, {Pod: "app/d", NewNode: 2}},
+			NewNodeLoads: []Load{{MilliCPU: 2000, MemBytes: 2 * gib}, {MilliCPU: 2000, MemBytes: 2 * gib}}},
 	}, {
 		name:     "mixed requests are packed larger first",
 		pending:  []*corev1.Pod{pod("s1", 500, gib), pod("l1", 1500, gib), pod("s2", 500, gib), pod("l2", 1500, gib)},
 		template: offer, maxNew: 10,
 		want: Result{NewNodes: 2, Placements: []Placement{
-			{Pod: "app/l1", NewNode: 1}, {Pod: "app/l2", NewNode: 2}, {Pod: "app/s1", NewNode: 1}, {Pod: "app/s2", NewNode: 2}}},
+			{Pod: "app/l1", NewNode: 1}, {Pod: "app/l2", NewNode: 2}, {Pod: "app/s1", NewNode: 1}, {Pod: "app/s2", NewNode: 2}},
+			NewNodeLoads: []Load{{MilliCPU: 2000, MemBytes: 2 * gib}, {MilliCPU: 2000, MemBytes: 2 * gib}}},
+	}, {
+		name:     "a new node's load is what was placed on it, an existing node's counts nowhere",
+		pending:  []*corev1.Pod{pod("new", 1000, gib), pod("fits", 200, gib/4)},
+		nodes:    []*corev1.Node{node("n1")},
+		bound:    []*corev1.Pod{pod("running", 1500, gib, on("n1"))},
+		template: offer, maxNew: 10,
+		want: Result{NewNodes: 1, Placements: []Placement{{Pod: "app/new", NewNode: 1}, {Pod: "app/fits", Node: "n1"}},
+			NewNodeLoads: []Load{{MilliCPU: 1000, MemBytes: gib}}},
 	}, {
 		name:     "a pod fitting an existing node with room goes there and needs no new node",
 		pending:  []*corev1.Pod{pod("new", 1000, gib)},
@@ -218,6 +228,12 @@ func TestPlan(t *testing.T) {
 			got, err := Plan(tt.pending, tt.nodes, tt.bound, tt.template, tt.maxNew)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(got.NewNodeLoads) != got.NewNodes {
+				t.Errorf("%d loads for %d new nodes", len(got.NewNodeLoads), got.NewNodes)
+			}
+			if tt.want.NewNodeLoads == nil {
+				got.NewNodeLoads = nil
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Plan (-want +got):\n%s", diff)
