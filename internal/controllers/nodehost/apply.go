@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,7 @@ import (
 // apply carries out a decision: Provision creates claims, Release cordons nodes and deletes
 // their claims, Hold does nothing. The outcome is recorded for the status.
 func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scale.Input, d scale.Decision) error {
+	reportUnfittable(w, d)
 	counts := fmt.Sprintf("%d pending pod(s), %d Ready node(s), %d claim(s)", pending(in.Pods), len(in.Nodes), len(in.Claims))
 	if n := len(d.Unfittable); n > 0 {
 		counts += fmt.Sprintf("; %d pod(s) no new node can run get no node: %s", n, unfittable(d))
@@ -45,6 +47,46 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		p.outcome = outcome{reason: ConditionReason(d.Reason), message: d.Reason + "; " + counts}
 	}
 	return nil
+}
+
+// EventComponent is the source of the Events the node host records in tenant clusters.
+const EventComponent = "socialweb-nodehost"
+
+// ReasonNotTriggerScaleUp is the reason of the Warning Event on a pending pod that no node the
+// cluster could rent can run (the Cluster Autoscaler's name for it, so tools that watch for
+// it find it).
+const ReasonNotTriggerScaleUp = "NotTriggerScaleUp"
+
+// reportUnfittable records a Warning Event on each pod of d.Unfittable whose reason is new
+// since the last Event the watch recorded for it; a pod no longer unfittable is forgotten.
+func reportUnfittable(w *tenantWatch, d scale.Decision) {
+	if w == nil || w.events == nil {
+		return
+	}
+	now := map[string]bool{}
+	for _, name := range d.Unfittable {
+		now[name] = true
+		why := d.UnfittableWhy[name]
+		if w.reported[name] == why {
+			continue
+		}
+		ns, pod, ok := strings.Cut(name, "/")
+		if !ok {
+			continue
+		}
+		p, err := w.pods.Pods(ns).Get(pod)
+		if err != nil {
+			continue // gone since the decision read it
+		}
+		w.reported[name] = why
+		w.events.Eventf(p, corev1.EventTypeWarning, ReasonNotTriggerScaleUp,
+			"pod didn't trigger scale-up: no node the cluster rents can run it: %s", why)
+	}
+	for name := range w.reported {
+		if !now[name] {
+			delete(w.reported, name)
+		}
+	}
 }
 
 // unfittable names the first pods no node can run, each with why ("default/big: Insufficient

@@ -365,6 +365,32 @@ func TestNodeHost_NodesAreSizedToTheirPods(t *testing.T) {
 	if sc := r.scaling(); !strings.Contains(sc.Message, "default/huge: Insufficient cpu") {
 		t.Errorf("Scaling message %q does not name the pod no node can run", sc.Message)
 	}
+	// The pod says why too, once however many decisions repeat it.
+	var evs []corev1.Event
+	r.eventually(10*time.Second, "a NotTriggerScaleUp Event on default/huge", func() (bool, string) {
+		list, err := r.tc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=huge"})
+		if err != nil {
+			return false, err.Error()
+		}
+		evs = nil
+		for _, e := range list.Items {
+			if e.Source.Component == nodehost.EventComponent {
+				evs = append(evs, e)
+			}
+		}
+		return len(evs) > 0, fmt.Sprintf("%d events of the node host's among %d", len(evs), len(list.Items))
+	})
+	r.stayClaims(1, 3*time.Second) // more decisions
+	list, err := r.tc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=huge,source=" + nodehost.EventComponent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = list.Items
+	e := evs[0]
+	if len(evs) != 1 || e.Reason != nodehost.ReasonNotTriggerScaleUp || e.Type != corev1.EventTypeWarning || e.Count > 1 ||
+		!strings.Contains(e.Message, "Insufficient cpu") || e.Source.Component != nodehost.EventComponent {
+		t.Errorf("events on huge: %d, first %s %s x%d from %s: %q", len(evs), e.Type, e.Reason, e.Count, e.Source.Component, e.Message)
+	}
 }
 
 // Two pods that need a node each (podsPerNode 1) make two claims, and no more.

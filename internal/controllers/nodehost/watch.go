@@ -11,9 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -33,6 +36,11 @@ type tenantWatch struct {
 	instance string
 	cancel   context.CancelFunc
 	client   kubernetes.Interface
+	// events records Events in the tenant cluster, on its pods.
+	events record.EventRecorder
+	// reported is, per pod (namespace/name), the reason last given in an Event that no node
+	// can run it: a decision on every change says it again only when it changed.
+	reported map[string]string
 	pods     listersv1.PodLister
 	nodes    listersv1.NodeLister
 	synced   []cache.InformerSynced
@@ -102,7 +110,10 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 		old.cancel()
 		state = old.state
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(context.Background())
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	cancel := func() { stop(); events.Shutdown() }
 	f := informers.NewSharedInformerFactory(cs, 0)
 	pods, nodes := f.Core().V1().Pods(), f.Core().V1().Nodes()
 	wake := func(any) { ws.wake(k) }
@@ -138,6 +149,8 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 		})
 	}
 	w := &tenantWatch{instance: c.Status.Instance, cancel: cancel, client: cs,
+		events:   events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: EventComponent}),
+		reported: map[string]string{},
 		pods: pods.Lister(), nodes: nodes.Lister(), state: state,
 		synced: []cache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced}}
 	f.Start(ctx.Done())
