@@ -151,7 +151,7 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 	w := &tenantWatch{instance: c.Status.Instance, cancel: cancel, client: cs,
 		events:   events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: EventComponent}),
 		reported: map[string]string{},
-		pods: pods.Lister(), nodes: nodes.Lister(), state: state,
+		pods:     pods.Lister(), nodes: nodes.Lister(), state: state,
 		synced: []cache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced}}
 	f.Start(ctx.Done())
 	if ws.by == nil {
