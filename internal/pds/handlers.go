@@ -43,6 +43,10 @@ func (s *Server) routes() http.Handler {
 		"com.atproto.repo.getRecord":               {false, s.hGetRecord},
 		"com.atproto.repo.listRecords":             {false, s.hListRecords},
 		"com.atproto.repo.describeRepo":            {false, s.hDescribeRepo},
+		"com.atproto.repo.uploadBlob":              {true, s.hUploadBlob},
+		"com.atproto.repo.listMissingBlobs":        {false, s.hListMissingBlobs},
+		"com.atproto.sync.listBlobs":               {false, s.hListBlobs},
+		"com.atproto.sync.getBlob":                 {false, nil},
 		"com.atproto.sync.getLatestCommit":         {false, s.hGetLatestCommit},
 		"com.atproto.sync.listRepos":               {false, s.hListRepos},
 		"com.atproto.sync.getRepoStatus":           {false, s.hGetRepoStatus},
@@ -57,6 +61,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/.well-known/atproto-did", s.hWellKnownDID)
 	mux.HandleFunc("/xrpc/com.atproto.sync.getRepo", s.hGetRepoCAR)
 	mux.HandleFunc("/xrpc/com.atproto.sync.getRecord", s.hSyncGetRecord)
+	mux.HandleFunc("/xrpc/com.atproto.sync.getBlob", s.hGetBlob)
 	mux.HandleFunc("/xrpc/com.atproto.sync.subscribeRepos", s.hSubscribeRepos)
 	mux.HandleFunc("/xrpc/", func(w http.ResponseWriter, r *http.Request) {
 		defer func() {

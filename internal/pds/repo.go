@@ -154,6 +154,7 @@ type preparedWrite struct {
 	path       string
 	rec        *encodedRecord
 	status     string
+	blobs      []blobRef
 }
 
 func (s *Server) prepareWrite(w Write) (*preparedWrite, error) {
@@ -193,6 +194,9 @@ func (s *Server) prepareWrite(w Write) (*preparedWrite, error) {
 	}
 	p.status, err = s.validateRecord(coll, p.rec.value)
 	if err != nil {
+		return nil, err
+	}
+	if p.blobs, err = extractBlobRefs(p.rec.value); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -334,6 +338,11 @@ func (s *Server) applyWrites(ctx context.Context, did string, writes []Write, sw
 	since := rs.rev
 	prevData := rs.data
 	c, err := s.commitRepoWith(ctx, rs, tree, *root, blocks, index, func(tx *bolt.Tx, nextSeq func() (int64, error), commitCID cid.Cid, rev string, carBytes, _ []byte) ([]storedFrame, error) {
+		// In the commit's transaction, so that a blob the sweep removes is either still
+		// there for this record or refuses it, never half.
+		if err := s.updateBlobRefs(tx, did, rev, prepared); err != nil {
+			return nil, err
+		}
 		seq, err := nextSeq()
 		if err != nil {
 			return nil, err

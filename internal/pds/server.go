@@ -59,6 +59,18 @@ type Config struct {
 	AdminPassword string
 	// LoginLimits bound createSession attempts; zero fields take DefaultLoginLimits.
 	LoginLimits LoginLimits
+	// BlobStore holds blob bytes; default a DiskBlobStore in <DataDir>/blobs.
+	BlobStore BlobStore
+	// BlobUploadLimit is the largest blob uploadBlob takes, in bytes; default
+	// DefaultBlobUploadLimit (5 MiB, as the reference PDS).
+	BlobUploadLimit int64
+	// BlobGrace is how long a blob no record references is kept; default DefaultBlobGrace.
+	BlobGrace time.Duration
+	// BlobSweepInterval is how often the sweep runs; default DefaultBlobSweepInterval,
+	// negative: never in the background (SweepBlobs may still be called).
+	BlobSweepInterval time.Duration
+	// Clock, when set, is the time blob grace periods are measured by; default time.Now.
+	Clock func() time.Time
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -106,6 +118,11 @@ type Server struct {
 	dir      identity.Directory
 	svcAuth  *serviceauth.Verifier
 	logins   *loginLimiter
+	blobs    BlobStore
+	now      func() time.Time
+	// blobMu orders uploads' make-permanent steps against the sweep's deletions.
+	blobMu sync.Mutex
+	bg     sync.WaitGroup
 
 	acctMu  sync.Mutex
 	reposMu sync.Mutex
@@ -153,6 +170,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, &OpenSignupError{Addr: cfg.PublicURL}
 	}
 	cfg.LoginLimits = cfg.LoginLimits.withDefaults()
+	if cfg.BlobUploadLimit <= 0 {
+		cfg.BlobUploadLimit = DefaultBlobUploadLimit
+	}
+	if cfg.BlobGrace <= 0 {
+		cfg.BlobGrace = DefaultBlobGrace
+	}
+	if cfg.BlobSweepInterval == 0 {
+		cfg.BlobSweepInterval = DefaultBlobSweepInterval
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -161,7 +190,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("pds: open database: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{}, logins: newLoginLimiter(cfg.LoginLimits),
-		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})}}
+		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})},
+		blobs: cfg.BlobStore, now: cfg.Clock}
+	if s.blobs == nil {
+		ds, err := NewDiskBlobStore(filepath.Join(cfg.DataDir, "blobs"))
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		s.blobs = ds
+	}
 	if err := s.initMeta(); err != nil {
 		db.Close()
 		return nil, err
@@ -249,6 +287,13 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.serve(ln, s.routes())
+	if s.cfg.BlobSweepInterval > 0 {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.runBlobSweep(s.cfg.BlobSweepInterval)
+		}()
+	}
 	s.log.Info("pds listening", "url", s.url, "plc", s.plcURL)
 	return nil
 }
@@ -291,6 +336,7 @@ func (s *Server) Close() error {
 		for _, srv := range s.servers {
 			_ = srv.Close()
 		}
+		s.bg.Wait()
 		err = s.db.Close()
 	})
 	return err

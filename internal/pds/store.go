@@ -22,9 +22,14 @@ var (
 	bEvents   = []byte("events")   // seq (8 bytes BE) -> firehose frame
 	bSessions = []byte("sessions") // refresh token id -> session JSON
 	bInvites  = []byte("invites")  // invite code -> inviteCode JSON
+	// Blobs: metadata of uploads, and the references records make to them both ways (the
+	// count of a blob's references is the number of its bBlobRefs keys).
+	bBlobs       = []byte("blobs")       // did\0cid -> blobMeta JSON
+	bBlobRefs    = []byte("blobRefs")    // did\0cid\0collection/rkey -> rev of the record
+	bRecordBlobs = []byte("recordBlobs") // did\0collection/rkey\0cid -> empty
 )
 
-var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions, bInvites}
+var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions, bInvites, bBlobs, bBlobRefs, bRecordBlobs}
 
 func repoKey(did string, rest []byte) []byte {
 	k := make([]byte, 0, len(did)+1+len(rest))
