@@ -11,6 +11,7 @@ import (
 
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/pds"
 )
 
 func newPDSCommand() *cobra.Command {
@@ -72,6 +73,7 @@ func newPDSCommand() *cobra.Command {
 	serve.Flags().StringVar(&o.PLCURL, "plc-url", "", "an external did:plc directory (default: run one in-process)")
 	serve.Flags().BoolVar(&o.OpenSignup, "open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --listen)")
 	serve.Flags().StringVar(&adminPasswordFile, "admin-password-file", "", "file holding the admin password (HTTP Basic user admin) for createInviteCode(s); default $"+app.AdminPasswordEnv+", none: invite codes are not minted over XRPC")
+	serve.Flags().Int64Var(&o.BlobUploadLimit, "blob-upload-limit", pds.DefaultBlobUploadLimit, "largest blob com.atproto.repo.uploadBlob takes, in bytes (larger: 413 PayloadTooLarge)")
 	serve.Flags().StringVar(&handle, "account", app.DefaultHandle, "handle of the account created on first start")
 	serve.Flags().StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	cmd.AddCommand(serve)

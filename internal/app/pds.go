@@ -50,7 +50,9 @@ type PDSOptions struct {
 	OpenSignup bool
 	// AdminPassword opens createInviteCode(s) to HTTP Basic admin:<it>; empty closes them.
 	AdminPassword string
-	Logger        *slog.Logger
+	// BlobUploadLimit is the largest blob uploadBlob takes, in bytes; 0: the default (5 MiB).
+	BlobUploadLimit int64
+	Logger          *slog.Logger
 }
 
 // AdminPasswordEnv is the environment variable up and `pds serve` read the PDS's admin
@@ -65,7 +67,7 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 		return nil, err
 	}
 	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, Lexicons: catalog,
-		OpenSignup: o.OpenSignup, AdminPassword: o.AdminPassword, Logger: o.Logger})
+		OpenSignup: o.OpenSignup, AdminPassword: o.AdminPassword, BlobUploadLimit: o.BlobUploadLimit, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("PDS in %s: %w", o.DataDir, err)
 	}

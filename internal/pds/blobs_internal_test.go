@@ -233,3 +233,22 @@ func TestListMissingBlobsPages(t *testing.T) {
 		t.Fatalf("listBlobs since the refs' rev = %v", cids)
 	}
 }
+
+func TestBlobContentType(t *testing.T) {
+	cases := map[string]string{
+		"":                           "application/octet-stream",
+		"text/plain":                 "text/plain; charset=utf-8",
+		"text/html":                  "text/html; charset=utf-8",
+		"text/plain; charset=latin1": "text/plain; charset=latin1",
+		"application/json":           "application/json; charset=utf-8",
+		"application/javascript":     "application/javascript; charset=utf-8",
+		"image/png":                  "image/png",
+		"audio/ogg; codecs=opus":     "audio/ogg; codecs=opus",
+		"application/octet-stream":   "application/octet-stream",
+	}
+	for in, want := range cases {
+		if got := blobContentType(in); got != want {
+			t.Errorf("blobContentType(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

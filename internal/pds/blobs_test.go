@@ -158,7 +158,7 @@ func TestBlobUploadGetList(t *testing.T) {
 		resp.Body.Close()
 		h := resp.Header
 		want := map[string]string{
-			"Content-Type": "text/plain", "Content-Length": "5", "X-Content-Type-Options": "nosniff",
+			"Content-Type": "text/plain; charset=utf-8", "Content-Length": "5", "X-Content-Type-Options": "nosniff",
 			"Content-Security-Policy": "default-src 'none'; sandbox",
 			"Content-Disposition":     `attachment; filename="` + text.Ref.String() + `"`,
 		}

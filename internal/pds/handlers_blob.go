@@ -6,7 +6,9 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
@@ -93,11 +95,7 @@ func (s *Server) hGetBlob(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Disposition", `attachment; filename="`+c.String()+`"`)
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-	ct := info.MimeType
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	h.Set("Content-Type", ct)
+	h.Set("Content-Type", blobContentType(info.MimeType))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return
@@ -105,6 +103,23 @@ func (s *Server) hGetBlob(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.Copy(w, rc); err != nil {
 		s.log.Debug("getBlob: copy", "did", did, "cid", c, "err", err)
 	}
+}
+
+var charsetParam = regexp.MustCompile(`;\s*charset\s*=`)
+
+// blobContentType is the Content-Type getBlob sends for a stored type: the reference's web
+// framework (Express 4) adds "; charset=utf-8" to text and JSON/JavaScript types that name
+// no charset, and clients see that, so we do too.
+func blobContentType(mimeType string) string {
+	if mimeType == "" {
+		return "application/octet-stream"
+	}
+	base, _, _ := strings.Cut(mimeType, ";")
+	if !charsetParam.MatchString(mimeType) && (strings.HasPrefix(base, "text/") ||
+		strings.HasPrefix(base, "application/javascript") || strings.HasPrefix(base, "application/json")) {
+		return mimeType + "; charset=utf-8"
+	}
+	return mimeType
 }
 
 // listLimit reads limit (1..1000, default 500) as the reference's lexicons bound it.
