@@ -1,12 +1,17 @@
 // Package bench compares our PDS with the reference PDS on the same machine: putRecord and
-// getRecord throughput with 1 and 8 concurrent clients, and write-to-firehose latency.
+// getRecord throughput with 1 and 8 concurrent clients, uploadBlob and getBlob throughput of
+// 64 KiB blobs, and write-to-firehose latency.
 // Run: SOCIALWEB_BENCH=1 go test ./internal/pds/bench -run TestBenchCompare -v
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sort"
 	"sync"
@@ -102,6 +107,73 @@ func measure(ctx context.Context, t *testing.T, tg target) result {
 	return r
 }
 
+const blobSize = 64 << 10
+
+// blobCall posts (body non-nil: uploadBlob) or gets (getBlob of cid) one blob over HTTP.
+func blobCall(ctx context.Context, c *atclient.Client, url string, body []byte, cid string) ([]byte, error) {
+	var req *http.Request
+	if body != nil {
+		req, _ = http.NewRequestWithContext(ctx, "POST", url+"/xrpc/com.atproto.repo.uploadBlob", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Authorization", "Bearer "+c.Session().AccessJwt)
+	} else {
+		req, _ = http.NewRequestWithContext(ctx, "GET", url+"/xrpc/com.atproto.sync.getBlob?did="+c.DID()+"&cid="+cid, nil)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("%d %s", resp.StatusCode, b)
+	}
+	return b, err
+}
+
+// blobThroughput measures uploadBlob (each upload a different blob) and getBlob (of one blob
+// a record references) with 1 client, in operations/second.
+func blobThroughput(ctx context.Context, t *testing.T, tg target) (up, get float64) {
+	c := clients(ctx, t, tg, 1, "blob")[0]
+	data := make([]byte, blobSize)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	raw, err := blobCall(ctx, c, tg.url, data, "")
+	if err != nil {
+		t.Fatalf("%s: uploadBlob: %v", tg.name, err)
+	}
+	var out struct {
+		Blob map[string]any `json:"blob"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutRecord(ctx, "app.socialweb.bench", "blob", map[string]any{"b": out.Blob}, nil); err != nil {
+		t.Fatalf("%s: record naming the blob: %v", tg.name, err)
+	}
+	cid := out.Blob["ref"].(map[string]any)["$link"].(string)
+	up, err = throughput([]*atclient.Client{c}, func(c *atclient.Client, i int) error {
+		data[0], data[1], data[2], data[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)+1
+		_, err := blobCall(ctx, c, tg.url, data, "")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s: uploadBlob: %v", tg.name, err)
+	}
+	get, err = throughput([]*atclient.Client{c}, func(c *atclient.Client, i int) error {
+		b, err := blobCall(ctx, c, tg.url, nil, cid)
+		if err == nil && len(b) != blobSize {
+			err = fmt.Errorf("getBlob: %d bytes", len(b))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s: getBlob: %v", tg.name, err)
+	}
+	return up, get
+}
+
 // firehoseLatency measures from just before putRecord is sent to the #commit arriving at a
 // subscribed consumer.
 func firehoseLatency(ctx context.Context, t *testing.T, tg target, writes int) (p50, p99 time.Duration) {
@@ -178,16 +250,20 @@ func TestBenchCompare(t *testing.T) {
 	refT := target{name: "reference", url: peer.PDSURL, email: true}
 	o := measure(ctx, t, ourT)
 	r := measure(ctx, t, refT)
+	oUp, oGet := blobThroughput(ctx, t, ourT)
+	rUp, rGet := blobThroughput(ctx, t, refT)
 	op50, op99 := firehoseLatency(ctx, t, ourT, 200)
 	rp50, rp99 := firehoseLatency(ctx, t, refT, 200)
 
 	row := func(name string, ours, ref float64) {
-		t.Logf("%-22s ours %8.0f/s   reference %8.0f/s   ratio %5.2fx", name, ours, ref, ours/ref)
+		t.Logf("%-26s ours %8.0f/s   reference %8.0f/s   ratio %5.2fx", name, ours, ref, ours/ref)
 	}
 	t.Logf("PDS comparison (%s per phase, loopback, same machine)", phase)
 	row("putRecord, 1 client", o.put1, r.put1)
 	row("putRecord, 8 clients", o.put8, r.put8)
 	row("getRecord, 1 client", o.get1, r.get1)
 	row("getRecord, 8 clients", o.get8, r.get8)
-	t.Logf("write-to-firehose      ours p50 %v p99 %v   reference p50 %v p99 %v", op50.Round(10*time.Microsecond), op99.Round(10*time.Microsecond), rp50.Round(10*time.Microsecond), rp99.Round(10*time.Microsecond))
+	row("uploadBlob 64K, 1 client", oUp, rUp)
+	row("getBlob 64K, 1 client", oGet, rGet)
+	t.Logf("write-to-firehose          ours p50 %v p99 %v   reference p50 %v p99 %v", op50.Round(10*time.Microsecond), op99.Round(10*time.Microsecond), rp50.Round(10*time.Microsecond), rp99.Round(10*time.Microsecond))
 }
