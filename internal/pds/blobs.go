@@ -3,8 +3,8 @@ package pds
 import (
 	"bufio"
 	"bytes"
-	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -302,7 +302,12 @@ func decodeContentEncoding(enc string, body io.Reader) (io.Reader, error) {
 			}
 			r = gz
 		case "deflate":
-			r = flate.NewReader(r)
+			// HTTP's deflate is the zlib format (RFC 9110), as the reference reads it.
+			z, err := zlib.NewReader(r)
+			if err != nil {
+				return nil, errInvalidRequest("invalid deflate body: %v", err)
+			}
+			r = z
 		default:
 			return nil, errNamed(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "unsupported content-encoding")
 		}

@@ -3,6 +3,7 @@ package pds
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"io"
 	"log/slog"
@@ -156,10 +157,16 @@ func TestDecodeContentEncoding(t *testing.T) {
 	w := gzip.NewWriter(&gz)
 	_, _ = w.Write([]byte("hello"))
 	_ = w.Close()
+	var zl bytes.Buffer
+	zw := zlib.NewWriter(&zl)
+	_, _ = zw.Write([]byte("hello"))
+	_ = zw.Close()
 	cases := []struct {
 		name, enc, body, want, wantErr string
 	}{
 		{"none", "", "hello", "hello", ""},
+		{"deflate is zlib", "deflate", zl.String(), "hello", ""},
+		{"gzip then identity, case-insensitive", "GZIP, identity", gz.String(), "hello", ""},
 		{"identity", "identity", "hello", "hello", ""},
 		{"gzip", "gzip", gz.String(), "hello", ""},
 		{"bad gzip", "gzip", "hello", "", "InvalidRequest"},
