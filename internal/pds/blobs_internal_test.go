@@ -259,3 +259,14 @@ func TestBlobContentType(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSniffMime: any first bytes of an upload give a type or "", never a panic.
+func FuzzSniffMime(f *testing.F) {
+	f.Add([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR"))
+	f.Add([]byte("\x89PNG\r\n\x1a\n\x7f\xff\xff\xf0acTL"))
+	f.Add([]byte("ID3\x03\x00\x00\x00\x00\x00\x02\x00\x00ID3"))
+	f.Add([]byte("\x00\x00\x00\x18ftyp"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = sniffMime(b)
+	})
+}
