@@ -243,13 +243,14 @@ func (s *Server) UploadBlob(ctx context.Context, did string, r io.Reader, declar
 		_ = s.blobs.DeleteTemp(ctx, key)
 		return nil, fmt.Errorf("storing upload: %w", err)
 	}
+	known := false
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		cs := c.String()
 		m, err := getBlobMeta(tx, did, cs)
 		if err != nil {
 			return err
 		}
-		if m != nil {
+		if known = m != nil; known {
 			// The same bytes again: the type first recorded stays, as in the reference,
 			// which keeps the first row of a CID; an unreferenced blob's grace starts over.
 			mime = m.MimeType
@@ -266,6 +267,11 @@ func (s *Server) UploadBlob(ctx context.Context, did string, r io.Reader, declar
 		return putBlobMeta(tx, did, cs, m)
 	})
 	if err != nil {
+		if !known {
+			// No metadata names the bytes just made permanent, so nothing would ever sweep
+			// them; blobMu keeps another upload of the same CID from being between.
+			_ = s.blobs.Delete(ctx, did, c)
+		}
 		return nil, err
 	}
 	return &UploadedBlob{Ref: lexutil.LexLink(c), MimeType: mime, Size: counted.n}, nil
