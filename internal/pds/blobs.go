@@ -178,8 +178,11 @@ func (s *Server) updateBlobRefs(tx *bolt.Tx, did, rev string, writes []*prepared
 	now := s.now()
 	for cs := range touched {
 		m, err := getBlobMeta(tx, did, cs)
-		if err != nil || m == nil {
+		if err != nil {
 			return err
+		}
+		if m == nil {
+			continue // a reference to a blob not held: nothing to keep or sweep
 		}
 		ref := blobReferenced(tx, did, cs)
 		switch {
@@ -221,6 +224,13 @@ func (s *Server) UploadBlob(ctx context.Context, did string, r io.Reader, declar
 	h := sha256.New()
 	counted := &countingReader{r: io.LimitReader(br, limit+1)}
 	key, err := s.blobs.PutTemp(ctx, io.TeeReader(counted, h))
+	if counted.err != nil {
+		// The client's side: it went away, or sent a body its Content-Encoding does not read.
+		if err == nil {
+			_ = s.blobs.DeleteTemp(ctx, key)
+		}
+		return nil, errInvalidRequest("could not read the upload: %v", counted.err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("storing upload: %w", err)
 	}
@@ -281,14 +291,19 @@ func errPayloadTooLarge() *XRPCError {
 	return errNamed(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request entity too large")
 }
 
+// countingReader counts what it reads and keeps the first read error other than EOF.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	err error
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
 	return n, err
 }
 

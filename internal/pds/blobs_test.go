@@ -318,6 +318,18 @@ func TestBlobUploadRefusals(t *testing.T) {
 			}
 		})
 	}
+	// A body its Content-Encoding does not read is the client's fault, not the server's.
+	corrupt := append([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"), bytes.Repeat([]byte{0xff}, 64)...)
+	req, _ := http.NewRequest("POST", e.srv.URL()+"/xrpc/com.atproto.repo.uploadBlob", bytes.NewReader(corrupt))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("Authorization", "Bearer "+c.Auth.AccessJwt)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("corrupt gzip body: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
 	// No body at all (no Content-Length, not chunked): Go's client always sends a length on
 	// POST, so this one is written by hand.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL(), "http://"))
