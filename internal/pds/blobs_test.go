@@ -21,6 +21,7 @@ import (
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
 	"github.com/bluesky-social/indigo/xrpc"
+	"github.com/ipfs/go-cid"
 
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/pds"
@@ -450,5 +451,164 @@ func BenchmarkUploadGetBlob(b *testing.B) {
 		if err != nil || len(got) != len(data) {
 			b.Fatalf("getBlob: %v (%d bytes)", err, len(got))
 		}
+	}
+}
+
+// memStore is a BlobStore that is not the disk: the server needs nothing of a store beyond
+// the interface (an S3-compatible one takes its place the same way).
+type memStore struct {
+	mu    sync.Mutex
+	temp  map[string][]byte
+	blobs map[string][]byte
+	n     int
+}
+
+func (m *memStore) PutTemp(_ context.Context, r io.Reader) (string, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	key := fmt.Sprint("t", m.n)
+	m.temp[key] = b
+	return key, nil
+}
+
+func (m *memStore) MakePermanent(_ context.Context, key, did string, c cid.Cid) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.temp[key]
+	if !ok {
+		return pds.ErrBlobNotFound
+	}
+	delete(m.temp, key)
+	m.blobs[did+"/"+c.String()] = b
+	return nil
+}
+
+func (m *memStore) DeleteTemp(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.temp, key)
+	return nil
+}
+
+func (m *memStore) Get(_ context.Context, did string, c cid.Cid) (io.ReadCloser, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.blobs[did+"/"+c.String()]
+	if !ok {
+		return nil, pds.ErrBlobNotFound
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func (m *memStore) Has(_ context.Context, did string, c cid.Cid) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.blobs[did+"/"+c.String()]
+	return ok, nil
+}
+
+func (m *memStore) Delete(_ context.Context, did string, c cid.Cid) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.blobs, did+"/"+c.String())
+	return nil
+}
+
+func TestBlobStoreReplaceable(t *testing.T) {
+	ctx := context.Background()
+	store := &memStore{temp: map[string][]byte{}, blobs: map[string][]byte{}}
+	clock := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := pds.New(pds.Config{DataDir: t.TempDir(), OpenSignup: true, BlobStore: store, BlobSweepInterval: -1,
+		Clock: clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := &blobEnv{srv: s, clock: clock}
+	c, _ := e.account(t, "store.test")
+	kept := upload(t, c, "text/plain", []byte("kept"))
+	upload(t, c, "text/plain", []byte("dropped"))
+	if _, err := createRecord(c, "r", map[string]any{"b": blobField(kept)}); err != nil {
+		t.Fatal(xrpcFailure(err))
+	}
+	if got, err := comatproto.SyncGetBlob(ctx, c, kept.Ref.String(), c.Auth.Did); err != nil || string(got) != "kept" {
+		t.Fatalf("getBlob: %q %v", got, err)
+	}
+	clock.Add(2 * time.Hour)
+	if n, err := s.SweepBlobs(ctx); n != 1 || err != nil {
+		t.Fatalf("sweep = %d, %v", n, err)
+	}
+	if len(store.blobs) != 1 || len(store.temp) != 0 {
+		t.Fatalf("store after sweep: %d blobs, %d temp", len(store.blobs), len(store.temp))
+	}
+}
+
+func TestDiskBlobStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Left by an upload a crash interrupted.
+	if err := os.WriteFile(filepath.Join(dir, "tmp", "STALE"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := pds.NewDiskBlobStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tmp", "STALE")); !os.IsNotExist(err) {
+		t.Fatalf("stale temp file kept: %v", err)
+	}
+	c, _ := cid.Parse("bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq")
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	for i := 0; i < 2; i++ { // the second time the blob is already held
+		key, err := d.PutTemp(ctx, strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.MakePermanent(ctx, key, did, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmp) != 0 {
+		t.Fatalf("temp files left: %v", tmp)
+	}
+	rc, err := d.Get(ctx, did, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "hello" {
+		t.Fatalf("Get = %q", b)
+	}
+	for _, bad := range []string{"../etc", "did:plc:a/../../x", "", "did:web:..\\x"} {
+		if _, err := d.Get(ctx, bad, c); err == nil || errors.Is(err, pds.ErrBlobNotFound) {
+			t.Errorf("Get with owner %q: %v, want a refusal", bad, err)
+		}
+	}
+	if err := d.MakePermanent(ctx, "../x", did, c); err == nil {
+		t.Error("MakePermanent with a path as key accepted")
+	}
+	if err := d.Delete(ctx, did, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delete(ctx, did, c); err != nil {
+		t.Fatalf("deleting a blob not held: %v", err)
+	}
+	if has, err := d.Has(ctx, did, c); has || err != nil {
+		t.Fatalf("Has after Delete = %v, %v", has, err)
+	}
+	if _, err := d.Get(ctx, did, c); !errors.Is(err, pds.ErrBlobNotFound) {
+		t.Fatalf("Get after Delete: %v", err)
 	}
 }
