@@ -66,6 +66,17 @@ type ClusterSpec struct {
 	// +optional
 	NodeSize *NodeSizeRange `json:"nodeSize,omitempty"`
 
+	// consolidationPolicy says which nodes are released: WhenEmpty (the default) releases a
+	// node empty past scaleHold; WhenUnderutilized also drains a node whose pods the
+	// scheduling simulation places on the other nodes, once that has held for scaleHold,
+	// one node at a time, evicting its pods through the Eviction API (PodDisruptionBudgets
+	// are honoured), and releases it. A node running a pod annotated
+	// socialweb.computer/do-not-disrupt: "true", a Job's pod or a pod no controller owns
+	// is never drained.
+	// +optional
+	// +kubebuilder:validation:Enum=WhenEmpty;WhenUnderutilized
+	ConsolidationPolicy ConsolidationPolicy `json:"consolidationPolicy,omitempty"`
+
 	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
 	// +optional
 	PublishInfra bool `json:"publishInfra,omitempty"`
@@ -100,6 +111,20 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:Enum=required;optional
 	PodUserNamespaces string `json:"podUserNamespaces,omitempty"`
 }
+
+// ConsolidationPolicy says which nodes of a cluster are released.
+type ConsolidationPolicy string
+
+const (
+	// ConsolidateWhenEmpty releases only nodes with no pod but daemon pods.
+	ConsolidateWhenEmpty ConsolidationPolicy = "WhenEmpty"
+	// ConsolidateWhenUnderutilized also drains and releases nodes whose pods fit elsewhere.
+	ConsolidateWhenUnderutilized ConsolidationPolicy = "WhenUnderutilized"
+)
+
+// AnnotationDoNotDisrupt on a pod, "true", keeps its node from being drained for
+// consolidation.
+const AnnotationDoNotDisrupt = "socialweb.computer/do-not-disrupt"
 
 // NodeSizeRange bounds the CPUs and memory of a cluster's nodes; a zero bound takes its
 // default.

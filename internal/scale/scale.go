@@ -13,6 +13,10 @@ const (
 	BatchMax  = 10 * time.Second
 )
 
+// DrainRetry is how often a draining node's evictions are asked again (a
+// PodDisruptionBudget refused some).
+const DrainRetry = 5 * time.Second
+
 // SchedulerSettle is how long after a node became Ready the scheduler is taken to have tried
 // every pending pod on it. The scheduler requeues unschedulable pods on a node's add or
 // update within a second or two; a pod still Unschedulable after that does not fit the node
@@ -64,6 +68,9 @@ type Pod struct {
 // Node is one Node of the tenant cluster.
 type Node struct {
 	Name string
+	// Draining is true for a node cordoned to be consolidated away: once it has no
+	// non-daemon pod it is released at once, without waiting for Hold.
+	Draining bool
 	// ReadySince is when its Ready condition last became True. Until SchedulerSettle after
 	// it, the scheduler may not have tried the pending pods on it yet, so its free slots
 	// count for them; later they do not. Zero means long ago.
@@ -84,6 +91,9 @@ type Claim struct {
 // with no non-daemon pod. The caller keeps the Decision's State and passes it back.
 type State struct {
 	EmptySince map[string]time.Time
+	// ConsolidatableSince is when each node was first seen consolidatable
+	// (Input.Consolidatable) without a break.
+	ConsolidatableSince map[string]time.Time
 }
 
 // Input is everything one decision looks at.
@@ -105,6 +115,10 @@ type Input struct {
 	// (BatchIdle, BatchMax). A caller that must act sooner (a test) or later sets them.
 	BatchIdle, BatchMax time.Duration
 	State               State
+	// Consolidatable are the nodes, best first, whose pods a simulation places on the other
+	// nodes (none being released), which hold no pod that blocks a disruption, and whose
+	// Cluster consolidates when underutilized; empty when it consolidates only empty nodes.
+	Consolidatable []string
 	// Simulated are the facts of a scheduling simulation of the pending pods (the
 	// scheduler's own filters run against the nodes, the claims in flight and new nodes of
 	// the size on offer); nil when none ran, and the slot counting of Decide decides.
@@ -139,6 +153,9 @@ const (
 	Release Action = "Release"
 	// Hold asks for nothing now.
 	Hold Action = "Hold"
+	// Drain asks for Decision.Drain to be cordoned and its pods evicted, so that the pods
+	// move to the other nodes and it is released, empty.
+	Drain Action = "Drain"
 )
 
 // Reasons, one per rule that decided.
@@ -158,6 +175,14 @@ const (
 	// ReasonFitsExisting: the simulation places every pending pod on a node the cluster
 	// has or a claim in flight brings.
 	ReasonFitsExisting = "pending pods fit existing nodes"
+	// ReasonUnderutilized: a node's pods fit on the others, and have since at least Hold.
+	ReasonUnderutilized = "underutilized past hold"
+	// ReasonUnderutilizedWithinHold: a node's pods fit on the others, for less than Hold.
+	ReasonUnderutilizedWithinHold = "underutilized within hold"
+	// ReasonDrained: a node drained for consolidation has no non-daemon pod left.
+	ReasonDrained = "drained for consolidation"
+	// ReasonDraining: a node being drained still runs pods.
+	ReasonDraining = "draining for consolidation"
 )
 
 // Decision is the outcome of Decide.
@@ -172,7 +197,9 @@ type Decision struct {
 	Release []string
 	// ReleaseClaims are the claims of Release, in the same order.
 	ReleaseClaims []string
-	Reason        string
+	// Drain is the node to drain (Action Drain).
+	Drain  string
+	Reason string
 	// RequeueAfter is when to decide again without an event (a batch closing, a hold
 	// ending); 0 means only on the next event.
 	RequeueAfter time.Duration
@@ -261,6 +288,16 @@ func Decide(in Input) Decision {
 
 	// Emptiness carried over: a node keeps its first empty time while it stays empty.
 	st := State{EmptySince: map[string]time.Time{}}
+	for _, name := range in.Consolidatable {
+		since, ok := in.State.ConsolidatableSince[name]
+		if !ok || since.After(in.Now) {
+			since = in.Now
+		}
+		if st.ConsolidatableSince == nil {
+			st.ConsolidatableSince = map[string]time.Time{}
+		}
+		st.ConsolidatableSince[name] = since
+	}
 	for _, n := range in.Nodes {
 		if busy[n.Name] > 0 {
 			continue
@@ -361,6 +398,10 @@ func Decide(in Input) Decision {
 
 	var soonest time.Duration
 	unclaimed := false
+	draining := map[string]bool{}
+	for _, n := range in.Nodes {
+		draining[n.Name] = n.Draining
+	}
 	for _, n := range in.Nodes {
 		since, empty := st.EmptySince[n.Name]
 		if !empty {
@@ -374,7 +415,7 @@ func Decide(in Input) Decision {
 		if c.Deleting {
 			continue
 		}
-		if left := since.Add(in.Hold).Sub(in.Now); left > 0 {
+		if left := since.Add(in.Hold).Sub(in.Now); left > 0 && !n.Draining {
 			if soonest == 0 || left < soonest {
 				soonest = left
 			}
@@ -384,14 +425,52 @@ func Decide(in Input) Decision {
 	}
 	if len(d.Release) > 0 {
 		sort.Strings(d.Release)
+		drained := true
 		for _, n := range d.Release {
 			d.ReleaseClaims = append(d.ReleaseClaims, claimOf[n].Name)
+			drained = drained && draining[n]
 		}
 		d.Action, d.Reason = Release, ReasonEmptyPastHold
+		if drained {
+			d.Reason = ReasonDrained
+		}
 		d.RequeueAfter = soonest
 		return d
 	}
+	// Consolidation, one node at a time: none while a node is draining or a claim is in
+	// flight (the simulation counted neither).
+	drainingNow := false
+	for _, n := range in.Nodes {
+		if c, ok := claimOf[n.Name]; ok && n.Draining && !c.Deleting {
+			drainingNow = true
+		}
+	}
+	underused := false
+	if !drainingNow && inFlight == 0 {
+		for _, name := range in.Consolidatable {
+			c, ok := claimOf[name]
+			if !ok || c.Deleting || draining[name] {
+				continue
+			}
+			left := st.ConsolidatableSince[name].Add(in.Hold).Sub(in.Now)
+			if left <= 0 {
+				d.Action, d.Drain, d.Reason = Drain, name, ReasonUnderutilized
+				d.RequeueAfter = soonest
+				return d
+			}
+			if soonest == 0 || left < soonest {
+				soonest, underused = left, true
+			}
+		}
+	}
 	switch {
+	case drainingNow:
+		d.Reason, d.RequeueAfter = ReasonDraining, DrainRetry
+		if soonest > 0 && soonest < DrainRetry {
+			d.RequeueAfter = soonest
+		}
+	case soonest > 0 && underused:
+		d.Reason, d.RequeueAfter = ReasonUnderutilizedWithinHold, soonest
 	case soonest > 0:
 		d.Reason, d.RequeueAfter = ReasonEmptyWithinHold, soonest
 	case inFlight > 0:

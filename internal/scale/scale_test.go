@@ -296,6 +296,74 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// Consolidation: a node whose pods fit on the others (Input.Consolidatable, from the
+// simulation) is drained once it has been so for Hold, one node at a time, and released as
+// soon as it is empty.
+func TestDecideConsolidation(t *testing.T) {
+	hold := time.Minute
+	nodes := []Node{{Name: "n1"}, {Name: "n2"}}
+	claims := []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}}
+	busy := []Pod{{Name: "a", Node: "n1"}, {Name: "b", Node: "n2"}}
+	long := State{ConsolidatableSince: map[string]time.Time{"n2": t0.Add(-time.Hour)}}
+	cases := []struct {
+		name string
+		in   Input
+		want Decision
+	}{{
+		name: "consolidatable past hold: drain it",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}, State: long},
+		want: Decision{Action: Drain, Drain: "n2", Reason: ReasonUnderutilized},
+	}, {
+		name: "the first consolidatable past hold, in the order given",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n1", "n2"},
+			State: State{ConsolidatableSince: map[string]time.Time{"n1": t0.Add(-time.Hour), "n2": t0.Add(-time.Hour)}}},
+		want: Decision{Action: Drain, Drain: "n1", Reason: ReasonUnderutilized},
+	}, {
+		name: "consolidatable for less than hold: wait",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}},
+		want: Decision{Action: Hold, Reason: ReasonUnderutilizedWithinHold, RequeueAfter: hold},
+	}, {
+		name: "a node without a claim is never drained",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims[:1], MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}, State: long},
+		want: Decision{Action: Hold, Reason: ReasonBusy},
+	}, {
+		name: "a claim in flight: no consolidation",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: append(claims, Claim{Name: "c3", NodeName: "n3"}), MaxNodes: 3, Hold: hold,
+			Consolidatable: []string{"n2"}, State: long},
+		want: Decision{Action: Hold, Reason: ReasonInFlight},
+	}, {
+		name: "one at a time: while a node drains no other is drained",
+		in: Input{Now: t0, Pods: busy, Nodes: []Node{{Name: "n1", Draining: true}, {Name: "n2"}}, Claims: claims, MaxNodes: 3, Hold: hold,
+			Consolidatable: []string{"n2"}, State: long},
+		want: Decision{Action: Hold, Reason: ReasonDraining, RequeueAfter: DrainRetry},
+	}, {
+		name: "a drained node is released at once, within its hold",
+		in:   Input{Now: t0, Pods: busy[1:], Nodes: []Node{{Name: "n1", Draining: true}, {Name: "n2"}}, Claims: claims, MaxNodes: 3, Hold: hold},
+		want: Decision{Action: Release, Release: []string{"n1"}, ReleaseClaims: []string{"c1"}, Reason: ReasonDrained},
+	}, {
+		name: "pending pods: no consolidation",
+		in: Input{Now: t0, Pods: append(busy, pending("p", 2*time.Second)), Nodes: nodes, Claims: claims, MaxNodes: 2, Hold: hold,
+			Consolidatable: []string{"n2"}, State: long},
+		want: Decision{Action: Hold, Reason: ReasonAtMax},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(tc.in)
+			got.State = State{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The time a node was first seen consolidatable is kept while it stays so, and dropped
+	// when it is not.
+	got := Decide(Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n1"},
+		State: State{ConsolidatableSince: map[string]time.Time{"n1": t0.Add(-time.Second), "n2": t0.Add(-time.Hour)}}}).State.ConsolidatableSince
+	if diff := cmp.Diff(map[string]time.Time{"n1": t0.Add(-time.Second)}, got); diff != "" {
+		t.Errorf("ConsolidatableSince (-want +got):\n%s", diff)
+	}
+}
+
 func TestDecideKeepsEmptySince(t *testing.T) {
 	in := Input{Now: t0, Nodes: []Node{{Name: "n1"}, {Name: "n2"}}, Pods: []Pod{{Name: "r", Node: "n2"}},
 		Claims: []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}}, MaxNodes: 2, PodsPerNode: 1, Hold: time.Minute,

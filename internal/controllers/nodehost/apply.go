@@ -43,7 +43,25 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
 			message: fmt.Sprintf("releasing node(s) %s: %s; %s", strings.Join(d.Release, ", "), d.Reason, counts)}
 		r.Log.Info("nodehost_release", "cluster", p.key.String(), "nodes", d.Release, "reason", d.Reason)
+	case scale.Drain:
+		left, err := drain(ctx, w, d.Drain)
+		if err != nil {
+			return err
+		}
+		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
+			message: fmt.Sprintf("draining node %s (%d pod(s) to move): %s; %s", d.Drain, left, d.Reason, counts)}
+		r.Log.Info("nodehost_drain", "cluster", p.key.String(), "node", d.Drain, "pods", left)
 	default:
+		if d.Reason == scale.ReasonDraining {
+			// Evictions a PodDisruptionBudget refused are asked again.
+			for _, n := range in.Nodes {
+				if n.Draining {
+					if _, err := drain(ctx, w, n.Name); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		p.outcome = outcome{reason: ConditionReason(d.Reason), message: d.Reason + "; " + counts}
 	}
 	return nil

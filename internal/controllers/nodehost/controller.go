@@ -261,6 +261,9 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	s.BatchIdle, s.BatchMax = r.BatchIdle, r.BatchMax
 	in := InputOf(r.now(), pods, nodes, p.claims, s, r.watches.stateOf(w))
 	in.Simulated = r.simulate(p, pods, nodes, s)
+	if in.Consolidatable, err = Consolidatable(pods, nodes, p.claims, s); err != nil {
+		r.Log.Error("nodehost_consolidation_failed", "cluster", p.key.String(), "error", err.Error())
+	}
 	d := scale.Decide(in)
 	r.watches.setState(w, d.State)
 	d, exceeded, err := r.applyQuota(ctx, p, d)

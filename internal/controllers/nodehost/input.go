@@ -100,6 +100,8 @@ type Settings struct {
 	BatchIdle, BatchMax   time.Duration
 	// NodeSize is the Cluster's spec.nodeSize; nil is the default range.
 	NodeSize *v1alpha1.NodeSizeRange
+	// Consolidation is the Cluster's spec.consolidationPolicy ("" is WhenEmpty).
+	Consolidation v1alpha1.ConsolidationPolicy
 }
 
 // SizeRange is the range of sizes the cluster rents nodes at: spec.nodeSize, each bound it
@@ -130,7 +132,7 @@ func (s Settings) SizeRange() scale.SizeRange {
 // written elsewhere.
 func SettingsOf(c *v1alpha1.Cluster) Settings {
 	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration,
-		NodeSize: c.Spec.NodeSize.DeepCopy()}
+		NodeSize: c.Spec.NodeSize.DeepCopy(), Consolidation: c.Spec.ConsolidationPolicy}
 	if s.MaxNodes < 0 {
 		s.MaxNodes = 0
 	}
@@ -156,7 +158,7 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 	}
 	for _, n := range nodes {
 		if n != nil && NodeJoined(n) {
-			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: readySince(n)})
+			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: readySince(n), Draining: nodeDraining(n)})
 			// A new node offers what the largest joined one does: every node of a
 			// cluster is rented by the same contract size.
 			in.NodeSize.MilliCPU = max(in.NodeSize.MilliCPU, n.Status.Allocatable.Cpu().MilliValue())

@@ -1,0 +1,149 @@
+package nodehost
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale/simulate"
+)
+
+// AnnotationDraining marks a tenant node the node host cordoned to consolidate it away: once
+// its pods are gone it is released at once.
+const AnnotationDraining = "socialweb.computer/draining"
+
+// nodeDraining says whether the node host cordoned n for consolidation.
+func nodeDraining(n *corev1.Node) bool {
+	return n.Spec.Unschedulable && n.Annotations[AnnotationDraining] == "true"
+}
+
+// disruptionBlocker says why p keeps its node from being drained, or "": a pod annotated
+// do-not-disrupt, a Job's pod (it would start over), a pod no controller owns (nothing would
+// make it again).
+func disruptionBlocker(p *corev1.Pod) string {
+	if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return "annotated " + v1alpha1.AnnotationDoNotDisrupt
+	}
+	c := metav1.GetControllerOfNoCopy(p)
+	switch {
+	case c == nil:
+		return "owned by no controller"
+	case c.Kind == "Job":
+		return "a Job's pod"
+	}
+	return ""
+}
+
+// Consolidatable are the nodes a Cluster that consolidates when underutilized may drain,
+// best first (fewest pods to move, then by name): joined, claimed (its claim not deleting),
+// not cordoned, running at least one pod besides daemon pods and none that blocks a
+// disruption, and whose pods the scheduling simulation places on the other nodes as they
+// are (no new node). Nil when the Cluster consolidates only empty nodes or a pod is pending.
+// The error is the scheduler framework failing to build.
+func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) ([]string, error) {
+	if s.Consolidation != v1alpha1.ConsolidateWhenUnderutilized || anyPending(pods) {
+		return nil, nil
+	}
+	claimed := map[string]bool{}
+	for _, c := range claims {
+		if c != nil && c.DeletionTimestamp == nil {
+			claimed[c.Spec.NodeName] = true
+		}
+	}
+	movable := map[string][]*corev1.Pod{}
+	blocked := map[string]bool{}
+	for _, p := range pods {
+		if p == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		sp := PodOf(p)
+		if sp.Finished || sp.Daemon || p.DeletionTimestamp != nil {
+			continue
+		}
+		if disruptionBlocker(p) != "" {
+			blocked[p.Spec.NodeName] = true
+			continue
+		}
+		movable[p.Spec.NodeName] = append(movable[p.Spec.NodeName], p)
+	}
+	pi := PlanInputOf(pods, nodes, claims, s)
+	type candidate struct {
+		name string
+		pods int
+	}
+	var cands []candidate
+	for _, n := range nodes {
+		if n == nil || !NodeJoined(n) || n.Spec.Unschedulable || !claimed[n.Name] || blocked[n.Name] || len(movable[n.Name]) == 0 {
+			continue
+		}
+		cands = append(cands, candidate{n.Name, len(movable[n.Name])})
+	}
+	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Or(cmp.Compare(a.pods, b.pods), cmp.Compare(a.name, b.name)) })
+	var out []string
+	for _, c := range cands {
+		others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return n.Name == c.name || n.Spec.Unschedulable })
+		bound := slices.DeleteFunc(slices.Clone(pi.Bound), func(p *corev1.Pod) bool { return p.Spec.NodeName == c.name })
+		var moving []*corev1.Pod
+		for _, p := range movable[c.name] {
+			p = p.DeepCopy()
+			p.Spec.NodeName = ""
+			moving = append(moving, p)
+		}
+		res, err := simulate.Plan(moving, others, bound, pi.Template, 0)
+		if err != nil {
+			return nil, fmt.Errorf("scheduling simulation: %w", err)
+		}
+		if len(res.Unplaced()) == 0 && res.NewNodes == 0 {
+			out = append(out, c.name)
+		}
+	}
+	return out, nil
+}
+
+// drain cordons node and marks it draining, then asks the Eviction API to evict each of its
+// pods but daemon pods (a PodDisruptionBudget that allows no disruption now refuses; the
+// next decision asks again). It says how many pods are left to go.
+func drain(ctx context.Context, w *tenantWatch, node string) (int, error) {
+	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationDraining + `":"true"}},"spec":{"unschedulable":true}}`)
+	if _, err := w.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("cordoning node %s: %w", node, err)
+	}
+	pods, err := w.pods.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	left := 0
+	var errs []error
+	for _, p := range pods {
+		if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+			continue
+		}
+		if sp := PodOf(p); sp.Finished || sp.Daemon {
+			continue
+		}
+		left++
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
+		err := w.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsTooManyRequests(err):
+			// A PodDisruptionBudget allows no disruption now.
+		default:
+			errs = append(errs, fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err))
+		}
+	}
+	return left, errors.Join(errs...)
+}
