@@ -407,6 +407,8 @@ type NodeClaimInfra struct {
 // +kubebuilder:resource:scope=Namespaced,categories=socialweb
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.spec.cpus`
+// +kubebuilder:printcolumn:name="MemMiB",type=integer,JSONPath=`.spec.memMiB`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeClaim struct {
