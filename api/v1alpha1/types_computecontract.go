@@ -33,6 +33,8 @@ const (
 type ComputeContractSpec struct {
 	// vmName is the name given to the guest.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 253",message="must be at most 253 bytes of UTF-8 (the record's limit)"
 	VMName string `json:"vmName,omitempty"`
 
 	// computeKind is the kind of guest: vm (a qemu microVM), deno (a deno sandbox) or node (a tenant-cluster node).
@@ -41,27 +43,41 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:Enum=vm;deno;node
 	ComputeKind ComputeKind `json:"computeKind,omitempty"`
 
-	// userData is cloud-init user_data for a vm, or the program for deno.
+	// userData is cloud-init user_data for a vm, or the program for deno; at most 65536 bytes of
+	// UTF-8, the limit of the compute.vm record it is published in.
 	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 65536",message="must be at most 65536 bytes of UTF-8 (the limit of the record it is published in)"
 	UserData string `json:"userData,omitempty"`
 
 	// bidderDids, when set, are the only bidders (DIDs) whose bids are considered.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$`
 	BidderDids []string `json:"bidderDids,omitempty"`
 
 	// denyBidderDids are bidders (DIDs) whose bids are refused.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$`
 	DenyBidderDids []string `json:"denyBidderDids,omitempty"`
 
 	// sshAuthorizedKeys are public keys installed for the guest's login user.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule="self.all(k, bytes(k).size() <= 8192)",message="each key must be at most 8192 bytes of UTF-8 (the record's limit)"
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
 
 	// policy is the name of the policy workflow that picks a bid.
 	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 256",message="must be at most 256 bytes of UTF-8 (the record's limit)"
 	Policy string `json:"policy,omitempty"`
 
 	// requireIsolation is the weakest isolation boundary the winner's offering must state for this computeKind:
@@ -146,8 +162,10 @@ type ContractRelease struct {
 	// +required
 	RequestedAt metav1.Time `json:"requestedAt"`
 
-	// reason says why the guest is released.
+	// reason says why the guest is released; published in the delete event, whose lexicon allows
+	// 256 graphemes and 1024 bytes: at most 256 characters keep within both.
 	// +optional
+	// +kubebuilder:validation:MaxLength=256
 	Reason string `json:"reason,omitempty"`
 }
 

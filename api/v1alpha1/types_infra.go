@@ -93,9 +93,10 @@ const (
 
 // InfraSpec is the declaration of a deployment plus its optional record binding.
 type InfraSpec struct {
-	// description is a human-readable summary of the deployment; published to the record.
+	// description is a human-readable summary of the deployment; published to the record, whose
+	// lexicon allows 300 graphemes and 3000 bytes: at most 300 characters keep within both.
 	// +optional
-	// +kubebuilder:validation:MaxLength=3000
+	// +kubebuilder:validation:MaxLength=300
 	Description string `json:"description,omitempty"`
 
 	// contracts are the deployment's declared compute contracts, replaced whole on apply; names must be unique.
@@ -148,6 +149,8 @@ type InfraContract struct {
 
 	// vmName is the name given to the guest.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 253",message="must be at most 253 bytes of UTF-8 (the record's limit)"
 	VMName string `json:"vmName,omitempty"`
 
 	// computeKind is the kind of guest: vm (a qemu microVM), deno (a deno sandbox running userData) or node (a tenant-cluster node, declared with a spec.nodes entry by the NodeClaim controller).
@@ -157,26 +160,40 @@ type InfraContract struct {
 	ComputeKind ComputeKind `json:"computeKind,omitempty"`
 
 	// userData is cloud-init user_data for a vm, or the program for deno; public, never a secret.
+	// At most 65536 bytes of UTF-8, the records' limit.
 	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 65536",message="must be at most 65536 bytes of UTF-8 (the limit of the record it is published in)"
 	UserData string `json:"userData,omitempty"`
 
 	// bidderDids, when set, are the only bidders (DIDs) whose bids are considered.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$`
 	BidderDids []string `json:"bidderDids,omitempty"`
 
 	// denyBidderDids are bidders (DIDs) whose bids are refused.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$`
 	DenyBidderDids []string `json:"denyBidderDids,omitempty"`
 
 	// sshAuthorizedKeys are public keys installed for the guest's login user.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule="self.all(k, bytes(k).size() <= 8192)",message="each key must be at most 8192 bytes of UTF-8 (the record's limit)"
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
 
 	// policy is the name of the policy workflow that picks a bid.
 	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 256",message="must be at most 256 bytes of UTF-8 (the record's limit)"
 	Policy string `json:"policy,omitempty"`
 
 	// requireIsolation is the weakest isolation boundary the winner's offering must state for this computeKind:
@@ -438,6 +455,7 @@ type EphemeralInfraSpec struct {
 	// +optional
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=31536000
 	TTLSeconds int32 `json:"ttlSeconds,omitempty"`
 
 	// endWhen is Complete (end at the deadline or when every requested contract finished) or Deadline (only at the deadline).

@@ -50,7 +50,7 @@ func (k Kind) prefix() string {
 // Limits of a declaration that the API server enforces on spec; a record beyond them could
 // never be pulled, so it does not decode.
 const (
-	maxDescriptionChars = 3000
+	maxDescriptionChars = 300
 	maxContracts        = 64
 	maxVMReadyTimeout   = 86400
 	maxPorts            = 16
