@@ -132,7 +132,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	rd.d = market.Next(rd.s)
 	var step reconcile.Result
-	switch market.StateOf(rd.s) {
+	stage := market.StateOf(rd.s)
+	switch stage {
 	case market.StageUnpublished:
 		step, err = r.publish(ctx, rd)
 	case market.StageBidding:
@@ -146,6 +147,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// contract ended (read stops before a final one).
 	}
 	if err != nil {
+		d, retry := stepFailure(stage, rd.orig.Status.Phase, err)
+		if d == nil {
+			return step, err
+		}
+		rd.d = *d
+		if res, werr := r.finish(ctx, rd); werr != nil || !retry {
+			return res, werr
+		}
 		return step, err
 	}
 	res, err = r.finish(ctx, rd)

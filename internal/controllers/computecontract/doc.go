@@ -19,7 +19,9 @@
 //     Bound: guest (guest.go) delivers the secrets, or writes the delete of a guest that
 //     missed its ready timeout;
 //     Releasing: release (release.go) writes the delete event on the receipt.
-//     A step's error ends the reconcile before the status is written.
+//     A step's error is reported on the object (stepFailure, failure.go): a record the PDS
+//     refused is RecordRejected and waits for a spec change; any other is StepFailed and
+//     goes back to the queue with its backoff.
 //  3. finish (status.go): the decided phase, reason and message written once through
 //     reconcilekit; a contract that ended forgets its rfp's time and, when it is being
 //     deleted, drops its finalizer (finalize.go).
