@@ -60,6 +60,12 @@ func newBidderCommand() *cobra.Command {
 			if pw == "" {
 				return errors.New("no password: give --password-file or set SOCIALWEB_BIDDER_PASSWORD")
 			}
+			// Before anything in it is touched: `up`'s bidder may hold the same dir.
+			lock, err := bidder.LockStateDir(stateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
 			sub, err := newSubstrate(kind, filepath.Join(stateDir, "guests"), nodes)
 			if err != nil {

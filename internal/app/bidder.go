@@ -111,17 +111,25 @@ func localNodesRunUserNamespaces(sub *node.Substrate) (bool, string) {
 // runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends,
 // following the firehoses of sources (requesters elsewhere) besides srv's.
 func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+	// A standalone `socialweb bidder` may hold the dir (and act as the same account).
+	lock, err := bidder.LockStateDir(dir)
+	if err != nil {
+		return err
+	}
 	acct, err := EnsureLocalAccount(ctx, srv, dir, handle)
 	if err != nil {
+		lock.Release()
 		return err
 	}
 	repo, err := repos.Local(ctx, srv, acct.DID)
 	if err != nil {
+		lock.Release()
 		return err
 	}
 	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
 		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)})
 	go func() {
+		defer lock.Release()
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("local bidder stopped", "bidder", handle, "err", err)
 		}

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/dirlock"
 )
 
 // dataDirFormat is the layout version written to the marker file. A data dir with a newer
@@ -23,7 +21,7 @@ const markerName = "socialweb.json"
 // DataDir is the layout of a core's state directory.
 type DataDir struct {
 	Root string
-	lock *os.File
+	lock *dirlock.Lock
 }
 
 // marker identifies a directory as a socialweb data dir, so that `up` never writes into a
@@ -126,36 +124,23 @@ func (d *DataDir) writeMarkerIfAbsent() error {
 	return atomicfile.Write(p, b, 0o600)
 }
 
-// takeLock holds an exclusive flock on root/lock for the life of the process. The kernel
-// drops it when the process dies, so a crashed `up` never leaves a stale lock behind.
+// takeLock holds the data dir for the life of the process (internal/dirlock): a crashed `up`
+// never leaves a stale lock behind.
 func (d *DataDir) takeLock() error {
-	f, err := os.OpenFile(filepath.Join(d.Root, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	l, err := dirlock.Acquire(d.Root)
+	var held *dirlock.HeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("%w: %s is held by %s (is another `socialweb up` running on it?)", ErrDataDirLocked, d.Root, held.Holder)
+	}
 	if err != nil {
 		return &DataDirError{Path: d.Root, Reason: err.Error()}
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b := make([]byte, 32)
-		n, _ := f.ReadAt(b, 0)
-		f.Close()
-		holder := strings.TrimSpace(string(b[:n]))
-		if _, perr := strconv.Atoi(holder); perr != nil {
-			holder = "another process"
-		} else {
-			holder = "pid " + holder
-		}
-		return fmt.Errorf("%w: %s is held by %s (is another `socialweb up` running on it?)", ErrDataDirLocked, d.Root, holder)
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	d.lock = f
+	d.lock = l
 	return nil
 }
 
 // Close releases the lock.
 func (d *DataDir) Close() {
-	if d.lock != nil {
-		_ = syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN)
-		d.lock.Close()
-		d.lock = nil
-	}
+	d.lock.Release()
+	d.lock = nil
 }
