@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -62,6 +63,7 @@ func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefi
 	o.RecommendedOptions.CoreAPI = nil
 	o.RecommendedOptions.Admission = nil
 	o.RecommendedOptions.Features.EnablePriorityAndFairness = false
+	o.ServerRunOptions.MaxRequestBodyBytes = MaxRequestBodyBytes
 	if err := o.Complete(); err != nil {
 		return nil, err
 	}
@@ -89,6 +91,11 @@ func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefi
 	// kubectl explain reads v3.
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(defs, namer)
 	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(defs, namer)
+
+	// Inside authentication and authorization: a stranger still gets 401.
+	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(refuseCustomResourceProtobuf(h), c)
+	}
 
 	admin := &user.DefaultInfo{Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}
 	serverConfig.Authentication.Authenticator = authenticatorfactory.NewFromTokens(map[string]*user.DefaultInfo{p.adminToken: admin}, nil)

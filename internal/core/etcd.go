@@ -45,6 +45,8 @@ func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd fun
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	cfg.QuotaBackendBytes = 8 << 30
+	// Above the API server's body limit, so that limit is the one a client meets (limits.go).
+	cfg.MaxRequestBytes = etcdMaxRequestBytes
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

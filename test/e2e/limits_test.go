@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/testenv"
+)
+
+// rawPost sends body to path on the core's API server as the admin and returns the status
+// code and, for a refusal, the decoded Status (failing when it is not one).
+func rawPost(t *testing.T, cfg *rest.Config, path, contentType string, body []byte) (int, metav1.Status) {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, cfg.Host+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: no answer: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode < 300 {
+		return resp.StatusCode, metav1.Status{}
+	}
+	var st metav1.Status
+	if err := json.Unmarshal(raw, &st); err != nil || st.Kind != "Status" {
+		t.Fatalf("POST %s: %d %.300q is not a Status", path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, st
+}
+
+const infrasPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/infras"
+
+// A create over the body limit is refused by the API server with 413 and the limit, before
+// etcd is asked (which answered a raw gRPC ResourceExhausted).
+func TestCore_OversizedCreateIsRequestEntityTooLarge(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	big := fmt.Sprintf(`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Infra","metadata":{"name":"big","annotations":{"x":%q}}}`,
+		strings.Repeat("a", 2<<20))
+	code, st := rawPost(t, env.Config, infrasPath, "application/json", []byte(big))
+	if code != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge {
+		t.Fatalf("2 MiB create: %d %s %q, want 413 RequestEntityTooLarge", code, st.Reason, st.Message)
+	}
+	if !strings.Contains(st.Message, fmt.Sprint(core.MaxRequestBodyBytes)) {
+		t.Errorf("message %q does not say the limit %d", st.Message, core.MaxRequestBodyBytes)
+	}
+	// A body just under the limit is stored, although what storage adds (uid, timestamps,
+	// managed fields, the encryption's envelope) takes it past etcd's default 1.5 MiB.
+	head := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"fits"},"data":{"x":"`
+	tail := `"}}`
+	n := (core.MaxRequestBodyBytes - len(head) - len(tail) - 16) / 4 * 3
+	fits := head + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n)) + tail
+	if code, st := rawPost(t, env.Config, "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets", "application/json", []byte(fits)); code != http.StatusCreated {
+		t.Fatalf("create of %d bytes: %d %s %q", len(fits), code, st.Reason, st.Message)
+	}
+}
+
+// A protobuf body to a custom resource is answered 415 with a Status, as an unsupported media
+// type is upstream, instead of panicking the handler and dropping the connection.
+func TestCore_ProtobufBodyToCustomResourceIsUnsupported(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	garbage := append([]byte("k8s\x00"), bytes.Repeat([]byte{0xff, 0x01, 0x7f}, 64)...)
+	for _, body := range [][]byte{garbage, []byte("not protobuf at all")} {
+		code, st := rawPost(t, env.Config, infrasPath, "application/vnd.kubernetes.protobuf", body)
+		if code != http.StatusUnsupportedMediaType || st.Reason != metav1.StatusReasonUnsupportedMediaType {
+			t.Fatalf("protobuf create: %d %s %q, want 415 UnsupportedMediaType", code, st.Reason, st.Message)
+		}
+		if !strings.Contains(st.Message, "application/json") {
+			t.Errorf("message %q does not say what to send", st.Message)
+		}
+	}
+	// The server still serves.
+	if err := env.Client.Create(context.Background(), &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: "default"}}); err != nil {
+		t.Fatalf("create after: %v", err)
+	}
+}
+
+// A userData past the records' 64 KiB is refused at apply, naming the field, instead of
+// being admitted and stuck at the record write.
+func TestInfra_OversizedUserDataIsRefusedAtApply(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	for i, ud := range []string{strings.Repeat("a", 921602), strings.Repeat("é", 40000)} {
+		inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: "default"},
+			Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "web", State: v1alpha1.ContractRequested, ComputeKind: v1alpha1.ComputeKindDeno, UserData: ud}}}}
+		err := env.Client.Create(ctx, inf)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.contracts[0].userData") {
+			t.Errorf("Infra with %d bytes of userData: %v, want Invalid naming spec.contracts[0].userData", len(ud), err)
+		}
+		cc := &v1alpha1.ComputeContract{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: "default"},
+			Spec: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, UserData: ud}}
+		err = env.Client.Create(ctx, cc)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.userData") {
+			t.Errorf("ComputeContract with %d bytes of userData: %v, want Invalid naming spec.userData", len(ud), err)
+		}
+	}
+	ok := &v1alpha1.ComputeContract{ObjectMeta: metav1.ObjectMeta{Name: "fits", Namespace: "default"},
+		Spec: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, UserData: strings.Repeat("a", 65536)}}
+	if err := env.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("64 KiB of userData refused: %v", err)
+	}
+}
