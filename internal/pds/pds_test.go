@@ -339,7 +339,7 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 	big := strings.Repeat("x", 1100*1024)
 	_, err = c.PutRecord(ctx, "app.x.y", "big", map[string]any{"s": big}, nil)
 	var xe *atclient.XRPCError
-	if err == nil || !(atclient.IsXRPC(err, "PayloadTooLargeError")) {
+	if err == nil || !(atclient.IsXRPC(err, "PayloadTooLarge")) {
 		t.Fatalf("oversized: %v %v", err, xe)
 	}
 	if _, err := c.PutRecord(ctx, "app.x.y", "f", map[string]any{"n": 1.5}, nil); !atclient.IsXRPC(err, "InvalidRequest") {

@@ -10,6 +10,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
 	"github.com/multiformats/go-multihash"
+
+	"socialweb.computer/internal/xrpc"
 )
 
 // MaxRecordBytes is the largest record, in DAG-CBOR, a write accepts.
@@ -49,7 +51,7 @@ func encodeRecordJSON(collection syntax.NSID, raw json.RawMessage) (*encodedReco
 		return nil, errInvalidRequest("Expected object value type (got %s) at $.record", truncate(string(raw), 40))
 	}
 	if len(raw) > atdata.MAX_JSON_RECORD_SIZE {
-		return nil, errNamed(413, "PayloadTooLargeError", "request entity too large")
+		return nil, errNamed(413, xrpc.PayloadTooLarge, "request entity too large")
 	}
 	val, err := atdata.UnmarshalJSON(raw)
 	if err != nil {
@@ -84,7 +86,7 @@ func encodeRecord(collection syntax.NSID, val map[string]any) (*encodedRecord, e
 		return nil, errInvalidRequest("Invalid record: %s", cleanErr(err))
 	}
 	if len(b) > MaxRecordBytes {
-		return nil, errNamed(413, "PayloadTooLargeError", "record is %d bytes, more than %d", len(b), MaxRecordBytes)
+		return nil, errNamed(413, xrpc.PayloadTooLarge, "record is %d bytes, more than %d", len(b), MaxRecordBytes)
 	}
 	c, err := cidBuilder.Sum(b)
 	if err != nil {

@@ -125,7 +125,7 @@ func mapXRPC(name string, status int, err error) error {
 		return fmt.Errorf("%w: %v", ErrSwapMismatch, err)
 	case "RecordNotFound":
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
-	case "InvalidRecord", "PayloadTooLargeError", "InvalidRequest":
+	case "InvalidRecord", "PayloadTooLarge", "PayloadTooLargeError", "InvalidRequest":
 		return fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 	case "RepoNotFound", "AccountTakedown", "AccountDeactivated":
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)

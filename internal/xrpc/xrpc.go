@@ -18,6 +18,8 @@ const (
 	InvalidToken         = "InvalidToken"
 	ExpiredToken         = "ExpiredToken"
 	MethodNotImplemented = "MethodNotImplemented"
+	// PayloadTooLarge is the reference xrpc-server's name for a 413.
+	PayloadTooLarge = "PayloadTooLarge"
 	RateLimitExceeded    = "RateLimitExceeded"
 	InternalServerError  = "InternalServerError"
 	RecordNotFound       = "RecordNotFound"
