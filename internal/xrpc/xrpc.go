@@ -19,11 +19,11 @@ const (
 	ExpiredToken         = "ExpiredToken"
 	MethodNotImplemented = "MethodNotImplemented"
 	// PayloadTooLarge is the reference xrpc-server's name for a 413.
-	PayloadTooLarge = "PayloadTooLarge"
-	RateLimitExceeded    = "RateLimitExceeded"
-	InternalServerError  = "InternalServerError"
-	RecordNotFound       = "RecordNotFound"
-	InvalidSwap          = "InvalidSwap"
+	PayloadTooLarge     = "PayloadTooLarge"
+	RateLimitExceeded   = "RateLimitExceeded"
+	InternalServerError = "InternalServerError"
+	RecordNotFound      = "RecordNotFound"
+	InvalidSwap         = "InvalidSwap"
 )
 
 // Error is an XRPC error answer: written as {"error": Name, "message": Message} with Status.
