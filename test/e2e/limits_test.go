@@ -56,9 +56,10 @@ const infrasPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/infras"
 // etcd is asked (which answered a raw gRPC ResourceExhausted).
 func TestCore_OversizedCreateIsRequestEntityTooLarge(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	big := fmt.Sprintf(`{"apiVersion":"socialweb.computer/v1alpha1","kind":"Infra","metadata":{"name":"big","annotations":{"x":%q}}}`,
-		strings.Repeat("a", 2<<20))
-	code, st := rawPost(t, env.Config, infrasPath, "application/json", []byte(big))
+	const secretsPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets"
+	big := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"big"},"data":{"x":"` +
+		base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 3<<19)) + `"}}` // 2 MiB of JSON
+	code, st := rawPost(t, env.Config, secretsPath, "application/json", []byte(big))
 	if code != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge {
 		t.Fatalf("2 MiB create: %d %s %q, want 413 RequestEntityTooLarge", code, st.Reason, st.Message)
 	}
@@ -71,7 +72,7 @@ func TestCore_OversizedCreateIsRequestEntityTooLarge(t *testing.T) {
 	tail := `"}}`
 	n := (core.MaxRequestBodyBytes - len(head) - len(tail) - 16) / 4 * 3
 	fits := head + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n)) + tail
-	if code, st := rawPost(t, env.Config, "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets", "application/json", []byte(fits)); code != http.StatusCreated {
+	if code, st := rawPost(t, env.Config, secretsPath, "application/json", []byte(fits)); code != http.StatusCreated {
 		t.Fatalf("create of %d bytes: %d %s %q", len(fits), code, st.Reason, st.Message)
 	}
 }
