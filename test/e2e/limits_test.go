@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -121,4 +124,32 @@ func TestInfra_OversizedUserDataIsRefusedAtApply(t *testing.T) {
 	if err := env.Client.Create(ctx, ok); err != nil {
 		t.Fatalf("64 KiB of userData refused: %v", err)
 	}
+}
+
+// A contract the API admits but no record can be written for (here a Secret of 65 keys: the
+// compute.vm payload names at most 64, and a Secret's keys are no field of the contract) says
+// so on the contract, naming the field: Pending, Ready False InvalidPayload, no rfp.
+func TestMarket_RefusedRecordIsAConditionOnTheContract(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{PDS: true})
+	env.StartControllers(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	localRepo(t, env, "owner")
+	data := map[string][]byte{}
+	for i := range 65 {
+		data[fmt.Sprintf("k%02d", i)] = []byte("v")
+	}
+	newSecret(t, env, "many", data)
+	newContract(t, env, "many", func(c *v1alpha1.ComputeContract) { c.Spec.SecretsRef = &v1alpha1.SecretKeyRef{Name: "many"} })
+	testenv.Eventually(t, 30*time.Second, "Ready InvalidPayload", func() (bool, error) {
+		var c v1alpha1.ComputeContract
+		if err := env.Client.Get(context.Background(), key("many"), &c); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionReady))
+		if cond == nil {
+			return false, fmt.Errorf("phase %q, no Ready condition", c.Status.Phase)
+		}
+		ok := c.Status.Phase == v1alpha1.ComputeContractPending && cond.Status == metav1.ConditionFalse &&
+			cond.Reason == "InvalidPayload" && strings.Contains(cond.Message, "secrets") && c.Status.RFP == ""
+		return ok, fmt.Errorf("phase %q, Ready %s %s %q", c.Status.Phase, cond.Status, cond.Reason, cond.Message)
+	})
 }

@@ -3,6 +3,8 @@ package computecontract
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -43,5 +45,15 @@ func TestPayloadOf(t *testing.T) {
 	var pe *PayloadError
 	if !errors.As(err, &pe) {
 		t.Fatalf("node with userData and nodeJoin: %v, want a PayloadError", err)
+	}
+
+	// More secrets than the record names: refused before any write, naming the field.
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = fmt.Sprintf("k%02d", i)
+	}
+	_, err = payloadOf(v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno}, many)
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "secrets") {
+		t.Fatalf("65 secrets: %v, want a PayloadError naming secrets", err)
 	}
 }

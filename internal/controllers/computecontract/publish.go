@@ -120,6 +120,12 @@ func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeV
 	for _, p := range spec.Ports {
 		vm.Ports = append(vm.Ports, mk.ComputeVMPort{Name: p.Name, Port: int64(p.Port)})
 	}
+	// The CRD holds the spec's fields to the lexicon's limits, but not what comes from
+	// elsewhere (the Secret's key count): checked here, with the field's path, before any
+	// record is written.
+	if err := vm.Validate(); err != nil {
+		return vm, &PayloadError{Reason: err.Error()}
+	}
 	return vm, nil
 }
 
