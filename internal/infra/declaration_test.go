@@ -87,6 +87,7 @@ func TestDeclarationFromRecord(t *testing.T) {
 		{name: "bad datetime", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"released","releaseRequestedAt":"yesterday"}]}`, reason: InvalidBadField},
 		{name: "nested policyArgs", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","policyArgs":{"x":{"y":1}}}]}`, reason: InvalidBadField},
 		{name: "description too long", kind: KindInfra, in: infraHead + `"description":"` + strings.Repeat("x", 3001) + `"}`, reason: InvalidBadField},
+		{name: "description over 300 characters", kind: KindInfra, in: infraHead + `"description":"` + strings.Repeat("x", 301) + `"}`, reason: InvalidBadField},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

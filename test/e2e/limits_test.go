@@ -152,4 +152,27 @@ func TestMarket_RefusedRecordIsAConditionOnTheContract(t *testing.T) {
 			cond.Reason == "InvalidPayload" && strings.Contains(cond.Message, "secrets") && c.Status.RFP == ""
 		return ok, fmt.Errorf("phase %q, Ready %s %s %q", c.Status.Phase, cond.Status, cond.Reason, cond.Message)
 	})
+
+	// Declared in an Infra, the deployment's Ready condition says the same, naming the contract.
+	inf := &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Name: "many", Namespace: ns}, Spec: v1alpha1.InfraSpec{
+		Record:    &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "owner"}},
+		Contracts: []v1alpha1.InfraContract{{Name: "web", State: v1alpha1.ContractRequested, ComputeKind: v1alpha1.ComputeKindDeno, UserData: foreverGuest}},
+		Secrets:   []v1alpha1.InfraContractSecret{{Contract: "web", SecretRef: v1alpha1.SecretKeyRef{Name: "many"}}},
+	}}
+	if err := env.Client.Create(context.Background(), inf); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "Infra Ready InvalidPayload", func() (bool, error) {
+		var got v1alpha1.Infra
+		if err := env.Client.Get(context.Background(), key("many"), &got); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady))
+		if cond == nil {
+			return false, fmt.Errorf("phase %q, no Ready condition", got.Status.Phase)
+		}
+		ok := cond.Status == metav1.ConditionFalse && cond.Reason == "InvalidPayload" && strings.Contains(cond.Message, "contract web") &&
+			strings.Contains(cond.Message, "secrets")
+		return ok, fmt.Errorf("phase %q, Ready %s %s %q", got.Status.Phase, cond.Status, cond.Reason, cond.Message)
+	})
 }

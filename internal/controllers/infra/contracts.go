@@ -56,6 +56,7 @@ func (r *Reconciler) contracts(ctx context.Context, p *pass) error {
 	o.status.Phase = infra.DeploymentPhase(plan.Status, false, o.ended())
 	o.status.ContractsReady = infra.ContractsReady(o.spec.Contracts, plan.Status)
 	o.status.ContractsByPhase = infra.ContractsByPhase(o.spec.Contracts, plan.Status)
+	p.stalled = infra.Stalled(plan.Status, existing)
 	return nil
 }
 

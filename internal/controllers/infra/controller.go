@@ -124,6 +124,9 @@ type pass struct {
 	// childCreated is true when this pass created the record child: the child's first
 	// status write (after it wrote the record) wakes the next pass.
 	childCreated bool
+	// stalled are the contracts whose ComputeContract says why it cannot move on: the Ready
+	// condition names them.
+	stalled []infra.StalledContract
 }
 
 // Reconcile runs the steps of one deployment in order: finalize (when deleted), the release

@@ -3,6 +3,7 @@ package infra
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +12,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/reconcilekit"
+	"socialweb.computer/internal/infra"
 )
 
 // writeStatus is the one status write of a reconcile: the steps changed p.obj's status in
@@ -20,7 +22,7 @@ import (
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) (reconcile.Result, error) {
 	o := p.obj
 	o.status.ObservedGeneration = o.obj.GetGeneration()
-	meta.SetStatusCondition(&o.status.Conditions, readyCondition(o.status.Phase, o.obj.GetGeneration()))
+	meta.SetStatusCondition(&o.status.Conditions, readyCondition(o.status.Phase, o.obj.GetGeneration(), p.stalled))
 	res, err := reconcilekit.CommitStatus(ctx, r.Client, p.stored.obj, o.obj)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return res, fmt.Errorf("writing status of %s/%s: %w", o.obj.GetNamespace(), o.obj.GetName(), err)
@@ -29,8 +31,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) (reconcile.Result
 }
 
 // readyCondition is True when what is observed is what is declared: a staged deployment, or
-// every requested contract deployed.
-func readyCondition(phase v1alpha1.InfraPhase, generation int64) metav1.Condition {
+// every requested contract deployed. While it is not, a stalled contract gives its reason and
+// message (the first in spec order its reason; every one in the message), so the deployment
+// says why it does not progress.
+const maxReadyMessage = 4096
+
+func readyCondition(phase v1alpha1.InfraPhase, generation int64, stalled []infra.StalledContract) metav1.Condition {
 	c := metav1.Condition{Type: string(v1alpha1.ConditionReady), ObservedGeneration: generation, Reason: string(phase)}
 	switch phase {
 	case v1alpha1.InfraStaged:
@@ -39,6 +45,16 @@ func readyCondition(phase v1alpha1.InfraPhase, generation int64) metav1.Conditio
 		c.Status, c.Message = metav1.ConditionTrue, "every requested contract is deployed"
 	default:
 		c.Status, c.Message = metav1.ConditionFalse, "waiting for contracts: "+string(phase)
+	}
+	if c.Status == metav1.ConditionFalse && len(stalled) > 0 {
+		c.Reason = stalled[0].Reason
+		for _, s := range stalled {
+			c.Message += fmt.Sprintf("; contract %s: %s: %s", s.Contract, s.Reason, s.Message)
+		}
+		// A condition's message holds 32768 bytes; 64 long messages would not fit.
+		if len(c.Message) > maxReadyMessage {
+			c.Message = strings.ToValidUTF8(c.Message[:maxReadyMessage], "") + " ..."
+		}
 	}
 	if c.Reason == "" {
 		c.Reason = string(v1alpha1.InfraPending)
