@@ -1,16 +1,26 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"mime"
 	"net/http"
 	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Size limits of a request and of a stored object. The API server reads at most
@@ -63,4 +73,54 @@ func apiGroupOf(path string) (string, bool) {
 	}
 	group, _, _ := strings.Cut(rest, "/")
 	return group, group != ""
+}
+
+// tooLargeOptions gives every custom resource's storage tooLargeStorage.
+type tooLargeOptions struct{ genericregistry.RESTOptionsGetter }
+
+func (g tooLargeOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (genericregistry.RESTOptions, error) {
+	o, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil || o.Decorator == nil {
+		return o, err
+	}
+	decorate := o.Decorator
+	o.Decorator = func(cfg *storagebackend.ConfigForResource, prefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, attrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := decorate(cfg, prefix, keyFunc, newFunc, newListFunc, attrs, trigger, indexers)
+		if err != nil {
+			return s, destroy, err
+		}
+		return tooLargeStorage{Interface: s}, destroy, nil
+	}
+	return o, nil
+}
+
+// tooLargeStorage answers a write etcd refuses for its size with 413 and the limit. A body
+// within MaxRequestBodyBytes fits; an object can still grow past etcd's limit by patches,
+// and upstream then answers 500 with the raw gRPC message.
+type tooLargeStorage struct{ storage.Interface }
+
+func (s tooLargeStorage) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	return tooLargeError(s.Interface.Create(ctx, key, obj, out, ttl))
+}
+
+func (s tooLargeStorage) GuaranteedUpdate(ctx context.Context, key string, dest runtime.Object, ignoreNotFound bool,
+	precond *storage.Preconditions, tryUpdate storage.UpdateFunc, cached runtime.Object) error {
+	return tooLargeError(s.Interface.GuaranteedUpdate(ctx, key, dest, ignoreNotFound, precond, tryUpdate, cached))
+}
+
+// tooLargeError is err, or a RequestEntityTooLarge when it is etcd's refusal of a request's
+// size: etcd's own ("request is too large") or gRPC's on either side of the connection.
+func tooLargeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	tooLarge := err.Error() == rpctypes.ErrRequestTooLarge.Error()
+	if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max") {
+		tooLarge = true
+	}
+	if !tooLarge {
+		return err
+	}
+	return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the object would be larger than the %d bytes storage holds (etcd: %v)", etcdMaxRequestBytes, err))
 }

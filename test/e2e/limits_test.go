@@ -176,3 +176,32 @@ func TestMarket_RefusedRecordIsAConditionOnTheContract(t *testing.T) {
 		return ok, fmt.Errorf("phase %q, Ready %s %s %q", got.Status.Phase, cond.Status, cond.Reason, cond.Message)
 	})
 }
+
+// An object grown past what etcd holds by a patch within the body limit is answered 413
+// with the limit too, not a raw gRPC error.
+func TestCore_ObjectGrownPastStorageIsRequestEntityTooLarge(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	const path = "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets"
+	value := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 1<<20)) // 1.33 MiB of JSON
+	first := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"grows"},"data":{"a":"` + value + `"}}`
+	if code, st := rawPost(t, env.Config, path, "application/json", []byte(first)); code != http.StatusCreated {
+		t.Fatalf("create: %d %s %q", code, st.Reason, st.Message)
+	}
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPatch, env.Config.Host+path+"/grows", strings.NewReader(`{"data":{"b":"`+value+`"}}`))
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st metav1.Status
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &st)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge || !strings.Contains(st.Message, "2097152") {
+		t.Fatalf("patch past 2 MiB: %d %s %.300q, want 413 naming the limit", resp.StatusCode, st.Reason, st.Message)
+	}
+}
