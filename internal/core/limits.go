@@ -76,7 +76,9 @@ func apiGroupOf(path string) (string, bool) {
 }
 
 // tooLargeOptions gives every custom resource's storage tooLargeStorage.
-type tooLargeOptions struct{ genericregistry.RESTOptionsGetter }
+type tooLargeOptions struct {
+	genericregistry.RESTOptionsGetter
+}
 
 func (g tooLargeOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (genericregistry.RESTOptions, error) {
 	o, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
