@@ -18,6 +18,8 @@ const (
 	ErrInvalidRequest  = xrpc.InvalidRequest
 	ErrMethodNotFound  = xrpc.MethodNotImplemented
 	ErrInternal        = xrpc.InternalServerError
+	// ErrPayloadTooLarge: a procedure's input over the gateway's limit (413).
+	ErrPayloadTooLarge = xrpc.PayloadTooLarge
 	// ErrAccountNotAllowed: the caller's DID is not one the operator admits.
 	ErrAccountNotAllowed = "AccountNotAllowed"
 	// ErrQuotaExceeded: a creation past one of the account's quotas.

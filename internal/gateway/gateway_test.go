@@ -362,7 +362,7 @@ func TestBadInput(t *testing.T) {
 		{cluster.CreateClusterNSID, "POST", `{"name":"Upper"}`, 400, gateway.ErrInvalidRequest},
 		{cluster.CreateClusterNSID, "POST", `{"name":"` + strings.Repeat("a", 64) + `"}`, 400, gateway.ErrInvalidRequest},
 		{cluster.CreateClusterNSID, "POST", `{"name":"a1"} {}`, 400, gateway.ErrInvalidRequest},
-		{cluster.CreateClusterNSID, "POST", `{"name":"` + strings.Repeat("a", 70000) + `"}`, 413, gateway.ErrInvalidRequest},
+		{cluster.CreateClusterNSID, "POST", `{"name":"` + strings.Repeat("a", 70000) + `"}`, 413, gateway.ErrPayloadTooLarge},
 		{cluster.CreateClusterNSID, "GET", ``, 405, gateway.ErrInvalidRequest},
 		{cluster.ListClustersNSID, "POST", `{}`, 405, gateway.ErrInvalidRequest},
 		{cluster.GetKubeconfigNSID, "POST", `{"name":"a1","ttlSeconds":59}`, 400, gateway.ErrInvalidRequest},

@@ -272,12 +272,17 @@ func (s *Server) xrpc(w http.ResponseWriter, r *http.Request) {
 	}
 	var in []byte
 	if m.procedure {
-		if in, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1)); err != nil {
-			writeError(w, invalidRequest("reading the input: %v", err))
+		// Before the body is read, so no "100 Continue" precedes the refusal (xrpc.LimitBody).
+		if xe := xrpc.LimitBody(w, r, maxBody); xe != nil {
+			writeError(w, xe)
 			return
 		}
-		if len(in) > maxBody {
-			writeError(w, xrpcErr(http.StatusRequestEntityTooLarge, ErrInvalidRequest, "input larger than %d bytes", maxBody))
+		if in, err = io.ReadAll(r.Body); err != nil {
+			if xe := xrpc.BodyTooLarge(err); xe != nil {
+				writeError(w, xe)
+				return
+			}
+			writeError(w, invalidRequest("reading the input: %v", err))
 			return
 		}
 	}

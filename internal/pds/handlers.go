@@ -70,7 +70,9 @@ func (s *Server) routes() http.Handler {
 				xrpc.WriteError(w, nil)
 			}
 		}()
-		if tooLarge(w, r) {
+		// Before the body is read: see xrpc.LimitBody.
+		if xe := xrpc.LimitBody(w, r, MaxBodyBytes); xe != nil {
+			xrpc.WriteError(w, xe)
 			return
 		}
 		name := strings.TrimPrefix(r.URL.Path, "/xrpc/")
@@ -138,40 +140,13 @@ func decodeInput(r *http.Request, v any) error {
 		return errInvalidRequest("Wrong request encoding (Content-Type): %s", ct)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-	if tl := bodyTooLarge(err); tl != nil {
-		return tl
+	if xe := xrpc.BodyTooLarge(err); xe != nil {
+		return xe
 	}
 	if err != nil {
 		return errInvalidRequest("could not read request body")
 	}
 	return decodeJSONBody(body, v)
-}
-
-// tooLarge answers 413 PayloadTooLarge to a request whose declared Content-Length is over
-// MaxBodyBytes, before its body is read: Go's server sends "100 Continue" only once a
-// handler reads, so a client that sent "Expect: 100-continue" gets the answer instead of a
-// go-ahead and a reset midway through its upload. A body of unknown length (chunked) is
-// capped as it is read; a read past the cap fails with *http.MaxBytesError (bodyTooLarge)
-// and the connection is closed after the answer.
-func tooLarge(w http.ResponseWriter, r *http.Request) bool {
-	if r.ContentLength > MaxBodyBytes {
-		xrpc.WriteError(w, errNamed(http.StatusRequestEntityTooLarge, xrpc.PayloadTooLarge,
-			"request body is %d bytes, more than %d", r.ContentLength, MaxBodyBytes))
-		return true
-	}
-	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	}
-	return false
-}
-
-// bodyTooLarge is the 413 of a body read that went past MaxBodyBytes, or nil.
-func bodyTooLarge(err error) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return errNamed(http.StatusRequestEntityTooLarge, xrpc.PayloadTooLarge, "request body is more than %d bytes", MaxBodyBytes)
-	}
-	return nil
 }
 
 func decodeJSONBody(body []byte, v any) error {

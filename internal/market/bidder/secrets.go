@@ -159,8 +159,13 @@ func (b *Bidder) deliver(r *http.Request) (int, error) {
 		return 0, xerr(http.StatusServiceUnavailable, "NotReady", "the bidder is starting")
 	}
 	var in mk.DeliverSecretsInput
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxSecretsBody))
-	if err := dec.Decode(&in); err != nil {
+	if xe := xrpc.LimitBody(nil, r, maxSecretsBody); xe != nil {
+		return 0, xe
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		if xe := xrpc.BodyTooLarge(err); xe != nil {
+			return 0, xe
+		}
 		return 0, xerr(http.StatusBadRequest, xrpc.InvalidRequest, "body is not a deliverSecrets input: %s", jsonReason(err))
 	}
 	b.mu.Lock()
