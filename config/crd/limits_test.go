@@ -39,6 +39,8 @@ func TestCRDLimitsMatchLexicons(t *testing.T) {
 		{"requireLayers", "requireLayers"},
 		{"requireLayers[]", "requireLayers[]"},
 		{"vmReadyTimeoutSec", "vmReadyTimeoutSec"},
+		{"cpus", "cpus"},
+		{"memMiB", "memMiB"},
 		{"ports", "ports"},
 	}
 	type row struct{ crd, path, lexFile, lexDef, lexPath string }
@@ -64,6 +66,8 @@ func TestCRDLimitsMatchLexicons(t *testing.T) {
 	}
 	rows = append(rows,
 		row{cc, "spec.userData", vm, "main", "user_data"},
+		row{cc, "spec.cpus", vm, "main", "cpus"},
+		row{cc, "spec.memMiB", vm, "main", "mem"},
 		row{cc, "spec.ports", vm, "main", "ports"},
 		row{cc, "spec.ports[].name", vm, "port", "name"},
 		row{cc, "spec.ports[].port", vm, "port", "port"},
