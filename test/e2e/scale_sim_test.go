@@ -121,3 +121,101 @@ func TestScale_ANodeIsRentedAtItsPodsSize(t *testing.T) {
 		t.Errorf("node %s allocatable %q, want 2 CPUs and 512Mi: a node advertises its contract", nodeName, alloc)
 	}
 }
+
+// webDeployment is two replicas of 300m CPU, kept on separate nodes by required hostname
+// anti-affinity, with a PodDisruptionBudget that keeps one available.
+func webDeployment() string {
+	return `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  # Recreate: pods of the old template, with their anti-affinity, would keep a new pod off
+  # their nodes (the scheduler honours an existing pod's anti-affinity both ways).
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {app: web}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: c
+        image: ` + node.BusyboxImage + `
+        imagePullPolicy: Never
+        command: ["/bin/sleep", "3600"]
+        resources: {requests: {cpu: 300m, memory: 64Mi}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+`
+}
+
+// Consolidation (consolidationPolicy WhenUnderutilized): two pods kept apart by anti-affinity
+// rent two 1-CPU nodes; once the anti-affinity is dropped, each node's pod fits on the
+// other, and after scaleHold the node host drains one node by eviction (the PDB keeps one pod
+// available) and releases it: both pods run on the one node left, and no node is rented.
+func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("cons", "maxNodes: 3, podsPerNode: 10, scaleHold: 10s, consolidationPolicy: WhenUnderutilized")
+
+	tkubectl(t, kc, webDeployment(), "apply", "-f", "-")
+	n.waitClaimsRunning("cons", 2, 240*time.Second)
+	if out, err := tkubectlErr(kc, "rollout", "status", "deployment/web", "--timeout=120s"); err != nil {
+		pods, _ := tkubectlErr(kc, "get", "pods,nodes,events", "-o", "wide")
+		t.Fatalf("rollout: %v\n%s\n%s\n%s", err, out, pods, n.dump())
+	}
+	t0 := time.Now()
+	tkubectl(t, kc, "", "patch", "deployment", "web", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)
+	tkubectl(t, kc, "", "rollout", "status", "deployment/web", "--timeout=120s")
+	t.Logf("anti-affinity dropped and rolled out in %.2fs", time.Since(t0).Seconds())
+
+	var msgs []string
+	testenv.Eventually(t, 180*time.Second, "one claim left and both pods Running on its node", func() (bool, error) {
+		var cl v1alpha1.Cluster
+		if err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "cons"}, &cl); err == nil {
+			if c := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionScaling)); c != nil &&
+				(len(msgs) == 0 || msgs[len(msgs)-1] != c.Message) {
+				msgs = append(msgs, c.Message)
+			}
+		}
+		cs := n.claims("cons")
+		if len(cs) != 1 {
+			return false, fmt.Errorf("%d claims", len(cs))
+		}
+		out, err := tkubectlErr(kc, "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}`)
+		if err != nil {
+			return false, err
+		}
+		f := strings.Fields(out)
+		for _, p := range f {
+			phase, on, _ := strings.Cut(p, "/")
+			if _, ok := cs[on]; !ok || phase != "Running" {
+				return false, fmt.Errorf("pods %q, claims %v", out, cs)
+			}
+		}
+		return len(f) == 2, fmt.Errorf("pods %q", out)
+	})
+	t.Logf("consolidated to one node in %.2fs after the rollout", time.Since(t0).Seconds())
+	drained := false
+	for _, m := range msgs {
+		drained = drained || strings.Contains(m, "draining node")
+	}
+	if !drained {
+		t.Errorf("the Scaling condition never said a node was drained: %q", msgs)
+	}
+	// Nothing is rented again: the two pods fit the node left.
+	time.Sleep(5 * time.Second)
+	if cs := n.claims("cons"); len(cs) != 1 {
+		t.Errorf("%d claims after the consolidation, want 1\n%s", len(cs), n.dump())
+	}
+}
