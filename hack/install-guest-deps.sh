@@ -6,7 +6,7 @@
 # node substrate's container runtime and its bridge/host-local CNI plugins in
 # /usr/lib/cni), and the tools the image build calls (apt-get download,
 # dpkg-deb, which ship with apt/dpkg), e2fsprogs (mkfs.ext4 writes the disks of
-# vm-flavoured nodes), iptables (the host refuses connections a node opens) and
+# nodes), iptables (the host refuses connections a node opens) and
 # nftables (nft, which writes each node's NetworkPolicy rules). Idempotent: does nothing when
 # everything is present; runs `apt-get update` at most once.
 set -euo pipefail

@@ -119,6 +119,7 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&nodes.VMImageDir, "vm-image", filepath.Join(app.DefaultDataDir(), "images", "vm"), "with --node-flavour vm: the image `socialweb image build` wrote")
 	addEgressFlags(f, &nodes.EgressAllow, &nodes.EgressDeny)
 	addOverlayFlags(f, &nodes.OverlayAddress, &nodes.OverlayPorts)
+	addNodeDiskFlag(f, &nodes.DiskMiB)
 	return cmd
 }
 
@@ -133,6 +134,12 @@ func addEgressFlags(f *pflag.FlagSet, allow, deny *[]string) {
 func addOverlayFlags(f *pflag.FlagSet, address, ports *string) {
 	f.StringVar(address, "node-overlay-address", "", "with nodes: this host's public IPv4 address as other hosts reach it; each node then publishes an overlay endpoint of it (a UDP port of --node-overlay-ports forwarded to the node), so nodes of a cluster rented on other hosts are its peers (default: none, a node is a peer of this host's nodes only)")
 	f.StringVar(ports, "node-overlay-ports", "", "with --node-overlay-address: the UDP ports forwarded to nodes, FIRST-LAST (default "+podnet.DefaultOverlayPorts.String()+"); open them in the host's firewall")
+}
+
+// addNodeDiskFlag is the flag of a node's disk when its contract names none, for bidder and
+// up alike.
+func addNodeDiskFlag(f *pflag.FlagSet, mib *int) {
+	f.IntVar(mib, "node-disk-mib", node.DefaultDiskMiB, "with nodes: the disk (MiB) of a namespace node whose contract names none: its images, emptyDirs, volumes and logs live on a file system of that size, and the kubelet reports it as the node's ephemeral-storage")
 }
 
 // UnknownSubstrateError is a --substrate the bidder command cannot run.

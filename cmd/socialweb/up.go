@@ -57,6 +57,7 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.NodeFlavour, "node-flavour", node.FlavourAuto, "how the local node bidder runs tenant nodes: namespace (containerd and the kubelet in a network namespace of the host), vm (inside a qemu microVM booted from --vm-image), or auto (vm when that image is there and kvm works, else namespace)")
 	addEgressFlags(cmd.Flags(), &o.NodeEgressAllow, &o.NodeEgressDeny)
 	addOverlayFlags(cmd.Flags(), &o.NodeOverlayAddress, &o.NodeOverlayPorts)
+	addNodeDiskFlag(cmd.Flags(), &o.NodeDiskMiB)
 	cmd.Flags().StringVar(&o.NodeDNSUpstream, "node-dns-upstream", "", "where the local node bidder's nodes forward names outside their cluster: IP[:port],... or none (default: the first nameserver of this host's /etc/resolv.conf that is not loopback)")
 	cmd.Flags().StringVar(&o.NodeRuntimeDir, "node-runtime", "", "the local node bidder's node runtime: a directory holding containerd, containerd-shim-runc-v2, runc and ctr (hack/build-node-runtime.sh; they run pods with hostUsers: false); default node-runtime beside this binary when present, else the host's on PATH; \"host\": the host's")
 	cmd.Flags().StringVar(&o.NodeRegistryConfig, "node-registry-config", "", "how the local node bidder's nodes reach image registries: a directory in containerd's hosts layout (HOST[:PORT]/hosts.toml with mirrors, CA files and credential headers; see docs/images.md); default DATA_DIR/node-bidder/registries")

@@ -56,6 +56,8 @@ type UpOptions struct {
 	// NodeOverlayAddress and NodeOverlayPorts publish the local nodes' overlay endpoints on
 	// this host's public address (node.Config.OverlayAddress, OverlayPorts).
 	NodeOverlayAddress, NodeOverlayPorts string
+	// NodeDiskMiB is the disk of a local node whose contract names none (node.Config.DiskMiB).
+	NodeDiskMiB int
 	// NodeDNSUpstream is where the local node bidder's nodes forward names outside their
 	// cluster (node.Config.DNSUpstream).
 	NodeDNSUpstream string
@@ -169,7 +171,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	// The local node bidder's substrate first: whether its nodes run pods in user namespaces
 	// decides the tenant clusters' default (--pod-user-namespaces auto).
 	nodeSub, err := newLocalNodeSubstrate(dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
-		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny, OverlayAddress: o.NodeOverlayAddress, OverlayPorts: o.NodeOverlayPorts}, phase)
+		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny, OverlayAddress: o.NodeOverlayAddress, OverlayPorts: o.NodeOverlayPorts, DiskMiB: o.NodeDiskMiB}, phase)
 	if err != nil {
 		return err
 	}

@@ -144,6 +144,8 @@ var (
 		{"setpriv", "util-linux", "drops the node's privileges"},
 		{"iptables", "iptables", "the host refuses connections a node opens; kube-proxy"},
 		{"nft", "nftables", "writes each node's NetworkPolicy rules"},
+		{"mkfs.ext4", "e2fsprogs", "makes each node's disk"},
+		{"unshare", "util-linux", "gives each node's agent the mount namespace of its disk"},
 	}
 	// hostRuntimeTools are the host's containerd and runc: node.Prerequisites asks for them
 	// when nodes run on them (no node runtime dir, or vm nodes, whose root disk carries

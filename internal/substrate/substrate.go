@@ -121,11 +121,13 @@ type GuestSpec struct {
 	// Secrets are delivered to the guest only, as files (see each
 	// substrate). They are never written to the spec file, a log line or a
 	// command line.
-	Secrets     map[string][]byte `json:"-"`
-	Ports       []Port            `json:"ports,omitempty"`
-	CPUs        int               `json:"cpus,omitempty"`
-	MemMiB      int               `json:"memMiB,omitempty"`
-	Permissions Permissions       `json:"permissions"`
+	Secrets map[string][]byte `json:"-"`
+	Ports   []Port            `json:"ports,omitempty"`
+	CPUs    int               `json:"cpus,omitempty"`
+	MemMiB  int               `json:"memMiB,omitempty"`
+	// DiskMiB is the disk the contract asks for (0: the substrate's default).
+	DiskMiB     int         `json:"diskMiB,omitempty"`
+	Permissions Permissions `json:"permissions"`
 }
 
 // String prints the spec without UserData or secret values.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -605,6 +606,9 @@ func (b *Bidder) payloadOf(ctx context.Context, acceptURI string) (*mk.ComputeVM
 // guestSpec is the guest an accept's payload asks for (without its secrets).
 func guestSpec(acceptURI string, vm *mk.ComputeVM) substrate.GuestSpec {
 	spec := substrate.GuestSpec{ID: GuestID(acceptURI), CPUs: int(vm.Cpus), MemMiB: int(vm.Mem)}
+	if vm.Disk != nil && *vm.Disk > 0 && *vm.Disk <= math.MaxInt32 {
+		spec.DiskMiB = int(*vm.Disk)
+	}
 	if vm.UserData != nil {
 		spec.UserData = []byte(*vm.UserData)
 	}

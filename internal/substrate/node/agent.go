@@ -105,6 +105,14 @@ type agent struct {
 
 func (a *agent) start() error {
 	ns := a.ns
+	// The node's disk on its work dir before anything is written there, and before the
+	// agent joins the node's cgroups (whose device rules deny block devices).
+	if ns.Contained && ns.DiskMiB > 0 {
+		if err := mountDisk(ns); err != nil {
+			return err
+		}
+		a.logf("disk: %d MiB on %s", ns.DiskMiB, ns.work())
+	}
 	dirs := []string{ns.RunDir, ns.work("containerd"), ns.work("kubelet"), ns.work("cni", "net.d"), ns.work("cni", "ipam"), ns.work("pod-logs")}
 	if ns.Flavour == FlavourVM && ns.Netns == "" {
 		// In a vm guest /var/lib is the node's state disk: the local-path volumes' directory

@@ -213,6 +213,14 @@ func buildRoot(ns nodeState) error {
 		m.mkdir(d, dirMode)
 		m.mount(d, d, "", unix.MS_BIND, "")
 	}
+	// The node's disk, which the agent mounted on the work dir in the namespace this one
+	// copies (disk.go): the bind of the guest dir above does not carry the mounts under it,
+	// so without this the node would write to the host's file system beneath. The image
+	// itself is masked: the node writes its disk through the file system only.
+	if ns.DiskMiB > 0 {
+		m.mount(ns.work(), ns.work(), "", unix.MS_BIND, "")
+		m.mount("/dev/null", filepath.Join(ns.Dir, diskImage), "", unix.MS_BIND, "")
+	}
 
 	// The node's volumes (docs/volumes.md): its own dir work/volumes, read-write at the one
 	// path the cluster's local-path volumes name. It goes with the work dir when the node is

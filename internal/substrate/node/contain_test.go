@@ -243,6 +243,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(rootChildEnv); dir != "" {
 		os.Exit(RunRoot(dir))
 	}
+	if dir := os.Getenv(diskAgentEnv); dir != "" {
+		os.Exit(runDiskAgent(dir))
+	}
 	os.Exit(m.Run())
 }
 

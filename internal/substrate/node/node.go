@@ -117,6 +117,8 @@ type Config struct {
 	// OverlayPorts is the host's UDP ports for those endpoints, FIRST-LAST (empty:
 	// podnet.DefaultOverlayPorts).
 	OverlayPorts string
+	// DiskMiB is the disk of a namespace node whose contract names none (0: DefaultDiskMiB).
+	DiskMiB int
 }
 
 // Substrate runs nodes.
@@ -133,6 +135,7 @@ type Substrate struct {
 	dnsUpstreams []string
 	dnsWhy       string
 	runtime      nodeRuntime // where namespace nodes' containerd and runc are, and why
+	unshare      string      // util-linux unshare(1): the agent's own mount namespace (disk.go)
 	mu           sync.Mutex  // guards address allocation
 }
 
@@ -178,6 +181,9 @@ func New(cfg Config) (*Substrate, error) {
 	if err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "%v", err)
 	}
+	if _, err := diskMiB(0, cfg.DiskMiB); err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "node disk: %v", err)
+	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -195,8 +201,12 @@ func New(cfg Config) (*Substrate, error) {
 	if err := prerequisites(rt.Dir == "" || cfg.Flavour != FlavourNamespace); err != nil {
 		return nil, &substrate.Error{Kind: Kind, Op: "new", Err: err}
 	}
+	unsharePath, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrUnavailable, "unshare (util-linux): %v", err)
+	}
 	s := &Substrate{cfg: cfg, egress: egress, overlayPublic: overlayPublic, overlayPorts: overlayPorts,
-		store: guestproc.Store{Root: abs}, why: "configured", runtime: rt}
+		store: guestproc.Store{Root: abs}, why: "configured", runtime: rt, unshare: unsharePath}
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf")
 	if s.dnsUpstreams, s.dnsWhy, err = nodedns.ChooseUpstreams(cfg.DNSUpstream, resolvConf); err != nil {
 		return nil, substrate.Errorf(Kind, "new", "", substrate.ErrInvalidSpec, "DNS upstream: %v", err)
@@ -240,7 +250,7 @@ func Prerequisites() error { return prerequisites(true) }
 // required only when hostRuntime.
 func prerequisites(hostRuntime bool) error {
 	var missing []string
-	tools := []string{"ip", "nsenter", "setpriv", "iptables"}
+	tools := []string{"ip", "nsenter", "setpriv", "iptables", "mkfs.ext4", "unshare"}
 	if hostRuntime {
 		tools = append(tools, runtimeBinaries...)
 	}
@@ -255,7 +265,7 @@ func prerequisites(hostRuntime bool) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables; iproute2 and util-linux)",
+		return fmt.Errorf("%w: missing %s: run hack/install-guest-deps.sh (Debian containerd, runc, containernetworking-plugins, busybox-static, iptables, e2fsprogs; iproute2 and util-linux)",
 			substrate.ErrUnavailable, strings.Join(missing, ", "))
 	}
 	if os.Geteuid() != 0 {
@@ -309,8 +319,10 @@ type nodeState struct {
 	// OverlayEndpoint is the overlay endpoint the host forwards to this node (its public
 	// address and a port of its own), published on the Node instead of NodeIP's; empty when
 	// the bidder publishes none.
-	OverlayEndpoint string   `json:"overlayEndpoint,omitempty"`
-	EgressDeny      []string `json:"egressDeny,omitempty"`
+	OverlayEndpoint string `json:"overlayEndpoint,omitempty"`
+	// DiskMiB is the size of a namespace node's disk (disk.go), its work dir.
+	DiskMiB    int      `json:"diskMiB,omitempty"`
+	EgressDeny []string `json:"egressDeny,omitempty"`
 
 	// FlavourVM. On the host: the namespace's bridge address, where the guest finds the
 	// apiserver port, and the machine. In the guest (its node.json on the state disk):
@@ -379,8 +391,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	}
 	booted := false
 	// ns is the node as far as it was made: a boot that fails before its node.json is
-	// written (publishing its overlay endpoint, or writing node.json) still removes its
-	// host rules.
+	// written (making its disk, publishing its overlay endpoint, or writing node.json) still
+	// removes its disk image and its host rules.
 	var ns nodeState
 	defer func() {
 		if !booted {
@@ -423,16 +435,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		if err := s.prepareVM(ctx, &ns, spec); err != nil {
 			return fail(substrate.ErrBoot, "%v", err)
 		}
-	} else if err := writeSecrets(filepath.Join(dir, secretsDir), spec.Secrets); err != nil {
-		return fail(substrate.ErrBoot, "%v", err)
-	} else if s.overlayPublic.IsValid() {
-		// A boot failing from here on removes the forwarding with the node's other host
-		// rules (teardownHost of the node as made so far, RemoveNode).
-		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
-		if err != nil {
-			return fail(substrate.ErrBoot, "overlay endpoint: %v", err)
-		}
-		ns.OverlayEndpoint = ep.String()
+	} else if reason, err := s.prepareNamespace(&ns, spec); err != nil {
+		return fail(reason, "%v", err)
 	}
 	if err := guestproc.WriteJSON(filepath.Join(dir, nodeFile), ns); err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -445,6 +449,10 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		return fail(substrate.ErrBoot, "network namespace: %v", err)
 	}
 	argv := []string{s.cfg.Binary, "node-agent", dir}
+	if ns.DiskMiB > 0 {
+		// The agent mounts the node's disk in a mount namespace of its own (disk.go).
+		argv = append([]string{s.unshare, "--mount", "--propagation", "slave", "--"}, argv...)
+	}
 	gs := guestState{Spec: spec, Node: ns, Argv: argv, StartedAt: time.Now().UTC()}
 	gs.Spec.UserData, gs.Spec.Secrets = nil, nil
 	if err := guestproc.WriteJSON(filepath.Join(dir, guestFile), gs); err != nil {
@@ -695,7 +703,7 @@ func teardownHost(ns nodeState) error {
 			}
 		}
 	}
-	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir)} {
+	for _, d := range []string{ns.RunDir, filepath.Join(ns.Dir, workDir), filepath.Join(ns.Dir, secretsDir), filepath.Join(ns.Dir, diskImage)} {
 		if d == "" || d == "/" {
 			continue
 		}
@@ -826,4 +834,29 @@ func parseOverlay(address, ports string) (netip.Addr, podnet.PortRange, error) {
 		}
 	}
 	return a, r, nil
+}
+
+// prepareNamespace makes what a namespace node has before its network and agent: its
+// secrets, its disk (disk.go; the agent mounts it), and, when the host publishes overlay
+// endpoints, its forwarded endpoint. The error comes with its substrate reason.
+func (s *Substrate) prepareNamespace(ns *nodeState, spec substrate.GuestSpec) (reason, err error) {
+	if err := writeSecrets(filepath.Join(ns.Dir, secretsDir), spec.Secrets); err != nil {
+		return substrate.ErrBoot, err
+	}
+	if ns.DiskMiB, err = diskMiB(spec.DiskMiB, s.cfg.DiskMiB); err != nil {
+		return substrate.ErrInvalidSpec, err
+	}
+	if err := makeDisk(ns.Dir, ns.DiskMiB); err != nil {
+		return substrate.ErrBoot, fmt.Errorf("the node's disk: %w", err)
+	}
+	if s.overlayPublic.IsValid() {
+		// A boot failing from here on removes the forwarding with the node's other host
+		// rules (teardownHost of the node as made so far, RemoveNode).
+		ep, err := podnet.Host{}.PublishOverlay(ns.HostLink, netip.MustParseAddr(ns.NodeIP), s.overlayPublic, s.overlayPorts, 0)
+		if err != nil {
+			return substrate.ErrBoot, fmt.Errorf("overlay endpoint: %w", err)
+		}
+		ns.OverlayEndpoint = ep.String()
+	}
+	return nil, nil
 }

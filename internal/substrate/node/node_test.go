@@ -134,7 +134,7 @@ func TestPrerequisitesAskTheHostRuntimeOnlyWhenItRuns(t *testing.T) {
 		t.Skip(err) // this host lacks more than the runtime
 	}
 	bin := t.TempDir()
-	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables"} {
+	for _, b := range []string{"ip", "nsenter", "setpriv", "iptables", "mkfs.ext4", "unshare"} {
 		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
