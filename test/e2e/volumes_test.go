@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -165,7 +167,9 @@ spec:
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 		t.Fatalf("volume %s: %+v", pvName, pv.Spec)
 	}
-	onHost := filepath.Join(state, "vol-a", "work", "volumes", pvName)
+	// The node's work dir is its disk, mounted in its agent's mount namespace only
+	// (docs/nodes.md): the host reads it through the agent.
+	onHost := filepath.Join(agentRoot(t, filepath.Join(state, "vol-a")), state, "vol-a", "work", "volumes", pvName)
 	if b, err := os.ReadFile(filepath.Join(onHost, "note")); err != nil || string(b) != "kept-across-pods\n" {
 		t.Fatalf("the file on the node's own dir %s: %q %v", onHost, b, err)
 	}
@@ -236,4 +240,124 @@ func tkubectlIn(kubeconfig, stdin string, args ...string) (string, error) {
 		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), err
+}
+
+// TestNode_DiskIsBounded: a node's images, emptyDirs, volumes and logs live on a disk of
+// its own (--node-disk-mib when the contract names none): the kubelet reports its size as
+// the node's ephemeral-storage, a pod writing past it gets "No space left on device" in the
+// node, and the host's file system loses no more than the disk. The disk is never on the
+// host's mount table, while the node runs or after; once up and its nodes are stopped, no
+// loop device backs it and the data dir is removed (t.TempDir's cleanup).
+func TestNode_DiskIsBounded(t *testing.T) {
+	var dataDir string
+	// Registered first, so run last: after the nodes are stopped and the data dir removed.
+	t.Cleanup(func() {
+		if dataDir == "" {
+			return
+		}
+		testenv.Eventually(t, 10*time.Second, "no loop device left of the node's disk", func() (bool, error) {
+			loops := loopsUnder(dataDir)
+			return len(loops) == 0, fmt.Errorf("loop devices %v", loops)
+		})
+		if m := hostMountsUnder(t, dataDir); len(m) > 0 {
+			t.Errorf("the host's mount table holds %v", m)
+		}
+	})
+	n := startNodeUp(t, "--node-disk-mib", "512")
+	dataDir = n.dir
+	kc := n.cluster("disk", "maxNodes: 1")
+	tkubectl(t, kc, `apiVersion: v1
+kind: Pod
+metadata: {name: filler, namespace: default}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: `+node.BusyboxImage+`
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes: [{name: scratch, emptyDir: {}}]
+`, "apply", "-f", "-")
+	nodeName := waitPod(t, kc, "filler", "Running", "", 180*time.Second)
+	capacity := tkubectl(t, kc, "", "get", "node", nodeName, "-o", `jsonpath={.status.capacity.ephemeral-storage}`)
+	q, err := resource.ParseQuantity(strings.TrimSpace(capacity))
+	if err != nil || q.Value() > 512<<20 || q.Value() < 400<<20 {
+		t.Fatalf("node %s reports ephemeral-storage %q (%v), want the 512 MiB disk's size", nodeName, capacity, err)
+	}
+	before, err := hostFreeMiB(n.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := inPod(kc, "filler", "/bin/busybox dd if=/dev/zero of=/scratch/fill bs=1048576 count=1024 2>&1; echo rc=$?")
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
+		t.Fatalf("writing 1 GiB on a 512 MiB node: %q, want No space left on device", out)
+	}
+	after, err := hostFreeMiB(n.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := before - after; used > 600 {
+		t.Errorf("the host's file system lost %d MiB to a node whose disk is 512 MiB", used)
+	}
+	if m := hostMountsUnder(t, n.dir); len(m) > 0 {
+		t.Errorf("a running node's disk is on the host's mount table: %v", m)
+	}
+	if loops := loopsUnder(n.dir); len(loops) != 1 {
+		t.Errorf("loop devices of the running node's disk: %v, want one", loops)
+	}
+}
+
+// hostMountsUnder lists this process's (the host's) mount points at or under dir.
+func hostMountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// loopsUnder lists the loop devices whose backing file is under dir.
+func loopsUnder(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(string(b), dir+"/") {
+			out = append(out, strings.Split(f, "/")[3]+" "+strings.TrimSpace(string(b)))
+		}
+	}
+	return out
+}
+
+// hostFreeMiB is what the file system holding path has free.
+func hostFreeMiB(path string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize) >> 20, nil
+}
+
+// agentRoot is /proc/PID/root of the agent of the node in guest dir: the host's files as the
+// agent's mount namespace shows them, the node's disk on its work dir among them.
+func agentRoot(t *testing.T, guest string) string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		// The agent itself, not its supervisor (whose arguments name it too).
+		b, err := os.ReadFile(p)
+		if args := strings.Split(string(b), "\x00"); err == nil && len(args) > 2 && args[1] == "node-agent" && args[2] == guest {
+			return filepath.Dir(p) + "/root"
+		}
+	}
+	t.Fatalf("no node-agent process of %s", guest)
+	return ""
 }
