@@ -166,6 +166,8 @@ func TestCheck(t *testing.T) {
 		{name: "empty host", host: func(h *Host) { *h = Host{EUID: 1000} }, rows: []want{
 			{AreaDeno, "unshare", Missing, true, "apt-get install -y util-linux"},
 			{AreaNodes, "runc", Missing, true, "apt-get install -y runc"},
+			{AreaNodes, "mkfs.ext4", Missing, true, "apt-get install -y e2fsprogs"},
+			{AreaNodes, "unshare", Missing, true, "apt-get install -y util-linux"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -280,6 +282,8 @@ func TestPackages(t *testing.T) {
 			delete(h.Tools, "nft")
 		}, want: []string{"nftables", "util-linux"}},
 		{name: "missing files", host: func(h *Host) { h.Files[CNIBinDir+"/bridge"] = false }, want: []string{"containernetworking-plugins"}},
+		{name: "namespace nodes make their disks with mkfs.ext4", host: func(h *Host) { delete(h.Tools, "mkfs.ext4") },
+			cfg: func(c *Config) { c.NodeFlavour = FlavourNamespace }, want: []string{"e2fsprogs"}},
 		{name: "an area the configuration does not run is left alone", host: func(h *Host) {
 			delete(h.Tools, "qemu-system-x86_64")
 		}, want: nil},
