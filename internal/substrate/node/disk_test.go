@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -230,5 +232,48 @@ func TestNodeDiskIsItsOwn(t *testing.T) {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Errorf("the guest dir of a node that is gone: %v", err)
+	}
+}
+
+// A disk a node cannot have fails its boot before anything outside its guest dir is made, and
+// the failed boot leaves no guest: one below the smallest is refused as the spec's fault, one
+// larger than the host has free as the boot's; a --node-disk-mib below the smallest is refused
+// by New.
+func TestBootRefusesADiskItCannotHave(t *testing.T) {
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	state := t.TempDir()
+	if _, err := New(Config{StateDir: state, Binary: "/bin/true", DiskMiB: 100}); !errors.Is(err, substrate.ErrInvalidSpec) {
+		t.Errorf("New with a 100 MiB node disk: %v, want ErrInvalidSpec", err)
+	}
+	s, err := New(Config{StateDir: state, Binary: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := freeMiB(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string][]byte{SecretKubeconfig: []byte("x"), SecretCA: []byte("y")}
+	join := []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n"}`)
+	for _, tc := range []struct {
+		mib  int
+		want error
+		says string
+	}{
+		{mib: minDiskMiB - 1, want: substrate.ErrInvalidSpec, says: "at least"},
+		{mib: int(free) + 1024, want: substrate.ErrBoot, says: "MiB free"},
+	} {
+		_, err := s.Boot(context.Background(), substrate.GuestSpec{ID: "a", UserData: join, Secrets: secrets, DiskMiB: tc.mib})
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("a %d MiB disk: %v, want %v saying %q", tc.mib, err, tc.want, tc.says)
+		}
+		if _, err := s.Status(context.Background(), "a"); !errors.Is(err, substrate.ErrNotFound) {
+			t.Errorf("a %d MiB disk left a guest: %v", tc.mib, err)
+		}
+		if _, err := os.Stat(filepath.Join(state, "a")); !os.IsNotExist(err) {
+			t.Errorf("a %d MiB disk left its guest dir: %v", tc.mib, err)
+		}
 	}
 }
