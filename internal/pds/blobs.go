@@ -370,30 +370,41 @@ func (s *Server) openBlob(ctx context.Context, did string, c cid.Cid) (io.ReadCl
 	return rc, &BlobInfo{MimeType: m.MimeType, Size: m.Size}, nil
 }
 
+// scanRefs calls fn for each reference of did's records, in CID order, starting past
+// every reference of cursor's CID ("" from the first): the CID, the record's path and the
+// rev that wrote it. fn returns false to stop.
+func scanRefs(tx *bolt.Tx, did, cursor string, fn func(cid, path string, rev []byte) bool) {
+	prefix := repoKey(did, nil)
+	c := tx.Bucket(bBlobRefs).Cursor()
+	start := prefix
+	if cursor != "" {
+		start = append(repoKey(did, []byte(cursor)), 1)
+	}
+	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		cid, path, ok := strings.Cut(string(k[len(prefix):]), "\x00")
+		if ok && !fn(cid, path, v) {
+			return
+		}
+	}
+}
+
 // listBlobs pages through the CIDs of the blobs did's records reference, in CID order;
 // since (a rev) keeps those referenced by records written after it.
 func (s *Server) listBlobs(did, since, cursor string, limit int) ([]string, error) {
 	out := []string{}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		prefix := repoKey(did, nil)
-		c := tx.Bucket(bBlobRefs).Cursor()
-		start := prefix
-		if cursor != "" {
-			// Past every key of the cursor's CID.
-			start = append(repoKey(did, []byte(cursor)), 1)
-		}
 		last := ""
-		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			cs, _, ok := strings.Cut(string(k[len(prefix):]), "\x00")
-			if !ok || cs == last || (since != "" && string(v) <= since) {
-				continue
+		scanRefs(tx, did, cursor, func(cid, _ string, rev []byte) bool {
+			if cid == last || (since != "" && string(rev) <= since) {
+				return true
 			}
 			if len(out) == limit {
-				break
+				return false
 			}
-			out = append(out, cs)
-			last = cs
-		}
+			out = append(out, cid)
+			last = cid
+			return true
+		})
 		return nil
 	})
 	return out, err
@@ -411,27 +422,21 @@ type MissingBlob struct {
 func (s *Server) listMissingBlobs(did, cursor string, limit int) ([]MissingBlob, error) {
 	out := []MissingBlob{}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		prefix := repoKey(did, nil)
-		c := tx.Bucket(bBlobRefs).Cursor()
-		start := prefix
-		if cursor != "" {
-			start = append(repoKey(did, []byte(cursor)), 1)
-		}
 		last := ""
-		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			cs, path, ok := strings.Cut(string(k[len(prefix):]), "\x00")
-			if !ok || cs == last {
-				continue
+		scanRefs(tx, did, cursor, func(cid, path string, _ []byte) bool {
+			if cid == last {
+				return true
 			}
-			last = cs
-			if tx.Bucket(bBlobs).Get(blobKey(did, cs)) != nil {
-				continue
+			last = cid
+			if tx.Bucket(bBlobs).Get(blobKey(did, cid)) != nil {
+				return true
 			}
 			if len(out) == limit {
-				break
+				return false
 			}
-			out = append(out, MissingBlob{CID: cs, RecordURI: "at://" + did + "/" + path})
-		}
+			out = append(out, MissingBlob{CID: cid, RecordURI: "at://" + did + "/" + path})
+			return true
+		})
 		return nil
 	})
 	return out, err
