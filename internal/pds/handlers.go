@@ -70,12 +70,15 @@ func (s *Server) routes() http.Handler {
 				xrpc.WriteError(w, nil)
 			}
 		}()
-		// Before the body is read: see xrpc.LimitBody.
-		if xe := xrpc.LimitBody(w, r, MaxBodyBytes); xe != nil {
-			xrpc.WriteError(w, xe)
-			return
-		}
 		name := strings.TrimPrefix(r.URL.Path, "/xrpc/")
+		// Before the body is read: see xrpc.LimitBody. uploadBlob streams its body under a
+		// limit of its own (Config.BlobUploadLimit) and answers past it as the reference does.
+		if name != "com.atproto.repo.uploadBlob" {
+			if xe := xrpc.LimitBody(w, r, MaxBodyBytes); xe != nil {
+				xrpc.WriteError(w, xe)
+				return
+			}
+		}
 		h, ok := methods[name]
 		if !ok || h.fn == nil {
 			xrpc.WriteError(w, errNamed(http.StatusNotImplemented, xrpc.MethodNotImplemented, "Method Not Implemented"))
