@@ -187,15 +187,26 @@ func TestDirectChildExitAndLeftovers(t *testing.T) {
 func TestParentDeathSignal(t *testing.T) {
 	dir := t.TempDir()
 	started := make(chan *Child, 1)
-	go func() {
-		// Locked and never unlocked: the thread ends with the goroutine.
+	var start func()
+	start = func() {
+		// Locked and never unlocked: the thread ends with the goroutine. But the runtime
+		// never ends the main thread (a goroutine that exits locked to it wedges it), so a
+		// goroutine that got it holds it and starts the guest from another.
 		runtime.LockOSThread()
+		if syscall.Gettid() == syscall.Getpid() {
+			done := make(chan struct{})
+			go func() { start(); close(done) }()
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
 		c, err := Spawn(StartOptions{Dir: dir, Direct: true, Cwd: dir, Argv: []string{"/bin/sleep", "600"}, ParentDeathSignal: syscall.SIGTERM})
 		if err != nil {
 			t.Error(err)
 		}
 		started <- c
-	}()
+	}
+	go start()
 	c := <-started
 	if c == nil {
 		return
