@@ -76,7 +76,6 @@ func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1
 		}
 		movable[p.Spec.NodeName] = append(movable[p.Spec.NodeName], p)
 	}
-	pi := PlanInputOf(pods, nodes, claims, s)
 	type candidate struct {
 		name string
 		pods int
@@ -88,7 +87,11 @@ func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1
 		}
 		cands = append(cands, candidate{n.Name, len(movable[n.Name])})
 	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
 	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Or(cmp.Compare(a.pods, b.pods), cmp.Compare(a.name, b.name)) })
+	pi := PlanInputOf(pods, nodes, claims, s)
 	var out []string
 	for _, c := range cands {
 		others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return n.Name == c.name || n.Spec.Unschedulable })
