@@ -13,12 +13,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +24,7 @@ import (
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/hostcap"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
@@ -400,24 +398,14 @@ func (b *Bidder) fitsGuest(vm *mk.ComputeVM) error {
 	return nil
 }
 
-// hostMemMiB is the host's memory (MemTotal) in MiB; 0 when it cannot be read (memory then
-// bounds no bid).
+// hostMemMiB is the host's memory in MiB; 0 when it cannot be read (memory then bounds no
+// bid).
 func hostMemMiB() int {
-	b, err := os.ReadFile("/proc/meminfo")
+	c, err := hostcap.Read()
 	if err != nil {
 		return 0
 	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				return 0
-			}
-			return int(kb >> 10)
-		}
-	}
-	return 0
+	return int(c.MemMiB())
 }
 
 // BidHold is how long an unanswered bid holds a place of the bidder's capacity.

@@ -1,12 +1,11 @@
 package node
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
+
+	"socialweb.computer/internal/hostcap"
 )
 
 // A node advertises its contract, not its host: the kubelet reads the host's CPUs and memory
@@ -21,30 +20,9 @@ const evictionHardMemoryBytes = 1 << 20
 
 // hostCapacity is what the kubelet will read as the node's capacity: the host's CPUs and
 // MemTotal.
-type hostCapacity struct {
-	MilliCPU int64
-	MemBytes int64
-}
+type hostCapacity = hostcap.Capacity
 
-func readHostCapacity() (hostCapacity, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return hostCapacity{}, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				return hostCapacity{}, fmt.Errorf("/proc/meminfo MemTotal %q: %w", fields[1], err)
-			}
-			return hostCapacity{MilliCPU: int64(runtime.NumCPU()) * 1000, MemBytes: kb * 1024}, nil
-		}
-	}
-	return hostCapacity{}, fmt.Errorf("/proc/meminfo has no MemTotal")
-}
+func readHostCapacity() (hostCapacity, error) { return hostcap.Read() }
 
 // systemReserved is the kubelet's systemReserved for a node of cpus and memMiB on a host of
 // capacity h: the host's CPUs and memory beyond them. A figure the contract leaves unset
