@@ -69,13 +69,24 @@ type ClusterSpec struct {
 	// consolidationPolicy says which nodes are released: WhenEmpty (the default) releases a
 	// node empty past scaleHold; WhenUnderutilized also drains a node whose pods the
 	// scheduling simulation places on the other nodes, once that has held for scaleHold,
-	// one node at a time, evicting its pods through the Eviction API (PodDisruptionBudgets
-	// are honoured), and releases it. A node running a pod annotated
+	// as many nodes at a time as disruptionBudget allows, evicting their pods through the
+	// Eviction API (PodDisruptionBudgets are honoured), and releases them. A node running a pod annotated
 	// socialweb.computer/do-not-disrupt: "true", a Job's pod or a pod no controller owns
 	// is never drained.
 	// +optional
 	// +kubebuilder:validation:Enum=WhenEmpty;WhenUnderutilized
 	ConsolidationPolicy ConsolidationPolicy `json:"consolidationPolicy,omitempty"`
+
+	// disruptionBudget is how many nodes a WhenUnderutilized cluster drains at once, as a
+	// Karpenter NodePool's budget: a count ("2") or a percentage of the cluster's nodes,
+	// rounded up ("10%": one node of up to ten). The nodes drained together are chosen so
+	// that the pods of all of them fit on the rest; the next ones are drained once those
+	// are released. "0" drains none (empty nodes are still released after scaleHold).
+	// +optional
+	// +kubebuilder:default="10%"
+	// +kubebuilder:validation:MaxLength=5
+	// +kubebuilder:validation:Pattern=`^((100|[0-9]{1,2})%|[0-9]+)$`
+	DisruptionBudget string `json:"disruptionBudget,omitempty"`
 
 	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
 	// +optional

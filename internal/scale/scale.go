@@ -118,7 +118,12 @@ type Input struct {
 	// Consolidatable are the nodes, best first, whose pods a simulation places on the other
 	// nodes (none being released), which hold no pod that blocks a disruption, and whose
 	// Cluster consolidates when underutilized; empty when it consolidates only empty nodes.
+	// The pods of all of them together fit on the rest, so any of them may be drained at
+	// once.
 	Consolidatable []string
+	// DisruptionBudget is the most nodes one consolidation drains at once; 0 or less is 1.
+	// (A budget that allows none gives no Consolidatable nodes.)
+	DisruptionBudget int
 	// Simulated are the facts of a scheduling simulation of the pending pods (the
 	// scheduler's own filters run against the nodes, the claims in flight and new nodes of
 	// the size on offer); nil when none ran, and the slot counting of Decide decides.
@@ -153,8 +158,8 @@ const (
 	Release Action = "Release"
 	// Hold asks for nothing now.
 	Hold Action = "Hold"
-	// Drain asks for Decision.Drain to be cordoned and its pods evicted, so that the pods
-	// move to the other nodes and it is released, empty.
+	// Drain asks for the nodes of Decision.Drain to be cordoned and their pods evicted, so
+	// that the pods move to the other nodes and they are released, empty.
 	Drain Action = "Drain"
 )
 
@@ -197,8 +202,8 @@ type Decision struct {
 	Release []string
 	// ReleaseClaims are the claims of Release, in the same order.
 	ReleaseClaims []string
-	// Drain is the node to drain (Action Drain).
-	Drain  string
+	// Drain are the nodes to drain (Action Drain), in the order of Input.Consolidatable.
+	Drain  []string
 	Reason string
 	// RequeueAfter is when to decide again without an event (a batch closing, a hold
 	// ending); 0 means only on the next event.
@@ -437,8 +442,8 @@ func Decide(in Input) Decision {
 		d.RequeueAfter = soonest
 		return d
 	}
-	// Consolidation, one node at a time: none while a node is draining or a claim is in
-	// flight (the simulation counted neither).
+	// Consolidation, up to DisruptionBudget nodes at once: none while a node is draining or
+	// a claim is in flight (the simulation counted neither).
 	drainingNow := false
 	for _, n := range in.Nodes {
 		if c, ok := claimOf[n.Name]; ok && n.Draining && !c.Deleting {
@@ -447,6 +452,7 @@ func Decide(in Input) Decision {
 	}
 	underused := false
 	if !drainingNow && inFlight == 0 {
+		budget := max(in.DisruptionBudget, 1)
 		for _, name := range in.Consolidatable {
 			c, ok := claimOf[name]
 			if !ok || c.Deleting || draining[name] {
@@ -454,13 +460,19 @@ func Decide(in Input) Decision {
 			}
 			left := st.ConsolidatableSince[name].Add(in.Hold).Sub(in.Now)
 			if left <= 0 {
-				d.Action, d.Drain, d.Reason = Drain, name, ReasonUnderutilized
-				d.RequeueAfter = soonest
-				return d
+				if len(d.Drain) < budget {
+					d.Drain = append(d.Drain, name)
+				}
+				continue
 			}
 			if soonest == 0 || left < soonest {
 				soonest, underused = left, true
 			}
+		}
+		if len(d.Drain) > 0 {
+			d.Action, d.Reason = Drain, ReasonUnderutilized
+			d.RequeueAfter = soonest
+			return d
 		}
 	}
 	switch {

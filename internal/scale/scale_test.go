@@ -312,12 +312,23 @@ func TestDecideConsolidation(t *testing.T) {
 	}{{
 		name: "consolidatable past hold: drain it",
 		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}, State: long},
-		want: Decision{Action: Drain, Drain: "n2", Reason: ReasonUnderutilized},
+		want: Decision{Action: Drain, Drain: []string{"n2"}, Reason: ReasonUnderutilized},
 	}, {
 		name: "the first consolidatable past hold, in the order given",
 		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n1", "n2"},
 			State: State{ConsolidatableSince: map[string]time.Time{"n1": t0.Add(-time.Hour), "n2": t0.Add(-time.Hour)}}},
-		want: Decision{Action: Drain, Drain: "n1", Reason: ReasonUnderutilized},
+		want: Decision{Action: Drain, Drain: []string{"n1"}, Reason: ReasonUnderutilized},
+	}, {
+		name: "a budget of two drains the first two past hold together",
+		in: Input{Now: t0, Pods: busy, Nodes: append(slices.Clone(nodes), Node{Name: "n3"}), Claims: append(slices.Clone(claims), Claim{Name: "c3", NodeName: "n3"}),
+			MaxNodes: 3, Hold: hold, Consolidatable: []string{"n3", "n1", "n2"}, DisruptionBudget: 2,
+			State: State{ConsolidatableSince: map[string]time.Time{"n1": t0.Add(-time.Hour), "n2": t0.Add(-time.Hour), "n3": t0}}},
+		want: Decision{Action: Drain, Drain: []string{"n1", "n2"}, Reason: ReasonUnderutilized, RequeueAfter: hold},
+	}, {
+		name: "a budget above the candidates drains them all",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2", "n1"}, DisruptionBudget: 5,
+			State: State{ConsolidatableSince: map[string]time.Time{"n1": t0.Add(-time.Hour), "n2": t0.Add(-time.Hour)}}},
+		want: Decision{Action: Drain, Drain: []string{"n2", "n1"}, Reason: ReasonUnderutilized},
 	}, {
 		name: "consolidatable for less than hold: wait",
 		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}},

@@ -206,11 +206,11 @@ func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
 		return len(f) == 2, fmt.Errorf("pods %q", out)
 	})
 	t.Logf("consolidated to one node in %.2fs after the rollout", time.Since(t0).Seconds())
-	// The Drain decision ("draining node ...") is followed at once by the wait for its pods
+	// The Drain decision ("draining node(s) ...") is followed at once by the wait for its pods
 	// to go ("draining for consolidation"); a poll sees one or the other.
 	drained := false
 	for _, m := range msgs {
-		drained = drained || strings.Contains(m, "draining node") || strings.Contains(m, "draining for consolidation")
+		drained = drained || strings.Contains(m, "draining node(s)") || strings.Contains(m, "draining for consolidation")
 	}
 	if !drained {
 		t.Errorf("the Scaling condition never said a node was drained: %q", msgs)

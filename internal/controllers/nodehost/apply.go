@@ -44,13 +44,17 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 			message: fmt.Sprintf("releasing node(s) %s: %s; %s", strings.Join(d.Release, ", "), d.Reason, counts)}
 		r.Log.Info("nodehost_release", "cluster", p.key.String(), "nodes", d.Release, "reason", d.Reason)
 	case scale.Drain:
-		left, err := drain(ctx, w, d.Drain)
-		if err != nil {
-			return err
+		left := 0
+		for _, n := range d.Drain {
+			l, err := drain(ctx, w, n)
+			if err != nil {
+				return err
+			}
+			left += l
 		}
 		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
-			message: fmt.Sprintf("draining node %s (%d pod(s) to move): %s; %s", d.Drain, left, d.Reason, counts)}
-		r.Log.Info("nodehost_drain", "cluster", p.key.String(), "node", d.Drain, "pods", left)
+			message: fmt.Sprintf("draining node(s) %s (%d pod(s) to move): %s; %s", strings.Join(d.Drain, ", "), left, d.Reason, counts)}
+		r.Log.Info("nodehost_drain", "cluster", p.key.String(), "nodes", d.Drain, "pods", left)
 	default:
 		if d.Reason == scale.ReasonDraining {
 			// Evictions a PodDisruptionBudget refused are asked again.

@@ -44,11 +44,14 @@ func disruptionBlocker(p *corev1.Pod) string {
 	return ""
 }
 
-// Consolidatable are the nodes a Cluster that consolidates when underutilized may drain,
-// best first (fewest pods to move, then by name): joined, claimed (its claim not deleting),
-// not cordoned, running at least one pod besides daemon pods and none that blocks a
-// disruption, and whose pods the scheduling simulation places on the other nodes as they
-// are (no new node). Nil when the Cluster consolidates only empty nodes or a pod is pending.
+// Consolidatable are the nodes a Cluster that consolidates when underutilized may drain
+// together, best first (fewest pods to move, then by name): joined, claimed (its claim not
+// deleting), not cordoned, running at least one pod besides daemon pods and none that
+// blocks a disruption. Each is taken in turn when the scheduling simulation places the pods
+// of it and of every node taken before it on the remaining nodes as they are (no new node),
+// so that the pods of all of them fit at once, and any of them can be drained together
+// (fewer nodes moving leaves more room for the pods that do). Nil when the Cluster
+// consolidates only empty nodes, its disruption budget allows none, or a pod is pending.
 // The error is the scheduler framework failing to build.
 func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) ([]string, error) {
 	if s.Consolidation != v1alpha1.ConsolidateWhenUnderutilized || anyPending(pods) {
@@ -59,6 +62,9 @@ func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1
 		if c != nil && c.DeletionTimestamp == nil {
 			claimed[c.Spec.NodeName] = true
 		}
+	}
+	if DrainBudget(claims, s) <= 0 {
+		return nil, nil
 	}
 	movable := map[string][]*corev1.Pod{}
 	blocked := map[string]bool{}
@@ -94,23 +100,38 @@ func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1
 	pi := PlanInputOf(pods, nodes, claims, s)
 	var out []string
 	for _, c := range cands {
-		others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return n.Name == c.name || n.Spec.Unschedulable })
-		bound := slices.DeleteFunc(slices.Clone(pi.Bound), func(p *corev1.Pod) bool { return p.Spec.NodeName == c.name })
+		taken := append(slices.Clone(out), c.name)
+		others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return slices.Contains(taken, n.Name) || n.Spec.Unschedulable })
+		bound := slices.DeleteFunc(slices.Clone(pi.Bound), func(p *corev1.Pod) bool { return slices.Contains(taken, p.Spec.NodeName) })
 		var moving []*corev1.Pod
-		for _, p := range movable[c.name] {
-			p = p.DeepCopy()
-			p.Spec.NodeName = ""
-			moving = append(moving, p)
+		for _, name := range taken {
+			for _, p := range movable[name] {
+				p = p.DeepCopy()
+				p.Spec.NodeName = ""
+				moving = append(moving, p)
+			}
 		}
 		res, err := simulate.Plan(moving, others, bound, pi.Template, 0)
 		if err != nil {
 			return nil, fmt.Errorf("scheduling simulation: %w", err)
 		}
 		if len(res.Unplaced()) == 0 && res.NewNodes == 0 {
-			out = append(out, c.name)
+			out = taken
 		}
 	}
 	return out, nil
+}
+
+// DrainBudget is how many nodes the cluster may drain at once: its disruption budget of
+// the nodes it rents (its claims not being deleted).
+func DrainBudget(claims []*v1alpha1.NodeClaim, s Settings) int {
+	live := 0
+	for _, c := range claims {
+		if c != nil && c.DeletionTimestamp == nil {
+			live++
+		}
+	}
+	return s.Budget(live)
 }
 
 // drain cordons node and marks it draining, then asks the Eviction API to evict each of its

@@ -28,10 +28,23 @@ func TestConsolidatable(t *testing.T) {
 		claims   []*v1alpha1.NodeClaim
 		want     []string
 	}{{
-		name: "small pods on every node: each could go, fewest pods first",
+		name: "small pods on every node: fewest pods first, as many as fit on the rest together",
 		pods: []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting("500m"))), pod("b", all(onNode("n2"), rs, requesting("300m"))),
 			pod("c", all(onNode("n2"), rs, requesting("300m"))), pod("d", all(onNode("n3"), rs, requesting("500m")))},
-		settings: under, claims: claims, want: []string{"n1", "n3", "n2"},
+		settings: under, claims: claims, want: []string{"n1", "n3"},
+	}, {
+		name: "each node's pods fit on the others alone, not both at once: only the first",
+		pods: []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting("1"))), pod("b", all(onNode("n2"), rs, requesting("1"))),
+			pod("c", all(onNode("n3"), rs, requesting("1500m")))},
+		settings: under, claims: claims, want: []string{"n1"},
+	}, {
+		name:     "a budget of 0 drains none",
+		pods:     []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting("500m")))},
+		settings: Settings{MaxNodes: 3, PodsPerNode: 10, Consolidation: v1alpha1.ConsolidateWhenUnderutilized, DisruptionBudget: "0"}, claims: claims,
+	}, {
+		name:     "0% of three nodes is none too",
+		pods:     []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting("500m")))},
+		settings: Settings{MaxNodes: 3, PodsPerNode: 10, Consolidation: v1alpha1.ConsolidateWhenUnderutilized, DisruptionBudget: "0%"}, claims: claims,
 	}, {
 		name:     "WhenEmpty: none",
 		pods:     []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting("500m")))},
@@ -71,5 +84,22 @@ func TestConsolidatable(t *testing.T) {
 				t.Errorf("%v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A budget is a count or a percentage of the cluster's nodes rounded up, as Karpenter's.
+func TestBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget string
+		nodes  int
+		want   int
+	}{
+		{"", 1, 1}, {"", 10, 1}, {"", 11, 2}, {"", 0, 0},
+		{"0", 5, 0}, {"3", 1, 3}, {"50%", 3, 2}, {"100%", 4, 4}, {"0%", 9, 0},
+		{"not a budget", 10, 1}, {"-2", 10, 1},
+	} {
+		if got := (Settings{DisruptionBudget: tc.budget}).Budget(tc.nodes); got != tc.want {
+			t.Errorf("budget %q of %d nodes = %d, want %d", tc.budget, tc.nodes, got, tc.want)
+		}
 	}
 }

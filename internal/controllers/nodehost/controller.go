@@ -264,6 +264,7 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	if in.Consolidatable, err = Consolidatable(pods, nodes, p.claims, s); err != nil {
 		r.Log.Error("nodehost_consolidation_failed", "cluster", p.key.String(), "error", err.Error())
 	}
+	in.DisruptionBudget = DrainBudget(p.claims, s)
 	d := scale.Decide(in)
 	r.watches.setState(w, d.State)
 	d, exceeded, err := r.applyQuota(ctx, p, d)

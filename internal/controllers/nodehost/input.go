@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
@@ -102,6 +103,28 @@ type Settings struct {
 	NodeSize *v1alpha1.NodeSizeRange
 	// Consolidation is the Cluster's spec.consolidationPolicy ("" is WhenEmpty).
 	Consolidation v1alpha1.ConsolidationPolicy
+	// DisruptionBudget is the Cluster's spec.disruptionBudget ("" is DefaultDisruptionBudget).
+	DisruptionBudget string
+}
+
+// DefaultDisruptionBudget is the budget of a Cluster that states none, as Karpenter's.
+const DefaultDisruptionBudget = "10%"
+
+// Budget is how many of nodes the cluster may drain at once: the budget's count, or its
+// percentage of nodes rounded up. A budget the API server would not have admitted is the
+// default.
+func (s Settings) Budget(nodes int) int {
+	b := s.DisruptionBudget
+	if b == "" {
+		b = DefaultDisruptionBudget
+	}
+	v := intstr.Parse(b)
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, nodes, true)
+	if err != nil || n < 0 {
+		v = intstr.Parse(DefaultDisruptionBudget)
+		n, _ = intstr.GetScaledValueFromIntOrPercent(&v, nodes, true)
+	}
+	return n
 }
 
 // SizeRange is the range of sizes the cluster rents nodes at: spec.nodeSize, each bound it
@@ -132,7 +155,7 @@ func (s Settings) SizeRange() scale.SizeRange {
 // written elsewhere.
 func SettingsOf(c *v1alpha1.Cluster) Settings {
 	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration,
-		NodeSize: c.Spec.NodeSize.DeepCopy(), Consolidation: c.Spec.ConsolidationPolicy}
+		NodeSize: c.Spec.NodeSize.DeepCopy(), Consolidation: c.Spec.ConsolidationPolicy, DisruptionBudget: c.Spec.DisruptionBudget}
 	if s.MaxNodes < 0 {
 		s.MaxNodes = 0
 	}

@@ -180,6 +180,7 @@ func (w *world) decide() scale.Decision {
 	if in.Consolidatable, err = Consolidatable(pods, nodes, claims, w.s); err != nil {
 		w.t.Fatal(err)
 	}
+	in.DisruptionBudget = DrainBudget(claims, w.s)
 	d := scale.Decide(in)
 	w.state = d.State
 	switch d.Action {
@@ -202,10 +203,12 @@ func (w *world) decide() scale.Decision {
 			delete(w.claims, d.ReleaseClaims[i])
 		}
 	case scale.Drain:
-		n := w.nodes[d.Drain]
-		n.Spec.Unschedulable = true
-		n.Annotations = map[string]string{AnnotationDraining: "true"}
-		w.evict(d.Drain)
+		for _, name := range d.Drain {
+			n := w.nodes[name]
+			n.Spec.Unschedulable = true
+			n.Annotations = map[string]string{AnnotationDraining: "true"}
+			w.evict(name)
+		}
 	}
 	if d.Action != scale.Hold {
 		w.actions = append(w.actions, fmt.Sprintf("%s %s %v%v%s", w.now.Sub(t0), d.Action, d.Release, d.Sizes, d.Drain))
@@ -223,7 +226,8 @@ func (w *world) pendingSince() map[string]time.Time {
 	return out
 }
 
-// The decision in a closed loop over 1,000 random seconds, for several seeds: it never
+// The decision in a closed loop over 1,000 random seconds, for several seeds (the last
+// ones draining up to half the nodes at once): it never
 // rents a node only for pods it evicted itself (a drain followed by a scale-up with no new
 // demand is the oscillation consolidation must not cause), every pod runs within a bound of
 // its creation, and once demand stops the cluster settles (no action at all) with every pod
@@ -233,7 +237,11 @@ func TestScaleLoopNeverOscillates(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			r := rand.New(rand.NewSource(seed))
 			w := newWorld(t)
-			drains, provisions := 0, 0
+			if seed > 3 {
+				// Several nodes drained at once.
+				w.s.DisruptionBudget = "50%"
+			}
+			drains, drained, provisions := 0, 0, 0
 			var lastAdd, lastDrain time.Time
 			// What a pending pod may wait at most: a batch (BatchMax), then a node joining
 			// (maxNodes leaves room for every pod the generator makes).
@@ -266,7 +274,7 @@ func TestScaleLoopNeverOscillates(t *testing.T) {
 				d := w.decide()
 				switch d.Action {
 				case scale.Drain:
-					drains++
+					drains, drained = drains+1, drained+len(d.Drain)
 					lastDrain = w.now
 				case scale.Provision:
 					provisions++
@@ -301,10 +309,13 @@ func TestScaleLoopNeverOscillates(t *testing.T) {
 					t.Fatalf("pod %s still pending after demand stopped", p.Name)
 				}
 			}
+			if w.s.DisruptionBudget != "" && drained == drains {
+				t.Fatalf("a budget of %s never drained two nodes at once", w.s.DisruptionBudget)
+			}
 			if provisions == 0 || drains == 0 {
 				t.Fatalf("the loop never exercised both directions: %d scale-ups, %d drains", provisions, drains)
 			}
-			t.Logf("%d scale-ups, %d drains, %d actions, %d nodes at the end", provisions, drains, len(w.actions), len(w.nodes))
+			t.Logf("%d scale-ups, %d drains (%d nodes), %d actions, %d nodes at the end", provisions, drains, drained, len(w.actions), len(w.nodes))
 		})
 	}
 }
