@@ -118,6 +118,13 @@ func (r *Reconciler) recordsOfChange(ctx context.Context, c watch.Change) []reco
 	return requests(list.Items)
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): patches its records (the
+// finalizer) and their status, reads repos and the credentials Secrets a remote repo logs
+// in with.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+
 // Reconcile keeps one record written, or finalizes it.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var obj v1alpha1.AtprotoRecord

@@ -119,6 +119,13 @@ func (r *Reconciler) watchesOfRepo(ctx context.Context, o client.Object) []recon
 	return out
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): applies the watches'
+// status (and once patches their managed fields, reconcilekit.ApplyStatus), reads repos and
+// the credentials Secrets a remote repo logs in with.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+
 // Reconcile makes sure one follower runs for the watch, for its current repo and collection.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var obj v1alpha1.AtprotoRecordWatch

@@ -65,6 +65,12 @@ func (r *Reconciler) reposOfSecret(ctx context.Context, o client.Object) []recon
 	return out
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): reads repos and their
+// credentials Secrets, writes the repos' status.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=secrets,verbs=get;list;watch
+
 // Reconcile resolves one AtprotoRepo and writes its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var obj v1alpha1.AtprotoRepo

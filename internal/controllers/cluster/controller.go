@@ -78,6 +78,12 @@ func Setup(m ctrl.Manager, obs manager.ReconcileObserver, tenants *tenant.Manage
 	return b.Complete(manager.Observed(ControllerName, r, obs))
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): patches Clusters (the
+// teardown finalizer, and once their managed fields, reconcilekit.ApplyStatus) and applies
+// their status.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters/status,verbs=patch
+
 // Reconcile drives one Cluster.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := tenant.Key{Namespace: req.Namespace, Name: req.Name}

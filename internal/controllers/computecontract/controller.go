@@ -119,6 +119,13 @@ type round struct {
 	d          market.Decision
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): patches its contracts (the
+// release finalizer) and their status, reads repos, and Secrets (a remote repo's
+// credentials, the contract's spec.secretsRef).
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+
 // Reconcile moves one contract on: read, then the step of the contract's market.StateOf
 // applying what market.Next decided, then finish. The package doc lists the steps in order.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -129,6 +129,19 @@ type pass struct {
 	stalled []infra.StalledContract
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml), for both kinds: patches the
+// deployment (finalizer, the pulled spec by server-side apply) and deletes it (an ended
+// EphemeralInfra, a record deleted upstream), writes its status; creates, releases and
+// deletes its ComputeContracts; creates, updates and deletes its AtprotoRecord child; creates
+// and deletes the repo's AtprotoRecordWatch; reads repos, Secrets and the collections that
+// keep a watch alive.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infras/status;ephemeralinfras/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets;infracollections;ephemeralinfracollections,verbs=get;list;watch
+
 // Reconcile runs the steps of one deployment in order: finalize (when deleted), the release
 // finalizer (before any side effect), the ephemeral end, the contracts, the record, and the
 // status once.

@@ -178,6 +178,17 @@ func (p *pass) clusterKey() tenant.Key {
 	return tenant.Key{Namespace: p.home, Name: p.claim.Spec.ClusterRef.Name}
 }
 
+// Access, for the generated ClusterRole (config/rbac/role.yaml): patches claims (the release
+// finalizer) and their status; creates, updates and deletes the node Infra entries; creates
+// and deletes node bundle Secrets and keeps the account's node-time ledger Secret
+// (quota/ledger); creates the node's local AtprotoRepo; reads Clusters and ComputeContracts.
+// +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims/status,verbs=patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infras,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters;computecontracts,verbs=get;list;watch
+
 // Reconcile runs the steps of one claim: finalize (when deleted), the finalizer (before any
 // side effect), the cluster (a deleted Cluster deletes the Infra), the bundle, the entry,
 // the status once, and the node's revocation once the claim ended.
