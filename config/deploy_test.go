@@ -332,6 +332,30 @@ func TestRestrictedPodSecurity(t *testing.T) {
 	}
 }
 
+// TestDeploymentFlags runs the binary's `controllers --help` and checks every flag the
+// Deployment passes is one it has. It needs the binary (SOCIALWEB_TEST_BIN, as the test
+// command builds it).
+func TestDeploymentFlags(t *testing.T) {
+	bin := os.Getenv("SOCIALWEB_TEST_BIN")
+	if bin == "" {
+		t.Skip("SOCIALWEB_TEST_BIN is not set (hack/build.sh bin/socialweb builds it)")
+	}
+	out, err := exec.Command(bin, "controllers", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s controllers --help: %v\n%s", bin, err, out)
+	}
+	have := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+		have[m[1]] = true
+	}
+	for _, a := range wantArgs[1:] {
+		name := strings.TrimPrefix(strings.SplitN(a, "=", 2)[0], "--")
+		if !have[name] {
+			t.Errorf("the Deployment passes --%s, which `socialweb controllers` does not have", name)
+		}
+	}
+}
+
 // access is one verb on one resource of one group, in a namespace ("" for the ClusterRole).
 type access struct{ namespace, role, group, resource, verb string }
 
