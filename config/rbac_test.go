@@ -1,0 +1,372 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	rbacvalidation "k8s.io/kubernetes/pkg/registry/rbac/validation"
+	rbacauthz "k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac"
+	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/app"
+	atinfra "socialweb.computer/internal/atproto/infra"
+	infractl "socialweb.computer/internal/controllers/infra"
+	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/repos"
+	"socialweb.computer/internal/testenv"
+)
+
+// enforcement decides every request of the controllers as an API server enforcing RBAC
+// would for their ServiceAccount: the request's attributes come from the API server's own
+// RequestInfoFactory, the decision from the RBAC authorizer over the roles and bindings of
+// the build plus the cluster's default policy (bootstrappolicy: discovery for every
+// authenticated user). A denied request is answered 403 Forbidden and never sent.
+type enforcement struct {
+	role  *rbacv1.ClusterRole // the controllers'
+	authz authorizer.Authorizer
+	user  user.Info
+	info  *apirequest.RequestInfoFactory
+
+	mu     sync.Mutex
+	denied map[string]int
+	used   map[access]bool
+}
+
+func newEnforcement(b *build) *enforcement {
+	var roles []*rbacv1.Role
+	var bindings []*rbacv1.RoleBinding
+	var clusterRoles []*rbacv1.ClusterRole
+	var clusterBindings []*rbacv1.ClusterRoleBinding
+	for _, r := range b.roles {
+		roles = append(roles, r)
+	}
+	for _, r := range b.clusterRoles {
+		clusterRoles = append(clusterRoles, r)
+	}
+	bindings = append(bindings, b.rBindings...)
+	clusterBindings = append(clusterBindings, b.crBindings...)
+	for _, r := range bootstrappolicy.ClusterRoles() {
+		clusterRoles = append(clusterRoles, r.DeepCopy())
+	}
+	for _, rb := range bootstrappolicy.ClusterRoleBindings() {
+		clusterBindings = append(clusterBindings, rb.DeepCopy())
+	}
+	_, static := rbacvalidation.NewTestRuleResolver(roles, bindings, clusterRoles, clusterBindings)
+	return &enforcement{
+		role:  b.clusterRoles[controllerRole],
+		authz: rbacauthz.New(static, static, static, static),
+		user: &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":" + serviceAccount,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, user.AllAuthenticated}},
+		info:   &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
+		denied: map[string]int{},
+		used:   map[access]bool{},
+	}
+}
+
+type enforcer struct {
+	next http.RoundTripper
+	e    *enforcement
+}
+
+func (f enforcer) RoundTrip(req *http.Request) (*http.Response, error) {
+	ri, err := f.e.info.NewRequestInfo(req)
+	if err != nil {
+		return nil, err
+	}
+	attrs := authorizer.AttributesRecord{User: f.e.user, Verb: ri.Verb, Namespace: ri.Namespace, APIGroup: ri.APIGroup,
+		APIVersion: ri.APIVersion, Resource: ri.Resource, Subresource: ri.Subresource, Name: ri.Name,
+		ResourceRequest: ri.IsResourceRequest, Path: ri.Path}
+	decision, reason, err := f.e.authz.Authorize(req.Context(), attrs)
+	what := fmt.Sprintf("%s %s", ri.Verb, ri.Path)
+	if ri.IsResourceRequest {
+		res := ri.Resource
+		if ri.Subresource != "" {
+			res += "/" + ri.Subresource
+		}
+		what = fmt.Sprintf("%s %s/%s in %q", ri.Verb, ri.APIGroup, res, ri.Namespace)
+		f.e.mu.Lock()
+		f.e.used[access{group: ri.APIGroup, resource: res, verb: ri.Verb}] = true
+		f.e.mu.Unlock()
+	}
+	if decision == authorizer.DecisionAllow {
+		return f.next.RoundTrip(req)
+	}
+	f.e.mu.Lock()
+	f.e.denied[what]++
+	f.e.mu.Unlock()
+	msg := fmt.Sprintf("%s is forbidden: %s %v", what, reason, err)
+	body, _ := json.Marshal(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Message: msg, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden})
+	return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req}, nil
+}
+
+// TestControllersUnderRBAC runs every controller `socialweb controllers` runs (NewControllers,
+// with an embedded PDS so that repos resolve and the record paths run) against the embedded
+// core, with each of their requests decided by RBAC as their ServiceAccount, and drives
+// every kind through its create, sync and delete paths. Nothing may be denied. The Lease of
+// leader election is not exercised: the core serves no coordination.k8s.io.
+func TestControllersUnderRBAC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the embedded core and every controller")
+	}
+	enf := newEnforcement(kustomize(t, "default"))
+	env := testenv.Start(t, testenv.Options{PDS: true, Log: io.Discard})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return enforcer{next: rt, e: enf} })
+	m, err := app.NewControllers(cfg, app.ControllerOptions{SkipNameValidation: true, PDS: env.PDS,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	d := &driver{t: t, c: env.Client, enf: enf}
+	const ns = "default"
+	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+	// Repos: a local one, and a remote one logging in with a Secret.
+	d.create(&v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "me"},
+		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: env.Account.Handle}}})
+	d.create(&v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"},
+		Data: map[string][]byte{v1alpha1.DefaultCredentialsKey: []byte(env.Account.Password)}})
+	d.create(&v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "far"},
+		Spec: v1alpha1.AtprotoRepoSpec{Remote: &v1alpha1.RemoteRepoSource{Service: env.PDS.URL(), Identifier: env.Account.Handle,
+			CredentialsRef: v1alpha1.SecretKeyRef{Name: "creds"}}}})
+	for _, name := range []string{"me", "far"} {
+		d.wait("AtprotoRepo "+name+" logged in", &v1alpha1.AtprotoRepo{}, key(name), func(o client.Object) bool {
+			c := meta.FindStatusCondition(o.(*v1alpha1.AtprotoRepo).Status.Conditions, string(v1alpha1.ConditionReady))
+			return c != nil && c.Reason == string(v1alpha1.ReasonLoggedIn)
+		})
+	}
+
+	// A published Infra: its record child, the repo's watch and its follower.
+	d.create(&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pub"},
+		Spec: v1alpha1.InfraSpec{Description: "published", Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "me"}},
+			Contracts: []v1alpha1.InfraContract{{Name: "api"}}}})
+	d.wait("Infra pub in sync", &v1alpha1.Infra{}, key("pub"), func(o client.Object) bool {
+		inf := o.(*v1alpha1.Infra)
+		c := meta.FindStatusCondition(inf.Status.Conditions, string(v1alpha1.ConditionSynced))
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	d.wait("the repo's watch follows", &v1alpha1.AtprotoRecordWatch{}, key(infra.WatchName(infra.KindInfra, v1alpha1.ObjectRef{Name: "me"})), func(o client.Object) bool {
+		c := meta.FindStatusCondition(o.(*v1alpha1.AtprotoRecordWatch).Status.Conditions, string(v1alpha1.ConditionReady))
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+
+	// An Infra that requests a contract: its ComputeContract and the market controller.
+	d.create(&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req"},
+		Spec: v1alpha1.InfraSpec{Contracts: []v1alpha1.InfraContract{{Name: "web", State: v1alpha1.ContractRequested}}}})
+	d.wait("the ComputeContract of req has its finalizer and a phase", &v1alpha1.ComputeContract{}, key("infra-req-web"), func(o client.Object) bool {
+		cc := o.(*v1alpha1.ComputeContract)
+		return len(cc.Finalizers) > 0 && cc.Status.Phase != ""
+	})
+
+	// A collection: a record put on the PDS by hand becomes a child that pulls it.
+	putRecord(t, env, "handmade")
+	d.create(&v1alpha1.InfraCollection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"},
+		Spec: v1alpha1.InfraCollectionSpec{RepoRef: v1alpha1.ObjectRef{Name: "me"}}})
+	d.wait("the collection's child pulled its record", &v1alpha1.Infra{}, key("handmade"), func(o client.Object) bool {
+		return o.(*v1alpha1.Infra).Spec.Description == "typed by hand"
+	})
+
+	// An EphemeralInfra: its deadline in status.
+	d.create(&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eph"},
+		Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 600}})
+	d.wait("the EphemeralInfra reports its deadline", &v1alpha1.EphemeralInfra{}, key("eph"), func(o client.Object) bool {
+		e := o.(*v1alpha1.EphemeralInfra)
+		return e.Status.ExpiresAt != nil
+	})
+
+	// A Cluster (no tenant control planes here) and a NodeClaim of it.
+	d.create(&v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"},
+		Spec: v1alpha1.ClusterSpec{Account: env.Account.DID, Name: "c1", MaxNodes: 2}})
+	d.wait("the Cluster reports", &v1alpha1.Cluster{}, key("c1"), func(o client.Object) bool {
+		c := o.(*v1alpha1.Cluster)
+		return len(c.Finalizers) > 0 && meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionReady)) != nil
+	})
+	d.create(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "n1"},
+		Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: "c1"}, NodeName: "n1"}})
+	d.wait("the NodeClaim reports", &v1alpha1.NodeClaim{}, key("n1"), func(o client.Object) bool {
+		n := o.(*v1alpha1.NodeClaim)
+		return len(n.Finalizers) > 0 && n.Status.Phase != ""
+	})
+
+	// Deletion: every finalizer path runs and lets go. The collection goes first (the core
+	// runs no garbage collector: its child is deleted by hand), so that the last object bound
+	// through the repo deletes the repo's watch.
+	for _, o := range []client.Object{
+		&v1alpha1.InfraCollection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}},
+		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "handmade"}},
+	} {
+		if err := env.Client.Delete(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.gone(&v1alpha1.InfraCollection{}, key("mine"))
+	d.gone(&v1alpha1.Infra{}, key("handmade"))
+	for _, o := range []client.Object{
+		&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eph"}},
+		&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "n1"}},
+		&v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}},
+		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pub"}},
+		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req"}},
+	} {
+		if err := env.Client.Delete(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.gone(&v1alpha1.NodeClaim{}, key("n1"))
+	d.gone(&v1alpha1.Cluster{}, key("c1"))
+	d.gone(&v1alpha1.Infra{}, key("pub"))
+	d.gone(&v1alpha1.AtprotoRecord{}, key(infra.RecordChildName(infra.KindInfra, "pub")))
+	d.gone(&v1alpha1.AtprotoRecordWatch{}, key(infra.WatchName(infra.KindInfra, v1alpha1.ObjectRef{Name: "me"})))
+	d.gone(&v1alpha1.EphemeralInfra{}, key("eph"))
+	d.gone(&v1alpha1.Infra{}, key("req"))
+	d.gone(&v1alpha1.ComputeContract{}, key("infra-req-web"))
+
+	enf.mu.Lock()
+	defer enf.mu.Unlock()
+	var denied []string
+	for what, n := range enf.denied {
+		denied = append(denied, fmt.Sprintf("%s (%d times)", what, n))
+	}
+	sort.Strings(denied)
+	if len(denied) > 0 {
+		t.Errorf("RBAC denied the controllers:\n%s", strings.Join(denied, "\n"))
+	}
+	// What the role grants that this run did not use, listed for the reader: reads the
+	// cache answers (get; list, where the informers start with a watch-list), and paths the
+	// run does not reach (an ended EphemeralInfra deleting itself, the ephemeral collection,
+	// a node's bundle and ledger, the one-time upgrade of a watch's status managers).
+	granted := rules("", controllerRole, enf.role.Rules)
+	var unused []string
+	for a := range granted {
+		if !enf.used[access{group: a.group, resource: a.resource, verb: a.verb}] {
+			unused = append(unused, a.String())
+		}
+	}
+	sort.Strings(unused)
+	t.Logf("granted and not used in this run:\n%s", strings.Join(unused, "\n"))
+}
+
+// driver creates objects and waits on them as their owner (the admin client).
+type driver struct {
+	t   *testing.T
+	c   client.Client
+	enf *enforcement
+}
+
+func (d *driver) create(o client.Object) {
+	d.t.Helper()
+	if err := d.c.Create(context.Background(), o); err != nil {
+		d.t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+// wait polls until cond holds for the object, failing early with the denials so far.
+func (d *driver) wait(what string, o client.Object, k client.ObjectKey, cond func(client.Object) bool) {
+	d.t.Helper()
+	d.poll(what, func() (bool, error) {
+		if err := d.c.Get(context.Background(), k, o); err != nil {
+			return false, err
+		}
+		b, _ := json.Marshal(o)
+		return cond(o), errors.New(string(b))
+	})
+}
+
+func (d *driver) gone(o client.Object, k client.ObjectKey) {
+	d.t.Helper()
+	d.poll(fmt.Sprintf("%T %s gone", o, k.Name), func() (bool, error) {
+		err := d.c.Get(context.Background(), k, o)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		b, _ := json.Marshal(o)
+		return false, fmt.Errorf("%v %s", err, b)
+	})
+}
+
+func (d *driver) poll(what string, cond func() (bool, error)) {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.enf.mu.Lock()
+	defer d.enf.mu.Unlock()
+	d.t.Fatalf("%s: not within 30s; denied so far: %v; last: %v", what, d.enf.denied, last)
+}
+
+// putRecord writes a deployment record at rkey and its entry in the index at self, as a
+// writer other than the controllers (a CLI) would.
+func putRecord(t *testing.T, env *testenv.Env, rkey string) {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := repos.Local(ctx, env.PDS, env.Account.DID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := "typed by hand"
+	b, _ := json.Marshal(atinfra.Infra{CreatedAt: "2026-11-30T11:00:00Z", Description: &desc})
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := env.PDS.Repo(env.Account.DID).Put(ctx, atinfra.InfraNSID, rkey, rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		idx, selfCreatedAt, swap, err := infractl.ReadIndex(ctx, repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		next, changed := infra.IndexPass(idx, infra.IndexEntryFor(infra.KindInfra, rkey, now, nil, "cli"), true, now)
+		if !changed {
+			return
+		}
+		if selfCreatedAt == "" {
+			selfCreatedAt = now.UTC().Format(time.RFC3339)
+		}
+		b, _ := json.Marshal(atinfra.Infra{CreatedAt: selfCreatedAt, Index: next})
+		if _, err := repo.Put(ctx, atinfra.InfraNSID, infra.RkeySelf, b, &swap); err == nil {
+			return
+		} else if !errors.Is(err, repos.ErrSwapMismatch) {
+			t.Fatal(err)
+		}
+	}
+}
