@@ -370,3 +370,64 @@ func putRecord(t *testing.T, env *testenv.Env, rkey string) {
 		}
 	}
 }
+
+// TestRBACDecisions asks the RBAC authorizer, over the build and the default bootstrap
+// policy, about the requests no in-process run makes (the core serves no Leases, Events,
+// TokenReviews or SubjectAccessReviews): leader election in the controllers' namespace and
+// nowhere else, the metrics filter's reviews, a scraper's GET /metrics; and about requests
+// the controllers must not be able to make.
+func TestRBACDecisions(t *testing.T) {
+	b := kustomize(t, "default")
+	enf := newEnforcement(b)
+	scraper := &user.DefaultInfo{Name: "system:serviceaccount:monitoring:prometheus",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:monitoring", user.AllAuthenticated}}
+	// The scraper holds the reader role through a binding of its own, as a site would add.
+	b.crBindings = append(b.crBindings, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scrape"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "socialweb-metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "monitoring", Name: "prometheus"}}})
+	withScraper := newEnforcement(b)
+
+	ctrl := enf.user
+	for _, c := range []struct {
+		name  string
+		e     *enforcement
+		who   user.Info
+		attrs authorizer.AttributesRecord
+		allow bool
+	}{
+		{"lease get", enf, ctrl, res("get", "coordination.k8s.io", "leases", "", namespace), true},
+		{"lease create", enf, ctrl, res("create", "coordination.k8s.io", "leases", "", namespace), true},
+		{"lease update (renew, release)", enf, ctrl, res("update", "coordination.k8s.io", "leases", "", namespace), true},
+		{"lease delete", enf, ctrl, res("delete", "coordination.k8s.io", "leases", "", namespace), false},
+		{"lease in another namespace", enf, ctrl, res("update", "coordination.k8s.io", "leases", "", "kube-system"), false},
+		{"leader event create", enf, ctrl, res("create", "", "events", "", namespace), true},
+		{"leader event patch", enf, ctrl, res("patch", "", "events", "", namespace), true},
+		{"event in another namespace", enf, ctrl, res("create", "", "events", "", "default"), false},
+		{"metrics filter: tokenreview", enf, ctrl, res("create", "authentication.k8s.io", "tokenreviews", "", ""), true},
+		{"metrics filter: subjectaccessreview", enf, ctrl, res("create", "authorization.k8s.io", "subjectaccessreviews", "", ""), true},
+		{"no core Secrets", enf, ctrl, res("get", "", "secrets", "", "default"), false},
+		{"no Pods", enf, ctrl, res("list", "", "pods", "", ""), false},
+		{"Clusters by patch, not update", enf, ctrl, res("update", "socialweb.computer", "clusters", "", "default"), false},
+		{"no deletecollection", enf, ctrl, res("deletecollection", "socialweb.computer", "infras", "", "default"), false},
+		{"no finalizers subresource", enf, ctrl, res("update", "socialweb.computer", "infras", "finalizers", "default"), false},
+		{"our own /metrics: no", enf, ctrl, nonRes("get", "/metrics"), false},
+		{"scraper GET /metrics", withScraper, scraper, nonRes("get", "/metrics"), true},
+		{"scraper without the binding", enf, scraper, nonRes("get", "/metrics"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.attrs.User = c.who
+			d, reason, err := c.e.authz.Authorize(context.Background(), c.attrs)
+			if got := d == authorizer.DecisionAllow; got != c.allow {
+				t.Errorf("%s %s/%s%s in %q: allowed %v, want %v (%s %v)", c.attrs.Verb, c.attrs.APIGroup, c.attrs.Resource, c.attrs.Path, c.attrs.Namespace, got, c.allow, reason, err)
+			}
+		})
+	}
+}
+
+func res(verb, group, resource, sub, ns string) authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{Verb: verb, APIGroup: group, Resource: resource, Subresource: sub, Namespace: ns, ResourceRequest: true}
+}
+
+func nonRes(verb, path string) authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{Verb: verb, Path: path}
+}
