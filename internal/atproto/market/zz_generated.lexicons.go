@@ -830,6 +830,10 @@ func (r *Receipt) Validate() error {
 // RFP is a com.publicdomainrelay.temp.market.rfp record (key tid). A request
 // for proposals, in the requester's repo.
 type RFP struct {
+	// How long after createdAt the requester takes bids, in milliseconds. It may
+	// stop earlier, once every bidder it waits for bid, and an accept ends it.
+	// Absent: 30000, the market's default window. (minimum 0)
+	BidWindowMs *int64 `json:"bidWindowMs,omitempty"`
 	// (Required; format datetime)
 	CreatedAt string `json:"createdAt"`
 	// What is asked for, e.g. a com.publicdomainrelay.temp.market.compute.vm

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -39,7 +40,7 @@ func (r *Reconciler) publish(ctx context.Context, rd *round) (reconcile.Result, 
 		names = secretNames(vals)
 		r.secretsCondition(obj, metav1.ConditionFalse, ReasonAwaitingReceipt, fmt.Sprintf("%d secret(s) to deliver to the winner once its receipt binds", len(names)))
 	}
-	uri, err := r.writeRFP(ctx, rd.repo, obj, rd.policyNSID, names)
+	uri, err := r.writeRFP(ctx, rd.repo, obj, rd.policyNSID, names, rd.s.Window)
 	var pe *PayloadError
 	if errors.As(err, &pe) {
 		// Nothing to retry until the spec changes (a change reconciles again).
@@ -61,8 +62,9 @@ func (r *Reconciler) publish(ctx context.Context, rd *round) (reconcile.Result, 
 }
 
 // writeRFP writes the compute.vm payload, the policy record and the rfp naming both.
-// secrets are the names (never the values) of the secrets the winner will be handed.
-func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string, secrets []string) (string, error) {
+// secrets are the names (never the values) of the secrets the winner will be handed; window
+// is the bid window, published so that a bidder does not bid once it has closed.
+func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, policyNSID string, secrets []string, window time.Duration) (string, error) {
 	vm, err := payloadOf(obj.Spec, secrets)
 	if err != nil {
 		return "", err
@@ -80,7 +82,7 @@ func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha
 		return "", fmt.Errorf("policy: %w", err)
 	}
 	rfp := mk.RFP{CreatedAt: r.Now().UTC().Format(time.RFC3339Nano), Payload: atrepo.StrongRef{URI: pay.URI, CID: pay.CID},
-		Policy: atrepo.StrongRef{URI: pw.URI, CID: pw.CID}}
+		Policy: atrepo.StrongRef{URI: pw.URI, CID: pw.CID}, BidWindowMs: ptr.To(window.Milliseconds())}
 	res, err := put(ctx, repo, obj, keyRFP, mk.RFPNSID, rfp)
 	if err != nil {
 		return "", fmt.Errorf("rfp: %w", err)
