@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
@@ -88,8 +89,12 @@ type Bidder struct {
 	ended    map[string]bool             // receipt uri -> our final event written
 	active   map[string]bool             // receipt uri -> guest held
 	// pending are bids not yet accepted (bid uri -> when), each holding a place for
-	// BidHold so that a burst of rfps is not bid on beyond capacity.
+	// BidHold so that a burst of rfps is not bid on beyond capacity. The requester's
+	// accept of any bid on the rfp frees it at once.
 	pending map[string]time.Time
+	// accepted are the rfps whose requester's accept was seen (rfp uri -> accept uri): no
+	// bid on them can win.
+	accepted map[string]string
 	// awaiting are accepted contracts whose guest waits for its secrets (accept uri ->).
 	awaiting  map[string]*awaiting
 	delivered map[string]deliveredTo // accept uri -> delivered secrets
@@ -140,7 +145,7 @@ func New(cfg Config) *Bidder {
 	cfg.Fetch = router.Fetcher()
 	return &Bidder{router: router, cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, accepted: map[string]string{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
 		recovered: make(chan struct{})}
 }
 
@@ -191,17 +196,73 @@ func (b *Bidder) Run(ctx context.Context) error {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
+			b.follow(ctx, src.Events, func(ev repos.Event) {
 				if ev.DID != "" && ev.DID != b.DID() {
 					b.router.Learn(ev.DID, src.Fetch)
 				}
-				b.handle(ctx, ev)
 			})
 		}()
 	}
-	feed.Follow(ctx, b.cfg.Repo.Events(), 0, func(ev repos.Event) { b.handle(ctx, ev) })
+	b.follow(ctx, b.cfg.Repo.Events(), nil)
 	b.wg.Wait()
 	return ctx.Err()
+}
+
+// How long a firehose's replay must pause, or may last at most, before the rfps it carried
+// are decided on.
+const (
+	replayQuiet = 250 * time.Millisecond
+	replayMax   = 10 * time.Second
+)
+
+// replay is one firehose's backfill: the events committed before the bidder started. Its
+// rfps wait in queued until it is over, because the requester's accept of an rfp comes
+// after the rfp in the stream: decided as they come, a bidder starting late would bid on
+// every rfp accepted in the last window. It is over at the first event committed after the
+// start (or without a time), once the stream was quiet for replayQuiet, or after replayMax.
+type replay struct {
+	start  time.Time
+	live   atomic.Bool
+	queued []string // rfp uris in stream order; under handleMu
+}
+
+// follow handles the events of src from its first, each after before (nil: none).
+func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(repos.Event)) {
+	r := &replay{start: time.Now()}
+	quiet := time.AfterFunc(replayQuiet, func() { b.goLive(ctx, r) })
+	defer quiet.Stop()
+	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })
+	defer most.Stop()
+	feed.Follow(ctx, src, 0, func(ev repos.Event) {
+		if before != nil {
+			before(ev)
+		}
+		if !r.live.Load() {
+			if ev.Time.IsZero() || ev.Time.After(r.start) {
+				b.goLive(ctx, r)
+			} else {
+				quiet.Reset(replayQuiet)
+			}
+		}
+		b.handleFrom(ctx, ev, r)
+	})
+}
+
+// goLive ends r's backfill: the rfps it held are decided on, with every accept it carried
+// known.
+func (b *Bidder) goLive(ctx context.Context, r *replay) {
+	b.handleMu.Lock()
+	defer b.handleMu.Unlock()
+	if r.live.Swap(true) || ctx.Err() != nil {
+		return
+	}
+	queued := r.queued
+	r.queued = nil
+	for _, uri := range queued {
+		if err := b.onRFP(ctx, uri); err != nil {
+			b.log.Warn("rfp", "uri", uri, "err", err)
+		}
+	}
 }
 
 func (b *Bidder) now() string { return b.cfg.Clock.Now().UTC().Format(time.RFC3339Nano) }
@@ -313,7 +374,12 @@ func (b *Bidder) recover(ctx context.Context) error {
 	return nil
 }
 
-func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
+// handle handles a live event.
+func (b *Bidder) handle(ctx context.Context, ev repos.Event) { b.handleFrom(ctx, ev, nil) }
+
+// handleFrom handles an event of r's firehose (nil: live), holding an rfp until r's backfill
+// is over.
+func (b *Bidder) handleFrom(ctx context.Context, ev repos.Event, r *replay) {
 	b.handleMu.Lock()
 	defer b.handleMu.Unlock()
 	for _, op := range ev.Ops {
@@ -323,6 +389,10 @@ func (b *Bidder) handle(ctx context.Context, ev repos.Event) {
 		uri := feed.URI(ev.DID, op.Collection, op.RKey)
 		switch op.Collection {
 		case mk.RFPNSID:
+			if r != nil && !r.live.Load() {
+				r.queued = append(r.queued, uri)
+				continue
+			}
 			if err := b.onRFP(ctx, uri); err != nil {
 				b.log.Warn("rfp", "uri", uri, "err", err)
 			}
@@ -477,6 +547,13 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 	if err != nil {
 		return err
 	}
+	b.mu.Lock()
+	choice := market.BidOn(market.RFPSeen{URI: uri, CreatedAt: rfp.CreatedAt, WindowMs: rfp.BidWindowMs}, b.accepted, b.cfg.Clock.Now())
+	b.mu.Unlock()
+	if !choice.Bids() {
+		b.log.Info("market_no_bid", "rfp", uri, "skip", string(choice.Skip), "reason", choice.Reason)
+		return nil
+	}
 	if _, err := b.evaluate(ctx, rfp); err != nil {
 		b.log.Info("market_no_bid", "rfp", uri, "reason", err.Error())
 		return nil
@@ -514,6 +591,9 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	b.mu.Lock()
 	bid, bidOn := b.bids[acc.RFP.URI]
 	ours := bidOn && byRequester && bid.URI == acc.Bid.URI
+	if byRequester {
+		b.accepted[acc.RFP.URI] = uri
+	}
 	if bidOn && byRequester {
 		delete(b.pending, bid.URI) // its place becomes the guest's, or is freed when another bid won
 	}

@@ -157,6 +157,30 @@ func (quietRepo) Events() repos.EventSource { return quietSource{} }
 
 type quietSource struct{}
 
+// replayRepo is a repo whose firehose replays events (the backfill of a bidder that starts
+// after they were committed), then carries nothing.
+type replayRepo struct {
+	repos.Repo
+	events []repos.Event
+}
+
+func (r replayRepo) Events() repos.EventSource { return replaySource(r.events) }
+
+type replaySource []repos.Event
+
+func (s replaySource) Subscribe(ctx context.Context, cursor *int64, fn func(repos.Event) error) error {
+	for _, ev := range s {
+		if cursor != nil && ev.Seq <= *cursor {
+			continue
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
 func (quietSource) Subscribe(ctx context.Context, _ *int64, _ func(repos.Event) error) error {
 	<-ctx.Done()
 	return ctx.Err()
@@ -259,7 +283,13 @@ func (e *env) write(r repos.Repo, coll string, v any) atrepo.StrongRef {
 // (or stop is called) and returns once it has recovered its state.
 func (e *env) start(n int) (b *Bidder, stop func()) {
 	e.t.Helper()
-	b = New(Config{Repo: quietRepo{e.repo}, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
+	return e.startOn(n, quietRepo{e.repo})
+}
+
+// startOn is start with the bidder's repo (and so its firehose) given.
+func (e *env) startOn(n int, repo repos.Repo) (b *Bidder, stop func()) {
+	e.t.Helper()
+	b = New(Config{Repo: repo, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
 		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog(), MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB})
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.runs[b] = ctx
@@ -818,6 +848,93 @@ func TestAcceptOfOurBid(t *testing.T) {
 				t.Fatalf("the requester's own accept after a stray one: %d boots, want 1", boots)
 			}
 		})
+	}
+}
+
+// A bidder does not bid on an rfp whose requester accepted a bid already or whose bid
+// window has passed (the rfp's bidWindowMs, else 30 s): such a bid could not win and would
+// hold a place of its capacity (1 here) for BidHold. An accept by anyone but the requester
+// does not close an rfp.
+func TestNoBidOnClosedOrAccepted(t *testing.T) {
+	ms := func(n int64) *int64 { return &n }
+	for _, c := range []struct {
+		name string
+		// window is the rfp's bidWindowMs; age how long before its delivery it was written.
+		window   *int64
+		age      time.Duration
+		acceptBy func(e *env) repos.Repo // nil: no accept before the rfp is delivered
+		wantBid  bool
+	}{
+		{name: "open", window: ms(5000), age: 4 * time.Second, wantBid: true},
+		{name: "window passed", window: ms(5000), age: 5 * time.Second},
+		{name: "no window said, within the default", age: 29 * time.Second, wantBid: true},
+		{name: "no window said, past the default", age: 31 * time.Second},
+		{name: "accepted by its requester", window: ms(30000), acceptBy: func(e *env) repos.Repo { return e.requester }},
+		{name: "an accept by someone else", window: ms(30000), acceptBy: func(e *env) repos.Repo { return e.rival }, wantBid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b, _ := e.start(1)
+			rfp := e.write(e.requester, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy, BidWindowMs: c.window})
+			if c.acceptBy != nil {
+				rivalBid := e.write(e.rival, mk.BidNSID, mk.Bid{RFP: rfp, Payload: mk.BidPayload{BidsFree: &mk.BidsFree{}}})
+				e.deliver(b, e.write(c.acceptBy(e), mk.AcceptNSID, mk.Accept{RFP: rfp, Bid: rivalBid}))
+			}
+			e.clock.Step(c.age)
+			e.deliver(b, rfp)
+			if _, got := e.bidOn(rfp); got != c.wantBid {
+				t.Fatalf("bid %v, want %v", got, c.wantBid)
+			}
+			if !c.wantBid && !e.bidsAgain(b) {
+				t.Fatal("no bid on a new rfp: the skipped one holds a place")
+			}
+		})
+	}
+}
+
+// A bidder that starts after rfps were written and decided picks up only what it won: from
+// its firehose's backfill it answers the accept of its bid (written while it was down) and
+// bids on the rfp still open, but not on one accepted later in the same backfill, nor on one
+// whose window passed; those hold no place (capacity 3: the guest, the open bid, one free).
+func TestBackfill(t *testing.T) {
+	e := newEnv(t)
+	b, stop := e.start(3)
+	won := e.rfp(b)
+	bid := e.mustBid(won)
+	stop()
+
+	window := func(n int64) *int64 { return &n }
+	rfp := func(age time.Duration) atrepo.StrongRef {
+		return e.write(e.requester, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Add(-age).Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy, BidWindowMs: window(10000)})
+	}
+	acceptWon := e.write(e.requester, mk.AcceptNSID, mk.Accept{RFP: won, Bid: bid})
+	accepted := rfp(time.Second)
+	rivalBid := e.write(e.rival, mk.BidNSID, mk.Bid{RFP: accepted, Payload: mk.BidPayload{BidsFree: &mk.BidsFree{}}})
+	acceptRival := e.write(e.requester, mk.AcceptNSID, mk.Accept{RFP: accepted, Bid: rivalBid})
+	closed := rfp(11 * time.Second)
+	open := rfp(time.Second)
+	var events []repos.Event
+	before := time.Now().Add(-time.Minute) // committed before the bidder starts
+	for i, ref := range []atrepo.StrongRef{won, bid, acceptWon, accepted, rivalBid, acceptRival, closed, open} {
+		u, err := infra.ParseATURI(ref.URI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, repos.Event{Seq: int64(i + 1), DID: u.DID.String(), Time: before,
+			Ops: []repos.Op{{Action: "create", Collection: u.Collection.String(), RKey: u.Rkey.String(), CID: ref.CID}}})
+	}
+	b, _ = e.startOn(3, replayRepo{Repo: e.repo, events: events})
+	eventually(t, "a bid on the open rfp", func() bool { _, ok := e.bidOn(open); return ok })
+	if _, ok := e.receiptOf(acceptWon); !ok {
+		t.Fatal("no receipt of the accept of its bid")
+	}
+	for name, ref := range map[string]atrepo.StrongRef{"accepted": accepted, "closed": closed} {
+		if _, ok := e.bidOn(ref); ok {
+			t.Fatalf("a bid on the %s rfp", name)
+		}
+	}
+	if !e.bidsAgain(b) {
+		t.Fatal("no place left: a skipped rfp holds one")
 	}
 }
 
