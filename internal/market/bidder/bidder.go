@@ -219,7 +219,9 @@ const (
 // rfps wait in queued until it is over, because the requester's accept of an rfp comes
 // after the rfp in the stream: decided as they come, a bidder starting late would bid on
 // every rfp accepted in the last window. It is over at the first event committed after the
-// start (or without a time), once the stream was quiet for replayQuiet, or after replayMax.
+// start, once the stream was silent for replayQuiet after an event of
+// the backfill, or after replayMax. Silent means no event arriving: the time an event takes
+// to handle (reads, the other firehoses' turns) does not count, nor the connection's.
 type replay struct {
 	start  time.Time
 	live   atomic.Bool
@@ -229,28 +231,44 @@ type replay struct {
 // follow handles the events of src from its first, each after before (nil: none).
 func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(repos.Event)) {
 	r := &replay{start: time.Now()}
-	quiet := time.AfterFunc(replayQuiet, func() { b.goLive(ctx, r) })
-	defer quiet.Stop()
 	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })
 	defer most.Stop()
+	var quiet *time.Timer // armed after each event of the backfill
+	defer func() {
+		if quiet != nil {
+			quiet.Stop()
+		}
+	}()
 	feed.Follow(ctx, src, 0, func(ev repos.Event) {
+		if quiet != nil {
+			quiet.Stop()
+		}
 		if before != nil {
 			before(ev)
 		}
-		if !r.live.Load() {
-			if ev.Time.IsZero() || ev.Time.After(r.start) {
-				b.goLive(ctx, r)
+		// An event without a time (identity and account events carry none here) says
+		// nothing of where the stream is: it counts as the backfill's.
+		backfill := !r.live.Load() && !ev.Time.After(r.start)
+		if !backfill {
+			b.goLive(ctx, r)
+		}
+		b.handleFrom(ctx, ev, r)
+		if backfill && !r.live.Load() {
+			if quiet == nil {
+				quiet = time.AfterFunc(replayQuiet, func() { b.goLive(ctx, r) })
 			} else {
 				quiet.Reset(replayQuiet)
 			}
 		}
-		b.handleFrom(ctx, ev, r)
 	})
 }
 
 // goLive ends r's backfill: the rfps it held are decided on, with every accept it carried
 // known.
 func (b *Bidder) goLive(ctx context.Context, r *replay) {
+	if r.live.Load() {
+		return
+	}
 	b.handleMu.Lock()
 	defer b.handleMu.Unlock()
 	if r.live.Swap(true) || ctx.Err() != nil {

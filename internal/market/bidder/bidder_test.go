@@ -162,14 +162,17 @@ type quietSource struct{}
 type replayRepo struct {
 	repos.Repo
 	events []repos.Event
+	// connect is how long the firehose takes to carry its first event.
+	connect time.Duration
 }
 
-func (r replayRepo) Events() repos.EventSource { return replaySource(r.events) }
+func (r replayRepo) Events() repos.EventSource { return replaySource(r) }
 
-type replaySource []repos.Event
+type replaySource replayRepo
 
 func (s replaySource) Subscribe(ctx context.Context, cursor *int64, fn func(repos.Event) error) error {
-	for _, ev := range s {
+	time.Sleep(s.connect)
+	for _, ev := range s.events {
 		if cursor != nil && ev.Seq <= *cursor {
 			continue
 		}
@@ -897,6 +900,12 @@ func TestNoBidOnClosedOrAccepted(t *testing.T) {
 // bids on the rfp still open, but not on one accepted later in the same backfill, nor on one
 // whose window passed; those hold no place (capacity 3: the guest, the open bid, one free).
 func TestBackfill(t *testing.T) {
+	for _, connect := range []time.Duration{0, 2 * replayQuiet} {
+		t.Run(fmt.Sprintf("connected in %s", connect), func(t *testing.T) { testBackfill(t, connect) })
+	}
+}
+
+func testBackfill(t *testing.T, connect time.Duration) {
 	e := newEnv(t)
 	b, stop := e.start(3)
 	won := e.rfp(b)
@@ -913,17 +922,18 @@ func TestBackfill(t *testing.T) {
 	acceptRival := e.write(e.requester, mk.AcceptNSID, mk.Accept{RFP: accepted, Bid: rivalBid})
 	closed := rfp(11 * time.Second)
 	open := rfp(time.Second)
-	var events []repos.Event
+	// The firehose opens with an account's event, which carries no time.
+	events := []repos.Event{{Seq: 1, DID: e.requester.DID()}}
 	before := time.Now().Add(-time.Minute) // committed before the bidder starts
 	for i, ref := range []atrepo.StrongRef{won, bid, acceptWon, accepted, rivalBid, acceptRival, closed, open} {
 		u, err := infra.ParseATURI(ref.URI)
 		if err != nil {
 			t.Fatal(err)
 		}
-		events = append(events, repos.Event{Seq: int64(i + 1), DID: u.DID.String(), Time: before,
+		events = append(events, repos.Event{Seq: int64(i + 2), DID: u.DID.String(), Time: before,
 			Ops: []repos.Op{{Action: "create", Collection: u.Collection.String(), RKey: u.Rkey.String(), CID: ref.CID}}})
 	}
-	b, _ = e.startOn(3, replayRepo{Repo: e.repo, events: events})
+	b, _ = e.startOn(3, replayRepo{Repo: e.repo, events: events, connect: connect})
 	eventually(t, "a bid on the open rfp", func() bool { _, ok := e.bidOn(open); return ok })
 	if _, ok := e.receiptOf(acceptWon); !ok {
 		t.Fatal("no receipt of the accept of its bid")
