@@ -93,8 +93,11 @@ type Bidder struct {
 	// accept of any bid on the rfp frees it at once.
 	pending map[string]time.Time
 	// accepted are the rfps whose requester's accept was seen (rfp uri -> accept uri): no
-	// bid on them can win.
-	accepted map[string]string
+	// bid on them can win. An rfp comes before its accept in its firehose, so an entry is
+	// needed only until the rfp is decided: the end of a replay, or a slower firehose
+	// carrying the rfp again. Entries go after BidHold (acceptedAt: when each was seen).
+	accepted   map[string]string
+	acceptedAt map[string]time.Time
 	// awaiting are accepted contracts whose guest waits for its secrets (accept uri ->).
 	awaiting  map[string]*awaiting
 	delivered map[string]deliveredTo // accept uri -> delivered secrets
@@ -145,7 +148,7 @@ func New(cfg Config) *Bidder {
 	cfg.Fetch = router.Fetcher()
 	return &Bidder{router: router, cfg: cfg, log: cfg.Log.With("bidder", cfg.Repo.DID()),
 		bids: map[string]atrepo.StrongRef{}, receipts: map[string]atrepo.StrongRef{},
-		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, accepted: map[string]string{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
+		ended: map[string]bool{}, active: map[string]bool{}, pending: map[string]time.Time{}, accepted: map[string]string{}, acceptedAt: map[string]time.Time{}, awaiting: map[string]*awaiting{}, delivered: map[string]deliveredTo{},
 		recovered: make(chan struct{})}
 }
 
@@ -610,7 +613,7 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	bid, bidOn := b.bids[acc.RFP.URI]
 	ours := bidOn && byRequester && bid.URI == acc.Bid.URI
 	if byRequester {
-		b.accepted[acc.RFP.URI] = uri
+		b.noteAccept(acc.RFP.URI, uri)
 	}
 	if bidOn && byRequester {
 		delete(b.pending, bid.URI) // its place becomes the guest's, or is freed when another bid won
@@ -662,6 +665,19 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 		b.started(ctx, uri, id, rc)
 	}()
 	return nil
+}
+
+// noteAccept remembers the requester's accept of rfp for BidOn and forgets those seen more
+// than BidHold ago (called under b.mu).
+func (b *Bidder) noteAccept(rfp, accept string) {
+	now := b.cfg.Clock.Now()
+	for r, at := range b.acceptedAt {
+		if now.Sub(at) > BidHold {
+			delete(b.accepted, r)
+			delete(b.acceptedAt, r)
+		}
+	}
+	b.accepted[rfp], b.acceptedAt[rfp] = accept, now
 }
 
 // payloadOf reads the compute.vm payload of an accept's rfp.

@@ -895,6 +895,35 @@ func TestNoBidOnClosedOrAccepted(t *testing.T) {
 	}
 }
 
+// The accepts remembered for BidOn do not pile up: each is kept for BidHold, long after its
+// rfp was decided.
+func TestAcceptsForgotten(t *testing.T) {
+	e := newEnv(t)
+	b, _ := e.start(1)
+	accept := func() {
+		rfp := e.write(e.requester, mk.RFPNSID, mk.RFP{CreatedAt: e.clock.Now().Format(time.RFC3339Nano), Payload: e.payload, Policy: e.policy})
+		rivalBid := e.write(e.rival, mk.BidNSID, mk.Bid{RFP: rfp, Payload: mk.BidPayload{BidsFree: &mk.BidsFree{}}})
+		e.deliver(b, e.write(e.requester, mk.AcceptNSID, mk.Accept{RFP: rfp, Bid: rivalBid}))
+	}
+	remembered := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.accepted)
+	}
+	accept()
+	accept()
+	e.clock.Step(BidHold)
+	accept()
+	if n := remembered(); n != 3 {
+		t.Fatalf("%d accepts remembered within BidHold, want 3", n)
+	}
+	e.clock.Step(time.Second)
+	accept()
+	if n := remembered(); n != 2 {
+		t.Fatalf("%d accepts remembered, want 2: those older than BidHold forgotten", n)
+	}
+}
+
 // A bidder that starts after rfps were written and decided picks up only what it won: from
 // its firehose's backfill it answers the accept of its bid (written while it was down) and
 // bids on the rfp still open, but not on one accepted later in the same backfill, nor on one
