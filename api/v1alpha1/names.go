@@ -68,6 +68,9 @@ const (
 	ReasonLoginFailed ConditionReason = "LoginFailed"
 	// ReasonUnreachable: the AtprotoRepo's service could not be reached.
 	ReasonUnreachable ConditionReason = "Unreachable"
+	// ReasonLocalRepoUnavailable: the AtprotoRepo names an account on the embedded PDS
+	// (spec.local) and the controllers run without one (socialweb controllers).
+	ReasonLocalRepoUnavailable ConditionReason = "LocalRepoUnavailable"
 
 	// ReasonWritten: the AtprotoRecord controller wrote the record.
 	ReasonWritten ConditionReason = "Written"

@@ -21,7 +21,10 @@ type localRepo struct {
 // Local returns a handle on the account ident (handle or DID) of the embedded PDS srv.
 func Local(ctx context.Context, srv *pds.Server, ident string) (Repo, error) {
 	if srv == nil {
-		return nil, fmt.Errorf("%w: this process runs no embedded PDS", ErrUnavailable)
+		return nil, fmt.Errorf("%w: %w: spec.local is an account on the PDS that socialweb up embeds, and these controllers run none; "+
+			"use an account on a PDS they reach instead: spec.remote with service (the PDS's URL), identifier (the account's handle or DID) "+
+			"and credentialsRef naming a Secret (socialweb.computer/v1alpha1) whose key password holds an app password "+
+			"(README, \"Run on your cluster\")", ErrUnavailable, ErrNoEmbeddedPDS)
 	}
 	did, handle, err := srv.Account(ctx, ident)
 	if err != nil {

@@ -25,6 +25,10 @@ var (
 	ErrUnavailable = errors.New("repo unavailable")
 	// ErrLoginFailed: the PDS refused the credentials.
 	ErrLoginFailed = errors.New("login failed")
+	// ErrNoEmbeddedPDS: a local repo (spec.local) was asked of a process that runs no
+	// embedded PDS (socialweb controllers against a cluster). It is also ErrUnavailable;
+	// its message says what to write instead.
+	ErrNoEmbeddedPDS = errors.New("no embedded PDS")
 )
 
 // Record is one record as read from a repo.

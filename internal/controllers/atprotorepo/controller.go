@@ -112,6 +112,10 @@ func readiness(gen int64, repo repos.Repo, err error) (metav1.Condition, time.Du
 	case err == nil && repo != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, string(v1alpha1.ReasonLoggedIn), "session open for "+repo.DID()
 		return c, 0
+	case errors.Is(err, repos.ErrNoEmbeddedPDS):
+		// No retry: the process will not grow a PDS; a changed spec reconciles again.
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(v1alpha1.ReasonLocalRepoUnavailable), err.Error()
+		return c, 0
 	case errors.Is(err, repos.ErrLoginFailed):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(v1alpha1.ReasonLoginFailed), err.Error()
 	default:
