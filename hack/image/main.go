@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"socialweb.computer/internal/atomicfile"
@@ -45,6 +46,9 @@ func run(binary, ca, version, source, arch, name, out string) error {
 	}
 	var buf bytes.Buffer
 	if err := ociimage.WriteLayout(&buf, img, name); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	if err := atomicfile.Write(out, buf.Bytes(), 0o644); err != nil {
