@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -279,6 +280,24 @@ func TestCLI_ControllersRunAgainstASeparateCore(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(inf), &got)
 		return err == nil && got.Status.Phase == v1alpha1.InfraStaged && got.Status.ContractsReady == "0/0", err
 	})
+
+	// The README walk-through's local repo names an account on up's embedded PDS, which
+	// these controllers do not run: the repo says so, and what to write instead.
+	local := &v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Name: "me", Namespace: "acct-test"},
+		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: "owner.test"}}}
+	if err := env.Client.Create(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	var ready *metav1.Condition
+	testenv.Eventually(t, 30*time.Second, "the local repo reports LocalRepoUnavailable", func() (bool, error) {
+		var got v1alpha1.AtprotoRepo
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(local), &got)
+		ready = meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady))
+		return err == nil && ready != nil && ready.Reason == string(v1alpha1.ReasonLocalRepoUnavailable), err
+	})
+	if ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "spec.remote") || !strings.Contains(ready.Message, "credentialsRef") {
+		t.Errorf("Ready of a local repo under socialweb controllers: %+v", ready)
+	}
 }
 
 func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
