@@ -12,6 +12,7 @@ import (
 
 	"socialweb.computer/config/crd"
 	"socialweb.computer/internal/core"
+	"socialweb.computer/internal/diskspace"
 	"socialweb.computer/internal/gateway"
 	"socialweb.computer/internal/hostcheck"
 	"socialweb.computer/internal/logsink"
@@ -148,6 +149,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("stopped")
 	}()
 	phase("core serving at %s", c.URL)
+	go watchRoom(ctx, dir.Root, c, log, phase)
 
 	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log,
 		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword})
@@ -308,4 +310,51 @@ func openLog(path string, level slog.Level) (*os.File, *slog.Logger, error) {
 	logsink.KlogTo(f)
 	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level}))
 	return f, log, nil
+}
+
+// Room the data dir and the store are watched for: below DataDirWarnBelow free, or past
+// StoreWarnAt of the store's quota, up says so once (and once more when it is over), before
+// a write fails.
+const (
+	DataDirWarnBelow = 512 * diskspace.MiB
+	StoreWarnAt      = 0.8
+	roomInterval     = 30 * time.Second
+)
+
+// watchRoom warns on the progress output and in the log while the data dir's file system
+// or the store's quota runs out.
+func watchRoom(ctx context.Context, root string, c *core.Core, log *slog.Logger, phase func(string, ...any)) {
+	go diskspace.Watch(ctx, root, DataDirWarnBelow, roomInterval, func(r diskspace.Room, l diskspace.Level, err error) {
+		switch {
+		case err != nil:
+			log.Warn("data_dir_room_unknown", "dir", root, "error", err.Error())
+		case l == diskspace.Low:
+			phase("warning: %s has %s free, under %s: the store stops when its file system is full; free some space there",
+				root, diskspace.Human(r.Free), diskspace.Human(DataDirWarnBelow))
+			log.Warn("data_dir_low", "dir", root, "free_bytes", r.Free)
+		default:
+			log.Info("data_dir_room", "dir", root, "free_bytes", r.Free)
+		}
+	})
+	warned := false
+	t := time.NewTicker(roomInterval)
+	defer t.Stop()
+	for {
+		size, quota := c.StoreUse()
+		switch high := float64(size) >= StoreWarnAt*float64(quota); {
+		case high && !warned:
+			phase("warning: the store holds %s of its %s quota; past it every write is refused: delete objects you do not need",
+				diskspace.Human(uint64(size)), diskspace.Human(uint64(quota)))
+			log.Warn("store_quota_high", "size_bytes", size, "quota_bytes", quota)
+			warned = true
+		case !high && warned:
+			log.Info("store_quota_ok", "size_bytes", size, "quota_bytes", quota)
+			warned = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -34,6 +34,7 @@ type Config struct {
 type Core struct {
 	dir        *DataDir
 	closeEtcd  func() // etcd, and the socket's directory when it is named through it
+	storeSize  func() int64
 	cancel     context.CancelFunc
 	serverDone chan error
 	stopOnce   sync.Once
@@ -99,12 +100,12 @@ func Start(ctx context.Context, cfg Config) (_ *Core, err error) {
 	}
 
 	t0 := time.Now()
-	etcdURL, closeEtcd, err := startEtcd(ctx, dir)
+	etcdURL, closeEtcd, storeSize, err := startEtcd(ctx, dir)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	c.closeEtcd = closeEtcd
+	c.closeEtcd, c.storeSize = closeEtcd, storeSize
 	log.Debug("etcd ready", "took", time.Since(t0))
 
 	server, err := newAPIServer(apiServerParams{
@@ -169,6 +170,9 @@ func (c *Core) waitReady(ctx context.Context) error {
 
 // DataDir is the core's data directory.
 func (c *Core) DataDir() *DataDir { return c.dir }
+
+// StoreUse is the size of the store's database and its quota (StoreQuotaBytes).
+func (c *Core) StoreUse() (size, quota int64) { return c.storeSize(), StoreQuotaBytes }
 
 // Done delivers the API server's exit error if it stops on its own.
 func (c *Core) Done() <-chan error { return c.serverDone }
