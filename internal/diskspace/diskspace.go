@@ -36,7 +36,7 @@ type LowError struct {
 	Path string
 	// Free is what its file system has free; Need is what What needs.
 	Free, Need uint64
-	What string
+	What       string
 }
 
 func (e *LowError) Error() string {
