@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+	"socialweb.computer/internal/diskspace"
 )
 
 // A namespace node's disk. Everything a node writes (containerd's images and snapshots, the
@@ -57,11 +58,11 @@ func diskMiB(asked, def int) (int, error) {
 
 // freeMiB is what the file system holding path has free for an unprivileged writer.
 func freeMiB(path string) (int64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
+	r, err := diskspace.Of(path)
+	if err != nil {
 		return 0, err
 	}
-	return int64(st.Bavail) * int64(st.Bsize) >> 20, nil
+	return int64(r.Free >> 20), nil
 }
 
 // makeDisk makes the node's disk in dir: a sparse file of mib MiB holding an empty ext4.
