@@ -66,6 +66,15 @@ type ClusterSpec struct {
 	// +optional
 	NodeSize *NodeSizeRange `json:"nodeSize,omitempty"`
 
+	// nodeIsolation is the weakest isolation boundary the bidder of each new node must
+	// state for node guests, as a NodePool's requirement: vm (a machine per node, the
+	// flavour for workloads of strangers) or namespace (Linux namespaces and cgroups on the
+	// bidder's kernel). Bidders stating less are not waited for and their bids are refused;
+	// unset takes any. A node keeps the requirement it was rented under.
+	// +optional
+	// +kubebuilder:validation:Enum=vm;namespace
+	NodeIsolation IsolationBoundary `json:"nodeIsolation,omitempty"`
+
 	// consolidationPolicy says which nodes are released: WhenEmpty (the default) releases a
 	// node empty past scaleHold; WhenUnderutilized also drains a node whose pods the
 	// scheduling simulation places on the other nodes, once that has held for scaleHold,

@@ -53,6 +53,9 @@ type NodeEntry struct {
 	// for a cluster that runs every pod in a user namespace). An entry keeps the ones it
 	// was first declared with: its contract's market flow may already be under way.
 	RequireLayers []string
+	// RequireIsolation is the weakest boundary the winner's offering must state (the
+	// Cluster's nodeIsolation); kept, as RequireLayers are.
+	RequireIsolation v1alpha1.IsolationBoundary
 	// CPUs and MemMiB are the node's size, what its contract asks the market for (0: the
 	// contract's default). An entry keeps the size it was first declared with.
 	CPUs, MemMiB int32
@@ -150,13 +153,13 @@ func ComposeNodeEntry(spec v1alpha1.InfraSpec, c ClusterInfra, entry string, wan
 }
 
 // nodeContract is the entry's contract: computeKind node, its name, state, vmName and
-// required layers. A Released entry keeps the releaseRequestedAt it had; an entry declared
-// before keeps its required layers.
+// requirements. A Released entry keeps the releaseRequestedAt it had; an entry declared
+// before keeps its required layers and isolation (its market flow may be under way).
 func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraContract {
-	layers := slices.Clone(want.RequireLayers)
+	layers, isolation := slices.Clone(want.RequireLayers), want.RequireIsolation
 	cpus, mem := want.CPUs, want.MemMiB
 	if prev.Name != "" {
-		layers = slices.Clone(prev.RequireLayers)
+		layers, isolation = slices.Clone(prev.RequireLayers), prev.RequireIsolation
 		cpus, mem = prev.CPUs, prev.MemMiB
 	}
 	return v1alpha1.InfraContract{
@@ -166,6 +169,7 @@ func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraCo
 		ComputeKind:        v1alpha1.ComputeKindNode,
 		PolicyArgs:         maps.Clone(want.PolicyArgs),
 		RequireLayers:      layers,
+		RequireIsolation:   isolation,
 		CPUs:               cpus,
 		MemMiB:             mem,
 		ReleaseRequestedAt: prev.ReleaseRequestedAt.DeepCopy(),
@@ -181,6 +185,7 @@ func NodeEntryOf(spec v1alpha1.InfraSpec, entry string) (*NodeEntry, bool) {
 			e.Name, e.State, e.VMName, found = c.Name, c.State, c.VMName, true
 			e.PolicyArgs = maps.Clone(c.PolicyArgs)
 			e.RequireLayers = slices.Clone(c.RequireLayers)
+			e.RequireIsolation = c.RequireIsolation
 			e.CPUs, e.MemMiB = c.CPUs, c.MemMiB
 		}
 	}

@@ -120,10 +120,13 @@ func (r *rig) start() {
 	t.Cleanup(func() { cancel(); <-stopped })
 }
 
-func (r *rig) cluster(name string) *v1alpha1.Cluster {
+func (r *rig) cluster(name string, mods ...func(*v1alpha1.ClusterSpec)) *v1alpha1.Cluster {
 	r.t.Helper()
 	c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: name},
 		Spec: v1alpha1.ClusterSpec{Account: "did:plc:owner", Name: name, MaxNodes: 4}}
+	for _, m := range mods {
+		m(&c.Spec)
+	}
 	if err := r.c.Create(context.Background(), c); err != nil {
 		r.t.Fatal(err)
 	}
@@ -237,7 +240,7 @@ func entryState(inf *v1alpha1.Infra, entry string) v1alpha1.ContractState {
 // the claims report Bidding, then Provisioning and Joining as the contracts are driven.
 func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 	r := newRig(t, false)
-	r.cluster("web")
+	r.cluster("web", func(s *v1alpha1.ClusterSpec) { s.NodeIsolation = v1alpha1.IsolationVM })
 	a, b := r.sizedClaim("node-a", "web", 2, 1024), r.claim("node-b", "web")
 
 	var inf *v1alpha1.Infra
@@ -283,6 +286,10 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 		// The claim's size is its contract's; a claim that states none leaves the default.
 		if want := [2]int32{c.Spec.CPUs, c.Spec.MemMiB}; [2]int32{cc.Spec.CPUs, cc.Spec.MemMiB} != want {
 			t.Fatalf("%s size %d CPU %d MiB, want the claim's %v", name, cc.Spec.CPUs, cc.Spec.MemMiB, want)
+		}
+		// The cluster's node requirement is the contract's.
+		if cc.Spec.RequireIsolation != v1alpha1.IsolationVM {
+			t.Fatalf("%s requireIsolation %q, want the cluster's vm", name, cc.Spec.RequireIsolation)
 		}
 		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
 			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)

@@ -67,6 +67,9 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 		e.PolicyArgs = map[string]string{market.ArgBidWindow: strconv.FormatFloat(r.BidWindow.Seconds(), 'f', -1, 64)}
 	}
 	e.RequireLayers = requiredLayers(p.cluster)
+	if p.cluster != nil {
+		e.RequireIsolation = p.cluster.Spec.NodeIsolation
+	}
 	return e
 }
 
