@@ -75,6 +75,12 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:Enum=vm;namespace
 	NodeIsolation IsolationBoundary `json:"nodeIsolation,omitempty"`
 
+	// nodeMaxPrice is the most a new node's winning bid may cost: bids over it, or priced in
+	// another currency, are refused (a free bid always qualifies). It becomes each node
+	// contract's policyArgs maxCost and currency. Unset: any price.
+	// +optional
+	NodeMaxPrice *NodePrice `json:"nodeMaxPrice,omitempty"`
+
 	// consolidationPolicy says which nodes are released: WhenEmpty (the default) releases a
 	// node empty past scaleHold; WhenUnderutilized also drains a node whose pods the
 	// scheduling simulation places on the other nodes, once that has held for scaleHold,
@@ -145,6 +151,20 @@ const (
 // AnnotationDoNotDisrupt on a pod, "true", keeps its node from being drained for
 // consolidation.
 const AnnotationDoNotDisrupt = "socialweb.computer/do-not-disrupt"
+
+// NodePrice is a price on the market: a whole number of the bids' unit in a currency.
+type NodePrice struct {
+	// cost is the amount, in the unit bids state.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Cost int64 `json:"cost"`
+	// currency is what cost counts, as bids name it (e.g. USD).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
+	Currency string `json:"currency"`
+}
 
 // NodeSizeRange bounds the CPUs and memory of a cluster's nodes; a zero bound takes its
 // default.

@@ -24,7 +24,51 @@ const (
 	// ArgBidWindow, ArgAnswerWait: policyArgs keys, in seconds.
 	ArgBidWindow  = "bidWindowSec"
 	ArgAnswerWait = "answerTimeoutSec"
+	// ArgMaxCost and ArgCurrency: policyArgs keys, the most a bid may cost (a whole number
+	// in the bids' unit) and the currency it is counted in.
+	ArgMaxCost  = "maxCost"
+	ArgCurrency = "currency"
 )
+
+// PriceCap is the most a winning bid may cost. A free bid is always within it; a priced
+// bid must be in Currency and cost at most Max.
+type PriceCap struct {
+	Set      bool
+	Max      int64
+	Currency string
+}
+
+// PriceCapArg reads the cap from policyArgs maxCost and currency: none when maxCost is
+// absent; maxCost must be a whole number >= 0 and comes with a currency.
+func PriceCapArg(args map[string]string) (PriceCap, error) {
+	v, ok := args[ArgMaxCost]
+	if !ok || v == "" {
+		return PriceCap{}, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return PriceCap{}, fmt.Errorf("policyArgs.%s %q is not a whole number >= 0", ArgMaxCost, v)
+	}
+	c := strings.TrimSpace(args[ArgCurrency])
+	if c == "" {
+		return PriceCap{}, fmt.Errorf("policyArgs.%s needs policyArgs.%s (the currency it is counted in)", ArgMaxCost, ArgCurrency)
+	}
+	return PriceCap{Set: true, Max: n, Currency: c}, nil
+}
+
+// Allows says why a bid is over the cap, or nil.
+func (p PriceCap) Allows(b Bid) error {
+	if !p.Set || b.Free {
+		return nil
+	}
+	if b.Currency != p.Currency {
+		return fmt.Errorf("costs %d %s, and maxCost is in %s", b.Cost, b.Currency, p.Currency)
+	}
+	if b.Cost > p.Max {
+		return fmt.Errorf("costs %d %s, more than maxCost %d", b.Cost, b.Currency, p.Max)
+	}
+	return nil
+}
 
 // Reasons a contract ends Failed (the Ready condition reason and the first word of the message).
 const (
@@ -135,7 +179,8 @@ type Refusal struct {
 }
 
 // Choose picks the winner among bids: the lowest price among those whose bidder is allowed
-// (in bidderDids when that is set, not in denyBidderDids) and that the policy allows. Ties
+// (in bidderDids when that is set, not in denyBidderDids), within the policy's price cap, and
+// that the policy allows. Ties
 // go to the lexically smallest bidder DID, then bid URI, so every requester picks the same.
 // Bids of a currency other than the first allowed one's are refused (prices do not compare).
 // A bid whose bidder's offering does not state the isolation the rule requires is refused,
@@ -152,6 +197,8 @@ func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule Isolation
 			refused = append(refused, Refusal{b, "unknown bid kind"})
 		case rule.Allows(b.Bidder) != nil:
 			refused = append(refused, Refusal{b, rule.Allows(b.Bidder).Error()})
+		case policy.PriceCap.Allows(b) != nil:
+			refused = append(refused, Refusal{b, policy.PriceCap.Allows(b).Error()})
 		default:
 			if err := policy.Allows(Candidate{Bidder: b.Bidder}); err != nil {
 				refused = append(refused, Refusal{b, err.Error()})
@@ -226,6 +273,8 @@ type Policy struct {
 	NSID string
 	// RequesterDID is onlyMe's requesterDid.
 	RequesterDID string
+	// PriceCap is the requester's maxCost (policyArgs): bids over it are refused.
+	PriceCap PriceCap
 	// MaxCPUs, when > 0, bounds the CPUs of the guest asked for. No policy record carries it
 	// yet (the lexicons have no CPU-bound policy); it is here for the rule and its test.
 	MaxCPUs int64

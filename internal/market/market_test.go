@@ -82,6 +82,11 @@ func TestChoose(t *testing.T) {
 		{"policy error denies all", []Bid{p("did:a", 1)}, nil, nil, Policy{Err: errors.New("boom")}, "", 1},
 		{"unknown kind", []Bid{{Bidder: "did:a", Unknown: true}}, nil, nil, open, "", 1},
 		{"other currency refused", []Bid{p("did:a", 1), {Bidder: "did:b", Cost: 0, Currency: "EUR"}}, nil, nil, open, "did:b", 1},
+		{"maxCost: the cheapest within it", []Bid{p("did:a", 30), p("did:b", 10)}, nil, nil, capped(20, "USD"), "did:b", 1},
+		{"maxCost: over it is refused", []Bid{p("did:a", 30), p("did:b", 21)}, nil, nil, capped(20, "USD"), "", 2},
+		{"maxCost: at it is taken", []Bid{p("did:a", 20)}, nil, nil, capped(20, "USD"), "did:a", 0},
+		{"maxCost: another currency is refused", []Bid{p("did:a", 1)}, nil, nil, capped(20, "EUR"), "", 1},
+		{"maxCost 0: only free bids", []Bid{p("did:a", 1), {URI: "u", Bidder: "did:z", Free: true}}, nil, nil, capped(0, "USD"), "did:z", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, ref := Choose(c.bids, c.allow, c.deny, c.policy, IsolationRule{})
@@ -93,6 +98,31 @@ func TestChoose(t *testing.T) {
 				t.Fatalf("winner %q refused %v; want %q and %d refused", got, ref, c.want, c.refused)
 			}
 		})
+	}
+}
+
+func capped(max int64, currency string) Policy {
+	return Policy{NSID: PolicyOpen, PriceCap: PriceCap{Set: true, Max: max, Currency: currency}}
+}
+
+func TestPriceCapArg(t *testing.T) {
+	for _, c := range []struct {
+		args    map[string]string
+		want    PriceCap
+		wantErr bool
+	}{
+		{nil, PriceCap{}, false},
+		{map[string]string{ArgMaxCost: ""}, PriceCap{}, false},
+		{map[string]string{ArgMaxCost: "5", ArgCurrency: "USD"}, PriceCap{Set: true, Max: 5, Currency: "USD"}, false},
+		{map[string]string{ArgMaxCost: "0", ArgCurrency: " USD "}, PriceCap{Set: true, Currency: "USD"}, false},
+		{map[string]string{ArgMaxCost: "5"}, PriceCap{}, true},
+		{map[string]string{ArgMaxCost: "-1", ArgCurrency: "USD"}, PriceCap{}, true},
+		{map[string]string{ArgMaxCost: "1.5", ArgCurrency: "USD"}, PriceCap{}, true},
+	} {
+		got, err := PriceCapArg(c.args)
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("PriceCapArg(%v) = %+v, %v; want %+v, error %v", c.args, got, err, c.want, c.wantErr)
+		}
 	}
 }
 

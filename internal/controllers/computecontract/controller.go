@@ -115,8 +115,10 @@ type round struct {
 	// policyNSID is spec.policy's record collection; required spec.requireIsolation.
 	policyNSID string
 	required   market.Boundary
-	s          market.State
-	d          market.Decision
+	// priceCap is policyArgs' maxCost.
+	priceCap market.PriceCap
+	s        market.State
+	d        market.Decision
 }
 
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches its contracts (the

@@ -70,7 +70,7 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName, obj *v1
 		return nil, reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	rd := &round{key: key, obj: obj, orig: orig, now: now, deleting: deleting, repo: repo,
-		policyNSID: policyNSID, required: required, s: s}
+		policyNSID: policyNSID, required: required, priceCap: s.Policy.PriceCap, s: s}
 	if err := r.observe(ctx, rd); err != nil {
 		return nil, reconcile.Result{}, err
 	}
@@ -86,6 +86,9 @@ func specState(obj *v1alpha1.ComputeContract, now time.Time, deleting bool) (s m
 	s.Window, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgBidWindow, market.DefaultBidWindow)
 	if specErr == nil {
 		s.AnswerWait, specErr = market.SecondsArg(obj.Spec.PolicyArgs, market.ArgAnswerWait, market.DefaultAnswerWait)
+	}
+	if specErr == nil {
+		s.Policy.PriceCap, specErr = market.PriceCapArg(obj.Spec.PolicyArgs)
 	}
 	s.ReadyTimeout = market.DefaultReadyTimeout
 	if obj.Spec.VMReadyTimeoutSec != nil {
@@ -114,7 +117,7 @@ func specState(obj *v1alpha1.ComputeContract, now time.Time, deleting bool) (s m
 func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 	obj, key, repo := rd.obj, rd.key, rd.repo
 	st, s := &obj.Status, &rd.s
-	s.Policy = market.Policy{NSID: rd.policyNSID, RequesterDID: repo.DID()}
+	s.Policy = market.Policy{NSID: rd.policyNSID, RequesterDID: repo.DID(), PriceCap: rd.priceCap}
 	s.RFPAt = at(lastEvent(st, evRFP))
 	if st.RFP != "" {
 		// The window counts from the rfp's createdAt (our own clock, to the nanosecond), not

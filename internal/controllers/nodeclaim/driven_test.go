@@ -240,7 +240,9 @@ func entryState(inf *v1alpha1.Infra, entry string) v1alpha1.ContractState {
 // the claims report Bidding, then Provisioning and Joining as the contracts are driven.
 func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 	r := newRig(t, false)
-	r.cluster("web", func(s *v1alpha1.ClusterSpec) { s.NodeIsolation = v1alpha1.IsolationVM })
+	r.cluster("web", func(s *v1alpha1.ClusterSpec) {
+		s.NodeIsolation, s.NodeMaxPrice = v1alpha1.IsolationVM, &v1alpha1.NodePrice{Cost: 7, Currency: "USD"}
+	})
 	a, b := r.sizedClaim("node-a", "web", 2, 1024), r.claim("node-b", "web")
 
 	var inf *v1alpha1.Infra
@@ -290,6 +292,9 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 		// The cluster's node requirement is the contract's.
 		if cc.Spec.RequireIsolation != v1alpha1.IsolationVM {
 			t.Fatalf("%s requireIsolation %q, want the cluster's vm", name, cc.Spec.RequireIsolation)
+		}
+		if a := cc.Spec.PolicyArgs; a[market.ArgMaxCost] != "7" || a[market.ArgCurrency] != "USD" {
+			t.Fatalf("%s policyArgs %v, want the cluster's maxCost 7 USD", name, a)
 		}
 		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
 			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)

@@ -63,12 +63,20 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 		ref := *p.bundle
 		e.Node.NodeJoin = &v1alpha1.NodeJoin{Server: p.server, NodeName: c.Spec.NodeName, BundleSecretRef: &ref}
 	}
+	e.PolicyArgs = map[string]string{}
 	if r.BidWindow > 0 {
-		e.PolicyArgs = map[string]string{market.ArgBidWindow: strconv.FormatFloat(r.BidWindow.Seconds(), 'f', -1, 64)}
+		e.PolicyArgs[market.ArgBidWindow] = strconv.FormatFloat(r.BidWindow.Seconds(), 'f', -1, 64)
 	}
 	e.RequireLayers = requiredLayers(p.cluster)
 	if p.cluster != nil {
 		e.RequireIsolation = p.cluster.Spec.NodeIsolation
+		if mp := p.cluster.Spec.NodeMaxPrice; mp != nil {
+			e.PolicyArgs[market.ArgMaxCost] = strconv.FormatInt(mp.Cost, 10)
+			e.PolicyArgs[market.ArgCurrency] = mp.Currency
+		}
+	}
+	if len(e.PolicyArgs) == 0 {
+		e.PolicyArgs = nil
 	}
 	return e
 }
