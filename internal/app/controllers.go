@@ -30,7 +30,16 @@ import (
 
 // ControllerOptions configure the controllers of a process.
 type ControllerOptions struct {
-	MetricsAddr        string
+	MetricsAddr string
+	// MetricsSecure serves metrics over HTTPS behind the API server's authentication and
+	// authorization; MetricsCertDir holds its tls.crt and tls.key (none: self-signed).
+	MetricsSecure  bool
+	MetricsCertDir string
+	// HealthAddr serves /healthz and /readyz ("" or "0": off).
+	HealthAddr string
+	// GracefulShutdown bounds how long reconciles in flight get once the process is asked to
+	// stop (0: ctrlmanager.DefaultGracefulShutdown).
+	GracefulShutdown   time.Duration
 	LeaderElection     bool
 	LeaderElectionNS   string
 	Observer           ctrlmanager.ReconcileObserver
@@ -73,6 +82,10 @@ type ControllerOptions struct {
 func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, error) {
 	m, err := ctrlmanager.New(cfg, ctrlmanager.Options{
 		MetricsAddr:             o.MetricsAddr,
+		MetricsSecure:           o.MetricsSecure,
+		MetricsCertDir:          o.MetricsCertDir,
+		HealthAddr:              o.HealthAddr,
+		GracefulShutdown:        o.GracefulShutdown,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionNamespace: o.LeaderElectionNS,
 		SkipNameValidation:      o.SkipNameValidation,
@@ -135,11 +148,19 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	return m, nil
 }
 
-// RunControllers runs the controllers against cfg until ctx ends.
+// RunControllers runs the controllers against cfg until ctx ends, or until they cannot go
+// on (a permission the API server refuses, caches that never sync).
 func RunControllers(ctx context.Context, cfg *rest.Config, o ControllerOptions) error {
 	m, err := NewControllers(cfg, o)
 	if err != nil {
 		return err
+	}
+	if !o.LeaderElection {
+		log := o.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		ctrlmanager.WarnSingleReplica(ctx, cfg, o.LeaderElectionNS, log)
 	}
 	return ctrlmanager.Run(ctx, m)
 }

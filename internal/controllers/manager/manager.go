@@ -22,9 +22,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -35,6 +38,15 @@ import (
 type Options struct {
 	// MetricsAddr serves Prometheus metrics; "" or "0" turns the endpoint off.
 	MetricsAddr string
+	// MetricsSecure serves metrics over HTTPS, to callers the API server authenticates and
+	// authorizes (a TokenReview and a SubjectAccessReview for GET on the metrics path), as
+	// a kube-prometheus scrape expects. MetricsCertDir holds tls.crt and tls.key; without
+	// them the server makes a self-signed pair at start.
+	MetricsSecure  bool
+	MetricsCertDir string
+	// HealthAddr serves /healthz (the process answers) and /readyz (its caches have
+	// synced); "" or "0" turns them off.
+	HealthAddr string
 	// LeaderElection turns on leader election, for running several replicas against one
 	// API server. The embedded default is one process and needs none.
 	LeaderElection          bool
@@ -42,7 +54,20 @@ type Options struct {
 	Logger                  *slog.Logger
 	// SkipNameValidation allows several managers in one process (tests, benchmarks).
 	SkipNameValidation bool
+	// GracefulShutdown bounds how long reconciles in flight get to end once the manager
+	// is asked to stop; 0 means DefaultGracefulShutdown.
+	GracefulShutdown time.Duration
+	// CacheSyncTimeout bounds the first sync of the caches; 0 means DefaultCacheSyncTimeout.
+	CacheSyncTimeout time.Duration
 }
+
+// DefaultGracefulShutdown is the time reconciles in flight get to end after a stop, less
+// than the 30 s a kubelet waits between SIGTERM and SIGKILL.
+const DefaultGracefulShutdown = 10 * time.Second
+
+// DefaultCacheSyncTimeout bounds the first list of every watched kind. A refused list is
+// reported at once; this catches the rest (a server that lists nothing, a kind not served).
+const DefaultCacheSyncTimeout = time.Minute
 
 // Scheme holds every kind the controllers read or write.
 func Scheme() *runtime.Scheme {
@@ -53,7 +78,7 @@ func Scheme() *runtime.Scheme {
 }
 
 // New returns a manager for cfg. Controllers are added with Register.
-func New(cfg *rest.Config, o Options) (manager.Manager, error) {
+func New(cfg *rest.Config, o Options) (*Manager, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
@@ -65,21 +90,64 @@ func New(cfg *rest.Config, o Options) (manager.Manager, error) {
 		// under load; the API servers we run against are ours or sized for controllers.
 		cfg.QPS, cfg.Burst = 200, 400
 	}
-	metricsAddr := o.MetricsAddr
-	if metricsAddr == "" {
-		metricsAddr = "0"
+	m := &Manager{log: log, fatal: newErrorsOnce(), grace: o.GracefulShutdown, syncTimeout: o.CacheSyncTimeout}
+	if m.grace <= 0 {
+		m.grace = DefaultGracefulShutdown
 	}
-	skip := o.SkipNameValidation
-	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "socialweb-controllers.socialweb.computer",
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Controller:              config.Controller{SkipNameValidation: &skip},
+	if m.syncTimeout <= 0 {
+		m.syncTimeout = DefaultCacheSyncTimeout
+	}
+	metrics := metricsserver.Options{BindAddress: orOff(o.MetricsAddr)}
+	if o.MetricsSecure {
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.CertDir = o.MetricsCertDir
+	}
+	opts := ctrl.Options{
+		Scheme:                 Scheme(),
+		Metrics:                metrics,
+		HealthProbeBindAddress: orOff(o.HealthAddr),
+		Cache:                  cache.Options{DefaultWatchErrorHandler: watchErrorHandler(m.fatal.report)},
+		Controller: config.Controller{SkipNameValidation: ptr(o.SkipNameValidation),
+			CacheSyncTimeout: m.syncTimeout},
+		GracefulShutdownTimeout: ptr(m.grace),
 		Logger:                  logr.FromSlogHandler(log.Handler()),
-	})
+	}
+	if o.LeaderElection {
+		ns := LeaderElectionNamespace(o.LeaderElectionNamespace)
+		lock, err := newLeaseLock(cfg, ns, m.fatal.report)
+		if err != nil {
+			return nil, err
+		}
+		opts.LeaderElection = true
+		opts.LeaderElectionID = LeaderElectionID
+		opts.LeaderElectionNamespace = ns
+		opts.LeaderElectionResourceLockInterface = lock
+		// Safe because the process ends when the manager does: nothing reconciles after the
+		// Lease is given up.
+		opts.LeaderElectionReleaseOnCancel = true
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptr(LeaseDuration), ptr(RenewDeadline), ptr(RetryPeriod)
+		m.identity = lock.Identity()
+	}
+	inner, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.Manager = inner
+	if err := m.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := m.AddReadyzCheck("caches", m.cachesSynced); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func orOff(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
 }
 
 // ControllerOptions are the bounded defaults every controller is registered with.
