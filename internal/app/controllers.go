@@ -38,7 +38,7 @@ type ControllerOptions struct {
 	// HealthAddr serves /healthz and /readyz ("" or "0": off).
 	HealthAddr string
 	// GracefulShutdown bounds how long reconciles in flight get once the process is asked to
-	// stop (0: ctrlmanager.DefaultGracefulShutdown).
+	// stop (0: controller-runtime's 30 s).
 	GracefulShutdown   time.Duration
 	LeaderElection     bool
 	LeaderElectionNS   string

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -9,12 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -72,16 +81,16 @@ func (p *ctrlProc) output() string {
 }
 
 // stopWithin sends SIGTERM and returns the exit and how long it took, failing past bound.
-func (p *ctrlProc) stopWithin(t *testing.T, bound time.Duration) (error, time.Duration) {
+func (p *ctrlProc) stopWithin(t *testing.T, bound time.Duration) (time.Duration, error) {
 	t.Helper()
 	t0 := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-		return p.err, p.at.Sub(t0)
+		return p.at.Sub(t0), p.err
 	case <-time.After(bound):
 		t.Fatalf("controllers still running %s after SIGTERM", bound)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -114,7 +123,14 @@ func TestControllers_ProbesSecureMetricsAndStop(t *testing.T) {
 	}
 	// Metrics answer only over TLS, and only to a caller the API server authenticates.
 	tc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	if code, body := httpStatus(tc, "https://"+metrics+"/metrics"); code != http.StatusUnauthorized {
+	// The metrics server starts beside the probes, after making its self-signed pair.
+	var code int
+	var body string
+	testenv.Eventually(t, 10*time.Second, "metrics answer over TLS", func() (bool, error) {
+		code, body = httpStatus(tc, "https://"+metrics+"/metrics")
+		return code != 0, nil
+	})
+	if code != http.StatusUnauthorized {
 		t.Errorf("metrics without a token: %d %q, want 401", code, body)
 	}
 	if code, _ := httpStatus(c, "http://"+metrics+"/metrics"); code == 200 {
@@ -123,7 +139,7 @@ func TestControllers_ProbesSecureMetricsAndStop(t *testing.T) {
 	if out := p.output(); strings.Count(out, "leader election is off") != 1 {
 		t.Errorf("want one warning that leader election is off:\n%s", out)
 	}
-	if err, took := p.stopWithin(t, 20*time.Second); err != nil {
+	if took, err := p.stopWithin(t, 20*time.Second); err != nil {
 		t.Errorf("exit %v after SIGTERM (%s), want 0", err, took)
 	}
 }
@@ -152,11 +168,139 @@ current-context: c
 	default:
 	}
 	// 2 s of grace, 5 s for the Lease, 1 s of margin: the process's own bound.
-	err, took := p.stopWithin(t, 15*time.Second)
+	took, err := p.stopWithin(t, 15*time.Second)
 	if took > 9*time.Second {
 		t.Errorf("stopped %s after SIGTERM, want within 8 s", took)
 	}
 	if err == nil || !strings.Contains(p.output(), "did not stop within") {
 		t.Errorf("exit %v; want non-zero, saying the controllers did not stop", err)
 	}
+}
+
+// A tenant cluster's API server is a kube-apiserver with RBAC and Leases: against it, with
+// the socialweb.computer CRDs installed, two replicas hand the Lease over within seconds of
+// a SIGTERM, and a ServiceAccount without the rights the controllers need gets one line
+// naming what to grant and a prompt non-zero exit.
+func TestControllers_TenantLeaderHandoverAndForbidden(t *testing.T) {
+	requireTenantHost(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	up := startUp(t, dir)
+	c := coreClient(t, dir)
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Cluster
+metadata: {name: ctl, namespace: default}
+spec: {account: "`+tenantOwner+`", name: ctl, running: true}
+`, "apply", "-f", "-")
+	cl := waitPhase(t, c, client.ObjectKey{Namespace: "default", Name: "ctl"}, v1alpha1.ClusterReady, 90*time.Second)
+	admin := mint(t, dir, cl)
+	tkubectl(t, admin, "", "apply", "--server-side", "-f", "../../config/crd/bases")
+	tkubectl(t, admin, "", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+	t.Run("forbidden", func(t *testing.T) {
+		tkubectl(t, admin, "", "create", "serviceaccount", "nobody", "-n", "default")
+		tkubectl(t, admin, "", "create", "serviceaccount", "reader", "-n", "default")
+		// reader may read every socialweb.computer kind, and nothing else: not the Lease.
+		tkubectl(t, admin, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: socialweb-reader}
+rules: [{apiGroups: [socialweb.computer], resources: ["*"], verbs: [get, list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: socialweb-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: socialweb-reader}
+subjects: [{kind: ServiceAccount, name: reader, namespace: default}]
+`, "apply", "-f", "-")
+		ca := filepath.Join(dir, "tenants", "default", "ctl", "pki", "ca.crt")
+		rows := []struct {
+			name, sa string
+			args     []string
+			want     *regexp.Regexp
+		}{
+			{"no rights: a list", "nobody", nil,
+				regexp.MustCompile(`^socialweb: controllers: forbidden: (list|watch) [a-z]+\.socialweb\.computer as system:serviceaccount:default:nobody: grant it \(see config/rbac\)$`)},
+			{"no Lease: its get", "reader", []string{"--leader-elect", "--leader-elect-namespace", "default"},
+				regexp.MustCompile(`^socialweb: controllers: forbidden: get leases\.coordination\.k8s\.io in namespace default as system:serviceaccount:default:reader: grant it \(see config/rbac\)$`)},
+		}
+		for _, row := range rows {
+			t.Run(row.name, func(t *testing.T) {
+				token := strings.TrimSpace(tkubectl(t, admin, "", "create", "token", row.sa, "-n", "default"))
+				kc := filepath.Join(t.TempDir(), "kubeconfig")
+				if err := os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, cl.Status.Server, ca, token)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t0 := time.Now()
+				out, code := runCLI(t, append([]string{"controllers", "--kubeconfig", kc}, row.args...)...)
+				took := time.Since(t0)
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				if code == 0 || !row.want.MatchString(lines[len(lines)-1]) || strings.Count(out, "socialweb: ") != 1 {
+					t.Errorf("exit %d, output:\n%s\nwant a non-zero exit and one last line matching %s", code, out, row.want)
+				}
+				if took > 15*time.Second {
+					t.Errorf("exited %s after start, want within 15 s", took)
+				}
+				t.Logf("exit %d after %s: %s", code, took.Round(time.Millisecond), lines[len(lines)-1])
+			})
+		}
+	})
+
+	t.Run("handover", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := func() string {
+			l, err := cs.CoordinationV1().Leases("default").Get(context.Background(), manager.LeaderElectionID, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil {
+				return ""
+			}
+			return *l.Spec.HolderIdentity
+		}
+		args := []string{"--kubeconfig", admin, "--leader-elect", "--leader-elect-namespace", "default", "--log-level", "warn"}
+		// The first replica leads (it is alone); the second waits.
+		a := startControllers(t, args...)
+		var first string
+		testenv.Eventually(t, 30*time.Second, "the first replica holds the Lease", func() (bool, error) {
+			first = holder()
+			return first != "", nil
+		})
+		b := startControllers(t, args...)
+		time.Sleep(3 * time.Second)
+		if h := holder(); h != first {
+			t.Fatalf("holder changed to %q with two replicas running, want %q", h, first)
+		}
+		t0 := time.Now()
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		var second string
+		testenv.Eventually(t, 30*time.Second, "the second replica takes the Lease", func() (bool, error) {
+			second = holder()
+			return second != "" && second != first, nil
+		})
+		took := time.Since(t0)
+		t.Logf("handover in %s: %s -> %s", took.Round(time.Millisecond), first, second)
+		if took > 5*time.Second {
+			t.Errorf("handover took %s, want under 5 s", took)
+		}
+		select {
+		case <-a.done:
+			if a.err != nil {
+				t.Errorf("the old leader exited with %v after SIGTERM, want 0", a.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("the old leader still running 20 s after SIGTERM")
+		}
+		if took, err := b.stopWithin(t, 20*time.Second); err != nil {
+			t.Errorf("the new leader exited with %v after SIGTERM (%s), want 0", err, took)
+		}
+	})
 }

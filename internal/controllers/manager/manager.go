@@ -7,6 +7,11 @@
 // 20 QPS, a 5 ms to 1000 s per-item backoff plus a 10 QPS bucket); each controller here
 // is registered with its own name, bounded concurrency and a rate limiter whose first
 // retry is fast, and the client the manager hands out is not throttled.
+//
+// The second: the manager's life is bounded (Manager). A permission the API server refuses
+// ends it with one *Forbidden naming what to grant, rather than an informer retrying it
+// forever; a stop ends it within its grace period even when a cache never synced; and a
+// leader gives its Lease up when it stops, so a replica takes over in about a second.
 package manager
 
 import (
@@ -55,19 +60,22 @@ type Options struct {
 	// SkipNameValidation allows several managers in one process (tests, benchmarks).
 	SkipNameValidation bool
 	// GracefulShutdown bounds how long reconciles in flight get to end once the manager
-	// is asked to stop; 0 means DefaultGracefulShutdown.
+	// is asked to stop; 0 means controller-runtime's 30 s (what `up` keeps; `socialweb
+	// controllers` passes DefaultGracefulShutdown).
 	GracefulShutdown time.Duration
 	// CacheSyncTimeout bounds the first sync of the caches; 0 means DefaultCacheSyncTimeout.
 	CacheSyncTimeout time.Duration
 }
 
-// DefaultGracefulShutdown is the time reconciles in flight get to end after a stop, less
-// than the 30 s a kubelet waits between SIGTERM and SIGKILL.
+// DefaultGracefulShutdown is the time reconciles in flight get to end after a SIGTERM to
+// `socialweb controllers`: with the Lease release after it, well within the 30 s a kubelet
+// waits between SIGTERM and SIGKILL.
 const DefaultGracefulShutdown = 10 * time.Second
 
-// DefaultCacheSyncTimeout bounds the first list of every watched kind. A refused list is
-// reported at once; this catches the rest (a server that lists nothing, a kind not served).
-const DefaultCacheSyncTimeout = time.Minute
+// DefaultCacheSyncTimeout bounds the first sync of every watched kind (controller-runtime's
+// default for its controllers, now for the manager's caches too). A refused list is
+// reported at once; this catches the rest (a list that never answers, a kind not served).
+const DefaultCacheSyncTimeout = 2 * time.Minute
 
 // Scheme holds every kind the controllers read or write.
 func Scheme() *runtime.Scheme {
@@ -92,7 +100,7 @@ func New(cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	m := &Manager{log: log, fatal: newErrorsOnce(), grace: o.GracefulShutdown, syncTimeout: o.CacheSyncTimeout}
 	if m.grace <= 0 {
-		m.grace = DefaultGracefulShutdown
+		m.grace = 30 * time.Second
 	}
 	if m.syncTimeout <= 0 {
 		m.syncTimeout = DefaultCacheSyncTimeout
