@@ -299,8 +299,35 @@ current-context: c
 		case <-time.After(20 * time.Second):
 			t.Error("the old leader still running 20 s after SIGTERM")
 		}
-		if took, err := b.stopWithin(t, 20*time.Second); err != nil {
-			t.Errorf("the new leader exited with %v after SIGTERM (%s), want 0", err, took)
+
+		// A replica without --leader-elect says it runs beside the leader, naming it.
+		c := startControllers(t, "--kubeconfig", admin, "--leader-elect-namespace", "default", "--log-level", "warn")
+		testenv.Eventually(t, 30*time.Second, "the unelected replica warns naming the leader", func() (bool, error) {
+			return strings.Contains(c.output(), "leader election is off") && strings.Contains(c.output(), "runningLeader="+second), nil
+		})
+		if took, err := c.stopWithin(t, 20*time.Second); err != nil {
+			t.Errorf("the unelected replica exited with %v after SIGTERM (%s), want 0", err, took)
+		}
+
+		// A leader killed outright is replaced once its Lease expires.
+		d := startControllers(t, args...)
+		time.Sleep(2 * time.Second)
+		t0 = time.Now()
+		_ = b.cmd.Process.Kill()
+		var third string
+		testenv.Eventually(t, 30*time.Second, "a third replica takes the Lease of a killed leader", func() (bool, error) {
+			third = holder()
+			return third != "" && third != second, nil
+		})
+		took = time.Since(t0)
+		t.Logf("takeover after kill -9 in %s", took.Round(time.Millisecond))
+		// Expiry counts from the last renewal the waiting replica saw (up to a retry stale),
+		// and is noticed at its next retry: two jittered retries past the lease duration.
+		if bound := manager.LeaseDuration + 5*time.Second; took > bound {
+			t.Errorf("takeover after kill -9 took %s, want within %s (lease duration %s and two retries)", took, bound, manager.LeaseDuration)
+		}
+		if took, err := d.stopWithin(t, 20*time.Second); err != nil {
+			t.Errorf("the last leader exited with %v after SIGTERM (%s), want 0", err, took)
 		}
 	})
 }

@@ -22,7 +22,7 @@ const LeaderElectionID = "socialweb-controllers.socialweb.computer"
 // the Lease) when it stops, so a graceful handover takes the old leader's shutdown plus one
 // retry of the others (RetryPeriod with client-go's jitter: 1 to 2.2 s), well under 5 s. A
 // leader that dies without stopping (kill -9, a lost node) is replaced once its Lease
-// expires: within LeaseDuration plus one retry. A leader that cannot reach the API server
+// expires: LeaseDuration after the last renewal a waiting replica saw, at its next retry. A leader that cannot reach the API server
 // for RenewDeadline gives up leadership and exits rather than risk two writers; 8 s rides
 // out an API server restart behind a load balancer. Upstream's 15/10/2 s defaults make the
 // handover 17-19 s for no gain here: one Lease renewed each second is nothing to a server.
