@@ -331,3 +331,33 @@ current-context: c
 		}
 	})
 }
+
+// Outside a cluster, no --kubeconfig is one line saying to give one; a grace period that is
+// not positive is refused before anything starts.
+func TestControllers_BadInputIsOneLine(t *testing.T) {
+	rows := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no kubeconfig outside a cluster", []string{"controllers"}, "not running in a cluster"},
+		{"grace period of zero", []string{"controllers", "--kubeconfig", kubeconfigOf(t), "--graceful-shutdown", "0s"}, "--graceful-shutdown 0s"},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			cmd := exec.Command(socialwebBin, row.args...)
+			for _, kv := range os.Environ() {
+				// rest.InClusterConfig reads these; a test run inside a pod must not find them.
+				if !strings.HasPrefix(kv, "KUBERNETES_SERVICE_") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			out, err := cmd.CombinedOutput()
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if err == nil || !strings.HasPrefix(lines[len(lines)-1], "socialweb: ") || !strings.Contains(lines[len(lines)-1], row.want) ||
+				strings.Count(string(out), "socialweb: ") != 1 {
+				t.Errorf("exit %v, output %q: want one error line mentioning %q", err, out, row.want)
+			}
+		})
+	}
+}
