@@ -27,7 +27,9 @@ type UpOptions struct {
 	DataDir     string
 	Listen      string
 	MetricsAddr string
-	PDSListen   string
+	// PprofAddr serves Go's runtime profiles on a loopback address (PprofOff or "": none).
+	PprofAddr string
+	PDSListen string
 	// PDSOpenSignup lets anyone reaching the PDS create an account without an invite code;
 	// refused unless PDSListen is a loopback address.
 	PDSOpenSignup bool
@@ -126,6 +128,14 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	defer logFile.Close()
+	if o.PprofAddr != PprofOff && o.PprofAddr != "" {
+		at, err := startPprof(ctx, o.PprofAddr, log)
+		if err != nil {
+			dir.Close()
+			return err
+		}
+		phase("pprof serving at http://%s/debug/pprof/", at)
+	}
 
 	// Deno guests need the pinned Deno; up fetches it itself when no binary is there yet.
 	if _, err := EnsureDeno(ctx, phase); err != nil {

@@ -325,6 +325,7 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"missing kubeconfig", []string{"controllers", "--kubeconfig", filepath.Join(t.TempDir(), "nope")}, "no such file"},
 		{"unknown command", []string{"launch"}, "unknown command"},
 		{"bad log level", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--log-level", "loud"}, "--log-level"},
+		{"pprof off this machine", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--pprof-addr", "0.0.0.0:6060"}, "pprof address 0.0.0.0:6060: want a loopback address"},
 		{"negative node bid window", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--node-bid-window", "-1s"}, "node bid window -1s"},
 		{"gateway without a running up", []string{"serve", "gateway", "--data-dir", filepath.Join(t.TempDir(), "d")}, "is socialweb up running"},
 		{"cluster kubeconfig without a running up", []string{"cluster", "kubeconfig", "demo", "--data-dir", filepath.Join(t.TempDir(), "d")}, "give --data-dir of a socialweb up"},
