@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -94,7 +95,7 @@ func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefi
 
 	// Inside authentication and authorization: a stranger still gets 401.
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(refuseCustomResourceProtobuf(h), c)
+		return genericapiserver.DefaultBuildHandlerChain(limitLargeBodies(refuseCustomResourceProtobuf(h), runtime.GOMAXPROCS(0)), c)
 	}
 
 	admin := &user.DefaultInfo{Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}
