@@ -92,6 +92,9 @@ type UpOptions struct {
 // scale-up (docs/nodes.md).
 const DefaultNodeBidWindow = 2 * time.Second
 
+// memWatchInterval is how often up samples its heap for a spike to hand back.
+const memWatchInterval = 5 * time.Second
+
 // DefaultDataDir is $XDG_STATE_HOME/socialweb, else ~/.local/state/socialweb: state, not
 // configuration and not the working directory.
 func DefaultDataDir() string {
@@ -263,6 +266,13 @@ func Up(ctx context.Context, o UpOptions) error {
 	// every component linked into the binary: hand that heap and those pages back now rather
 	// than letting the idle process hold them (what it touches again faults back in).
 	procmem.Settle()
+	// And again after each burst of requests: the heap a burst grew to (bad input to the API
+	// server or the PDS costs tens of MiB a request) goes back once the burst is over.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go procmem.Watch(watchCtx, memWatchInterval, func(before, after procmem.Heap) {
+		log.Info("handed back the heap of a burst", "heapBeforeMiB", before.Retained>>20, "heapAfterMiB", after.Retained>>20)
+	})
 
 	var runErr error
 	ctrlStopped := false
