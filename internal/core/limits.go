@@ -137,8 +137,9 @@ const largeBodyBytes = 256 << 10
 // while it is decoded, converted and validated (1.2 MB of YAML listing 20000 items took
 // 100 MiB and 2.5 s of CPU), and that work is bound by the CPUs: more of it at once than there
 // are CPUs finishes no sooner, it only holds more heap at the same time (a burst of 32 grew
-// the heap to 1 GiB, and the Go runtime keeps a heap it grew to for minutes). A request that
-// waits past its deadline is answered 429 with a Retry-After, as the in-flight limit answers.
+// the heap to 1 GiB, and the Go runtime keeps a heap it grew to for minutes). A request still
+// waiting at its deadline gives up without reading its body: the request timeout answers it
+// 504, or, where none did, the wait answers 429 with a Retry-After as the in-flight limit does.
 func limitLargeBodies(next http.Handler, n int) http.Handler {
 	slots := make(chan struct{}, n)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
