@@ -32,6 +32,8 @@ type account struct {
 	SigningKey   []byte    `json:"signingKey"` // K256 private key bytes
 	CreatedAt    time.Time `json:"createdAt"`
 	Active       bool      `json:"active"`
+	// DeactivatedAt is when deactivateAccount was called; nil while active.
+	DeactivatedAt *time.Time `json:"deactivatedAt,omitempty"`
 }
 
 func getAccount(tx *bolt.Tx, did string) (*account, error) {

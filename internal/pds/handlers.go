@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
 
 	"socialweb.computer/internal/pds/plc"
 	"socialweb.computer/internal/xrpc"
@@ -35,6 +34,9 @@ func (s *Server) routes() http.Handler {
 		"com.atproto.server.createInviteCode":      {true, s.hCreateInviteCode},
 		"com.atproto.server.createInviteCodes":     {true, s.hCreateInviteCodes},
 		"com.atproto.server.getAccountInviteCodes": {false, s.hGetAccountInviteCodes},
+		"com.atproto.server.checkAccountStatus":    {false, s.hCheckAccountStatus},
+		"com.atproto.server.deactivateAccount":     {true, s.hDeactivateAccount},
+		"com.atproto.server.activateAccount":       {true, s.hActivateAccount},
 		"com.atproto.identity.resolveHandle":       {false, s.hResolveHandle},
 		"com.atproto.repo.createRecord":            {true, s.hCreateRecord},
 		"com.atproto.repo.putRecord":               {true, s.hPutRecord},
@@ -188,15 +190,14 @@ func (s *Server) authRepo(r *http.Request, repo string) (string, error) {
 		}
 		target = d
 	}
+	acct, err := s.accountOf(target)
+	if err != nil {
+		return "", errNamed(403, "AccountNotFound", "Account not found")
+	}
+	if active, _ := acct.status(); !active {
+		return "", errNamed(401, "AccountDeactivated", "Account is deactivated")
+	}
 	if target != did {
-		var exists bool
-		_ = s.db.View(func(tx *bolt.Tx) error {
-			exists = tx.Bucket(bAccounts).Get([]byte(target)) != nil
-			return nil
-		})
-		if !exists {
-			return "", errNamed(403, "AccountNotFound", "Account not found")
-		}
 		return "", errNamed(401, "AuthenticationRequired", "Authentication Required")
 	}
 	return did, nil

@@ -65,7 +65,11 @@ func (s *Server) blobParams(r *http.Request, method string, wantCID bool) (strin
 			return "", cid.Undef, errInvalidRequest("Invalid %s params: Invalid CID string (got %q)", method, p["cid"])
 		}
 	}
-	if _, _, err := s.resolveRepo(p["did"]); err != nil {
+	_, acct, err := s.resolveRepo(p["did"])
+	if err != nil {
+		return "", cid.Undef, err
+	}
+	if err := s.repoServed(r, p["did"], acct); err != nil {
 		return "", cid.Undef, err
 	}
 	return p["did"], c, nil

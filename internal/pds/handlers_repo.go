@@ -216,8 +216,13 @@ func (s *Server) hGetRecord(ctx context.Context, r *http.Request) (any, error) {
 	if _, err := syntax.ParseRecordKey(p["rkey"]); err != nil {
 		return nil, errInvalidRequest("Invalid %s params: Invalid record key (got %q)", m, p["rkey"])
 	}
-	did, _, err := s.resolveRepo(p["repo"])
+	did, acct, err := s.resolveRepo(p["repo"])
 	if err != nil {
+		return nil, errInvalidRequest("Could not locate record")
+	}
+	// The reference does not find a deactivated account here and, with no app view to
+	// ask instead, answers as for an unknown repo.
+	if active, _ := acct.status(); !active {
 		return nil, errInvalidRequest("Could not locate record")
 	}
 	rec, err := s.GetRecord(ctx, did, p["collection"], p["rkey"])
@@ -261,7 +266,12 @@ func (s *Server) hListRecords(ctx context.Context, r *http.Request) (any, error)
 		}
 		reverse = b
 	}
-	did, _, err := s.resolveRepo(p["repo"])
+	did, acct, err := s.resolveRepo(p["repo"])
+	if err == nil {
+		if active, _ := acct.status(); !active {
+			return nil, errInvalidRequest("Could not find repo: %s", p["repo"])
+		}
+	}
 	if err != nil {
 		var xe *XRPCError
 		if errors.As(err, &xe) && xe.Name == "RepoNotFound" {
@@ -287,6 +297,9 @@ func (s *Server) hDescribeRepo(ctx context.Context, r *http.Request) (any, error
 	}
 	did, acct, err := s.resolveRepo(p["repo"])
 	if err != nil {
+		return nil, err
+	}
+	if err := s.repoServed(r, p["repo"], acct); err != nil {
 		return nil, err
 	}
 	colls, err := s.collections(did)

@@ -20,7 +20,11 @@ func (s *Server) hDescribeServer(ctx context.Context, r *http.Request) (any, err
 }
 
 func (s *Server) sessionOut(acct *account, access, refresh string) map[string]any {
-	out := map[string]any{"did": acct.DID, "handle": acct.Handle, "accessJwt": access, "refreshJwt": refresh, "active": true}
+	active, status := acct.status()
+	out := map[string]any{"did": acct.DID, "handle": acct.Handle, "accessJwt": access, "refreshJwt": refresh, "active": active}
+	if status != "" {
+		out["status"] = status
+	}
 	if s.plcLocal != nil {
 		if doc, err := s.plcLocal.Document(context.Background(), acct.DID); err == nil {
 			out["didDoc"] = doc

@@ -27,6 +27,10 @@ func (s *Server) hGetRepoCAR(w http.ResponseWriter, r *http.Request) {
 		xrpc.WriteError(w, errInvalidRequest("Invalid com.atproto.sync.getRepo params: Missing required key \"did\""))
 		return
 	}
+	if err := s.repoServedByDID(r, did); err != nil {
+		xrpc.WriteError(w, asXRPC(err))
+		return
+	}
 	b, err := s.repoCAR(did)
 	if err != nil {
 		xrpc.WriteError(w, asXRPC(err))
@@ -48,6 +52,10 @@ func (s *Server) hSyncGetRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := parseRKey(rkey); err != nil {
 		xrpc.WriteError(w, err)
+		return
+	}
+	if err := s.repoServedByDID(r, did); err != nil {
+		xrpc.WriteError(w, asXRPC(err))
 		return
 	}
 	b, err := s.recordProofCAR(did, coll+"/"+rkey)
@@ -124,6 +132,9 @@ func (s *Server) hGetLatestCommit(ctx context.Context, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
+	if err := s.repoServedByDID(r, p["did"]); err != nil {
+		return nil, err
+	}
 	h, err := s.head(p["did"])
 	if err != nil {
 		return nil, err
@@ -135,6 +146,13 @@ func (s *Server) hGetRepoStatus(ctx context.Context, r *http.Request) (any, erro
 	p, err := queryParams(r, "com.atproto.sync.getRepoStatus", "did")
 	if err != nil {
 		return nil, err
+	}
+	acct, err := s.accountOf(p["did"])
+	if err != nil {
+		return nil, err
+	}
+	if active, status := acct.status(); !active {
+		return map[string]any{"did": p["did"], "active": false, "status": status}, nil
 	}
 	h, err := s.head(p["did"])
 	if err != nil {
@@ -158,6 +176,7 @@ func (s *Server) hListRepos(ctx context.Context, r *http.Request) (any, error) {
 		Head   string `json:"head"`
 		Rev    string `json:"rev"`
 		Active bool   `json:"active"`
+		Status string `json:"status,omitempty"`
 	}
 	rows := []repoRow{}
 	cursor := ""
@@ -175,7 +194,11 @@ func (s *Server) hListRepos(ctx context.Context, r *http.Request) (any, error) {
 			if err := json.Unmarshal(v, &h); err != nil {
 				return err
 			}
-			rows = append(rows, repoRow{DID: string(k), Head: h.Commit, Rev: h.Rev, Active: true})
+			row := repoRow{DID: string(k), Head: h.Commit, Rev: h.Rev, Active: true}
+			if acct, err := getAccount(tx, string(k)); err == nil {
+				row.Active, row.Status = acct.status()
+			}
+			rows = append(rows, row)
 			if len(rows) == limit {
 				cursor = string(k)
 				break
