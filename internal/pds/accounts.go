@@ -48,13 +48,38 @@ func getAccount(tx *bolt.Tx, did string) (*account, error) {
 	return &a, nil
 }
 
-// checkHandle applies the reference PDS's handle rules for a new account.
-func (s *Server) checkHandle(h string) (string, error) {
+// disallowedTLDs are the suffixes the reference refuses in any handle (@atproto/syntax
+// DISALLOWED_TLDS); .test is allowed, as there, for testing.
+var disallowedTLDs = []string{".local", ".arpa", ".invalid", ".localhost", ".internal", ".example", ".alt", ".onion"}
+
+// checkHandle applies the reference PDS's handle rules for a new account: a handle under
+// one of the server's own domains. allowReserved lets the operator's in-process accounts take
+// a reserved name (such as owner.test), as the reference lets its admin.
+func (s *Server) checkHandle(h string, allowReserved bool) (string, error) {
+	h, own, err := s.normalizeHandle(h, allowReserved)
+	if err != nil {
+		return "", err
+	}
+	if !own {
+		return "", errNamed(400, "UnsupportedDomain", "Not a supported handle domain")
+	}
+	return h, nil
+}
+
+// normalizeHandle is the reference's normalizeAndValidateHandle up to the point where a
+// handle outside the server's domains would have to be resolved: it reports whether the
+// handle is under one of the server's own domains, and for those checks the first label.
+func (s *Server) normalizeHandle(h string, allowReserved bool) (string, bool, error) {
 	hd, err := syntax.ParseHandle(h)
 	if err != nil {
-		return "", errInvalidRequest("Invalid handle (got %q) at $.handle", h)
+		return "", false, errInvalidRequest("Invalid handle (got %q) at $.handle", h)
 	}
 	h = hd.Normalize().String()
+	for _, tld := range disallowedTLDs {
+		if strings.HasSuffix(h, tld) {
+			return "", false, errNamed(400, "InvalidHandle", "Handle TLD is invalid or disallowed")
+		}
+	}
 	domain := ""
 	for _, d := range s.cfg.UserDomains {
 		if strings.HasSuffix(h, d) {
@@ -62,32 +87,35 @@ func (s *Server) checkHandle(h string) (string, error) {
 		}
 	}
 	if domain == "" {
-		return "", errNamed(400, "UnsupportedDomain", "Not a supported handle domain")
+		return h, false, nil
 	}
 	front := strings.TrimSuffix(h, domain)
 	if strings.Contains(front, ".") {
-		return "", errNamed(400, "InvalidHandle", "Invalid characters in handle")
+		return "", false, errNamed(400, "InvalidHandle", "Invalid characters in handle")
 	}
 	if len(front) < 3 {
-		return "", errNamed(400, "InvalidHandle", "Handle too short")
+		return "", false, errNamed(400, "InvalidHandle", "Handle too short")
 	}
 	if len(front) > 18 {
-		return "", errNamed(400, "InvalidHandle", "Handle too long")
+		return "", false, errNamed(400, "InvalidHandle", "Handle too long")
 	}
-	return h, nil
+	if !allowReserved && reservedSubdomains[front] {
+		return "", false, errNamed(400, "HandleNotAvailable", "Reserved handle")
+	}
+	return h, true, nil
 }
 
 // CreateAccount creates an account with a new did:plc, an empty signed repo, and the firehose
 // events #identity, #account, #commit and #sync, as the reference PDS emits them. It is the
 // in-process path (the operator's own accounts): it needs no invite code.
 func (s *Server) CreateAccount(ctx context.Context, handle, password string) (string, error) {
-	did, _, err := s.createAccount(ctx, handle, password, "", "")
+	did, _, err := s.createAccount(ctx, handle, password, "", "", true)
 	return did, err
 }
 
 // createAccount makes the account; a non-empty invite is spent in the same transaction.
-func (s *Server) createAccount(ctx context.Context, handle, password, email, invite string) (string, *account, error) {
-	handle, err := s.checkHandle(handle)
+func (s *Server) createAccount(ctx context.Context, handle, password, email, invite string, allowReserved bool) (string, *account, error) {
+	handle, err := s.checkHandle(handle, allowReserved)
 	if err != nil {
 		return "", nil, err
 	}

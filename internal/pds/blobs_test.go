@@ -204,8 +204,8 @@ func TestBlobUploadGetList(t *testing.T) {
 func TestBlobRecordRefusals(t *testing.T) {
 	ctx := context.Background()
 	e := startBlobPDS(t, 0)
-	c, _ := e.account(t, "owner.test")
-	other, _ := e.account(t, "other.test")
+	c, _ := e.account(t, "oona.test")
+	other, _ := e.account(t, "otto.test")
 	mine := upload(t, c, "text/plain", []byte("mine"))
 	theirs := upload(t, other, "text/plain", []byte("theirs"))
 
@@ -533,7 +533,7 @@ func TestBlobStoreReplaceable(t *testing.T) {
 	}
 	defer s.Close()
 	e := &blobEnv{srv: s, clock: clock}
-	c, _ := e.account(t, "store.test")
+	c, _ := e.account(t, "stowe.test")
 	kept := upload(t, c, "text/plain", []byte("kept"))
 	upload(t, c, "text/plain", []byte("dropped"))
 	if _, err := createRecord(c, "r", map[string]any{"b": blobField(kept)}); err != nil {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 
-
 	"socialweb.computer/internal/pds/plc"
 	"socialweb.computer/internal/xrpc"
 )
@@ -38,6 +37,7 @@ func (s *Server) routes() http.Handler {
 		"com.atproto.server.deactivateAccount":     {true, s.hDeactivateAccount},
 		"com.atproto.server.activateAccount":       {true, s.hActivateAccount},
 		"com.atproto.identity.resolveHandle":       {false, s.hResolveHandle},
+		"com.atproto.identity.updateHandle":        {true, s.hUpdateHandle},
 		"com.atproto.repo.createRecord":            {true, s.hCreateRecord},
 		"com.atproto.repo.putRecord":               {true, s.hPutRecord},
 		"com.atproto.repo.deleteRecord":            {true, s.hDeleteRecord},

@@ -57,7 +57,7 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 		if in.InviteCode == "" {
 			return nil, errInvite("No invite code provided")
 		}
-		if _, err := s.checkHandle(*in.Handle); err != nil {
+		if _, err := s.checkHandle(*in.Handle, false); err != nil {
 			return nil, err
 		}
 		if err := s.checkInvite(in.InviteCode); err != nil {
@@ -65,7 +65,7 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 		}
 		invite = in.InviteCode
 	}
-	_, acct, err := s.createAccount(ctx, *in.Handle, in.Password, in.Email, invite)
+	_, acct, err := s.createAccount(ctx, *in.Handle, in.Password, in.Email, invite, false)
 	if err != nil {
 		return nil, err
 	}

@@ -139,3 +139,25 @@ func TestDeactivateActivate(t *testing.T) {
 		t.Fatalf("events:\n got  %s\n want %s", got, want)
 	}
 }
+
+// identityHandles reads the handles of did's first n #identity events.
+func identityHandles(t *testing.T, s *pds.Server, did string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out []string
+	zero := int64(0)
+	err := s.Subscribe(ctx, &zero, func(ev *firehose.Event) error {
+		if ev.Identity != nil && ev.Identity.Did == did && ev.Identity.Handle != nil {
+			out = append(out, *ev.Identity.Handle)
+		}
+		if len(out) == n {
+			return errors.New("done")
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "done" {
+		t.Fatalf("firehose: %v (got %v)", err, out)
+	}
+	return out
+}

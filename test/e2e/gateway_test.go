@@ -147,7 +147,7 @@ func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
 	ctx := context.Background()
 	a, acct, pa := ownerCaller(t, up, pdsURL, gwURL, aud)
 	pb := atclient.New(pdsURL)
-	if _, err := pb.CreateAccount(ctx, "other.test", "other-password", ""); err != nil {
+	if _, err := pb.CreateAccount(ctx, "olive.test", "other-password", ""); err != nil {
 		t.Fatal(err)
 	}
 	other := &gwCaller{t: t, pds: pb, gw: gwURL, aud: aud}

@@ -170,7 +170,7 @@ func TestSecurityPDS_SignupNeedsInvite(t *testing.T) {
 		t.Fatalf("pds serve --open-signup on 0.0.0.0: %v %s", err, out)
 	}
 	open := startPDSServe(t, t.TempDir(), nil, "--open-signup")
-	if _, err := atclient.New(open.url).CreateAccount(ctx, "local.test", "local-pw", ""); err != nil {
+	if _, err := atclient.New(open.url).CreateAccount(ctx, "lola.test", "local-pw", ""); err != nil {
 		t.Fatalf("open sign-up on loopback: %v", err)
 	}
 }
