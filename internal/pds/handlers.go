@@ -36,6 +36,8 @@ func (s *Server) routes() http.Handler {
 		"com.atproto.server.checkAccountStatus":    {false, s.hCheckAccountStatus},
 		"com.atproto.server.deactivateAccount":     {true, s.hDeactivateAccount},
 		"com.atproto.server.activateAccount":       {true, s.hActivateAccount},
+		"com.atproto.server.requestAccountDelete":  {true, s.hRequestAccountDelete},
+		"com.atproto.server.deleteAccount":         {true, s.hDeleteAccount},
 		"com.atproto.identity.resolveHandle":       {false, s.hResolveHandle},
 		"com.atproto.identity.updateHandle":        {true, s.hUpdateHandle},
 		"com.atproto.repo.createRecord":            {true, s.hCreateRecord},

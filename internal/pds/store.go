@@ -22,6 +22,7 @@ var (
 	bEvents   = []byte("events")   // seq (8 bytes BE) -> firehose frame
 	bSessions = []byte("sessions") // refresh token id -> session JSON
 	bInvites  = []byte("invites")  // invite code -> inviteCode JSON
+	bTokens   = []byte("tokens")   // did\0purpose -> accountToken JSON
 	// Blobs: metadata of uploads, and the references records make to them both ways (the
 	// count of a blob's references is the number of its bBlobRefs keys).
 	bBlobs       = []byte("blobs")       // did\0cid -> blobMeta JSON
@@ -29,7 +30,7 @@ var (
 	bRecordBlobs = []byte("recordBlobs") // did\0collection/rkey\0cid -> empty
 )
 
-var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions, bInvites, bBlobs, bBlobRefs, bRecordBlobs}
+var allBuckets = [][]byte{bMeta, bAccounts, bHandles, bRepos, bBlocks, bRecords, bEvents, bSessions, bInvites, bTokens, bBlobs, bBlobRefs, bRecordBlobs}
 
 func repoKey(did string, rest []byte) []byte {
 	k := make([]byte, 0, len(did)+1+len(rest))

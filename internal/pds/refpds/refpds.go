@@ -231,3 +231,26 @@ func (p *Peer) Healthy() bool {
 	resp.Body.Close()
 	return resp.StatusCode == 200
 }
+
+// EmailToken reads from the peer's account database the token it mailed to did for purpose
+// (e.g. "delete_account"): the peer has no SMTP server, so its mail goes nowhere. It uses the
+// SQLite module built into the peer's Node.
+func (p *Peer) EmailToken(ctx context.Context, did, purpose string) (string, error) {
+	_, port, ok := strings.Cut(strings.TrimPrefix(p.PDSURL, "http://"), ":")
+	if !ok {
+		return "", fmt.Errorf("no port in %s", p.PDSURL)
+	}
+	db := filepath.Join(p.Dir, "data-"+port, "account.sqlite")
+	const script = `const {DatabaseSync} = require('node:sqlite');
+const db = new DatabaseSync(process.argv[1], {readOnly: true});
+const row = db.prepare('SELECT token FROM email_token WHERE did = ? AND purpose = ?').get(process.argv[2], process.argv[3]);
+process.stdout.write(row ? row.token : '');`
+	out, err := exec.CommandContext(ctx, p.Node(), "--no-warnings", "-e", script, db, did, purpose).Output()
+	if err != nil {
+		return "", fmt.Errorf("reading the peer's email token: %w", err)
+	}
+	if len(out) == 0 {
+		return "", fmt.Errorf("the peer holds no %s token for %s", purpose, did)
+	}
+	return string(out), nil
+}
