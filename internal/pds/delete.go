@@ -178,6 +178,7 @@ func (s *Server) DeleteAccount(ctx context.Context, did string) error {
 	if err != nil {
 		return err
 	}
+	rs.deleted = true
 	s.reposMu.Lock()
 	delete(s.repos, did)
 	s.reposMu.Unlock()

@@ -89,9 +89,23 @@ func TestDeleteAccountLeavesNothing(t *testing.T) {
 	if tok, err = s.RequestAccountDelete(ctx, did); err != nil {
 		t.Fatal(err)
 	}
+	stale, err := s.repoFor(did)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if st, name := post(t, s, "com.atproto.server.deleteAccount", "", map[string]any{"did": did, "password": "pw", "token": tok}); st != 200 {
 		t.Fatalf("deleteAccount: %d %s", st, name)
 	}
+	// A writer that took the repo's state before the deletion does not write it back.
+	s.reposMu.Lock()
+	s.repos[did] = stale
+	s.reposMu.Unlock()
+	if _, _, err := s.Repo(did).Put(ctx, "app.socialweb.test", "late", map[string]any{"n": 1}, nil); err == nil {
+		t.Fatal("a write after the deletion succeeded")
+	}
+	s.reposMu.Lock()
+	delete(s.repos, did)
+	s.reposMu.Unlock()
 
 	prefix := repoKey(did, nil)
 	err = s.db.View(func(tx *bolt.Tx) error {

@@ -110,6 +110,9 @@ func (s *Server) ActivateAccount(ctx context.Context, did string) error {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.deleted {
+		return errNamed(400, "AccountNotFound", "user not found")
+	}
 	s.acctMu.Lock()
 	defer s.acctMu.Unlock()
 	return s.storeTx(func(tx *bolt.Tx, nextSeq func() (int64, error)) ([]storedFrame, error) {

@@ -78,6 +78,9 @@ type repoState struct {
 	data  cid.Cid
 	rev   string
 	clock *syntax.TIDClock
+	// deleted is set, under mu, by DeleteAccount: a writer that took this state before the
+	// deletion and waited on mu must not write the repo back.
+	deleted bool
 }
 
 type repoHead struct {
@@ -238,6 +241,9 @@ func (s *Server) applyWrites(ctx context.Context, did string, writes []Write, sw
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.deleted {
+		return nil, nil, errRepoNotFound(did)
+	}
 
 	results := make([]WriteResult, len(prepared))
 	current := make([]*cid.Cid, len(prepared))
