@@ -175,29 +175,7 @@ func (s *Server) updateBlobRefs(tx *bolt.Tx, did, rev string, writes []*prepared
 			touched[cs] = true
 		}
 	}
-	now := s.now()
-	for cs := range touched {
-		m, err := getBlobMeta(tx, did, cs)
-		if err != nil {
-			return err
-		}
-		if m == nil {
-			continue // a reference to a blob not held: nothing to keep or sweep
-		}
-		ref := blobReferenced(tx, did, cs)
-		switch {
-		case ref && !m.Unreferenced.IsZero():
-			m.Unreferenced = time.Time{}
-		case !ref && m.Unreferenced.IsZero():
-			m.Unreferenced = now
-		default:
-			continue
-		}
-		if err := putBlobMeta(tx, did, cs, m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.markBlobGrace(tx, did, touched)
 }
 
 // UploadedBlob is a stored blob, as uploadBlob answers it.

@@ -48,6 +48,7 @@ func (s *Server) routes() http.Handler {
 		"com.atproto.repo.listRecords":             {false, s.hListRecords},
 		"com.atproto.repo.describeRepo":            {false, s.hDescribeRepo},
 		"com.atproto.repo.uploadBlob":              {true, s.hUploadBlob},
+		"com.atproto.repo.importRepo":              {true, s.hImportRepo},
 		"com.atproto.repo.listMissingBlobs":        {false, s.hListMissingBlobs},
 		"com.atproto.sync.listBlobs":               {false, s.hListBlobs},
 		"com.atproto.sync.getBlob":                 {false, nil},
@@ -76,8 +77,9 @@ func (s *Server) routes() http.Handler {
 		}()
 		name := strings.TrimPrefix(r.URL.Path, "/xrpc/")
 		// Before the body is read: see xrpc.LimitBody. uploadBlob streams its body under a
-		// limit of its own (Config.BlobUploadLimit) and answers past it as the reference does.
-		if name != "com.atproto.repo.uploadBlob" {
+		// limit of its own (Config.BlobUploadLimit) and answers past it as the reference does;
+		// importRepo reads up to Config.ImportLimit.
+		if name != "com.atproto.repo.uploadBlob" && name != "com.atproto.repo.importRepo" {
 			if xe := xrpc.LimitBody(w, r, MaxBodyBytes); xe != nil {
 				xrpc.WriteError(w, xe)
 				return

@@ -64,6 +64,8 @@ type Config struct {
 	// BlobUploadLimit is the largest blob uploadBlob takes, in bytes; default
 	// DefaultBlobUploadLimit (5 MiB, as the reference PDS).
 	BlobUploadLimit int64
+	// ImportLimit is the largest CAR importRepo takes, in bytes; default DefaultImportLimit.
+	ImportLimit int64
 	// BlobGrace is how long a blob no record references is kept; default DefaultBlobGrace.
 	BlobGrace time.Duration
 	// BlobSweepInterval is how often the sweep runs; default DefaultBlobSweepInterval,
@@ -172,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.LoginLimits = cfg.LoginLimits.withDefaults()
 	if cfg.BlobUploadLimit <= 0 {
 		cfg.BlobUploadLimit = DefaultBlobUploadLimit
+	}
+	if cfg.ImportLimit <= 0 {
+		cfg.ImportLimit = DefaultImportLimit
 	}
 	if cfg.BlobGrace <= 0 {
 		cfg.BlobGrace = DefaultBlobGrace
