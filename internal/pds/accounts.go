@@ -227,6 +227,7 @@ func (s *Server) createAccount(ctx context.Context, handle, password, email, inv
 	s.repos[did] = rs
 	s.reposMu.Unlock()
 	s.log.Info("account created", "did", did, "handle", handle)
+	s.crawl.notify()
 	return did, acct, nil
 }
 

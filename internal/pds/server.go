@@ -31,10 +31,18 @@ type Config struct {
 	DataDir string
 	// Addr is the listen address; default 127.0.0.1:0.
 	Addr string
-	// Hostname is the public host name of the service; default "localhost".
+	// Hostname is the public host name of the service; default the host of PublicURL, else
+	// "localhost". With PublicURL set it must be that URL's host.
 	Hostname string
-	// PublicURL is the URL written into DID documents; default http://<listen address>.
+	// PublicURL is the URL written into DID documents (ParsePublicURL says which are taken);
+	// default http://<listen address>.
 	PublicURL string
+	// Relays are relays' base URLs (ParseRelayURL) asked to crawl this PDS
+	// (com.atproto.sync.requestCrawl with the PublicURL's host) at start and after new
+	// accounts; they need PublicURL.
+	Relays []string
+	// CrawlInterval is the least time between two requestCrawl to one relay; default 1 min.
+	CrawlInterval time.Duration
 	// PLCURL is an external did:plc directory. When empty, the server runs its own directory
 	// in-process (stored in pds.db) and serves it on PLCAddr.
 	PLCURL string
@@ -131,8 +139,12 @@ type Server struct {
 	repos   map[string]*repoState
 	seqMu   sync.Mutex
 	hub     hub
+	// crawl asks relays to crawl this PDS; nil without relays.
+	crawl     *crawler
+	stopCrawl context.CancelFunc
 
 	url       string
+	localURL  string
 	listeners []net.Listener
 	servers   []*http.Server
 	closeOnce sync.Once
@@ -152,8 +164,36 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SubscriberBuffer <= 0 {
 		cfg.SubscriberBuffer = defaultSubscriberBuffer
 	}
+	var public PublicURL
+	if cfg.PublicURL != "" {
+		var err error
+		if public, err = ParsePublicURL(cfg.PublicURL); err != nil {
+			return nil, err
+		}
+		cfg.PublicURL = public.String()
+		switch {
+		case cfg.Hostname == "":
+			cfg.Hostname = public.Host
+		case !strings.EqualFold(cfg.Hostname, public.Host):
+			return nil, &PublicURLError{URL: cfg.PublicURL, Reason: fmt.Sprintf("its host is not the hostname %q; give one of them, or the same host in both", cfg.Hostname)}
+		}
+	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "localhost"
+	}
+	cfg.Relays = append([]string(nil), cfg.Relays...)
+	for i, r := range cfg.Relays {
+		u, err := ParseRelayURL(r)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.PublicURL == "" {
+			return nil, &RelayURLError{URL: r, Reason: "a relay crawls a PDS by its public host name, and none is set: give the public URL (https://<host name>) too"}
+		}
+		cfg.Relays[i] = u
+	}
+	if cfg.CrawlInterval <= 0 {
+		cfg.CrawlInterval = defaultCrawlPolicy.MinInterval
 	}
 	if cfg.ServiceDID == "" {
 		cfg.ServiceDID = "did:web:" + cfg.Hostname
@@ -197,6 +237,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{}, logins: newLoginLimiter(cfg.LoginLimits),
 		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})},
 		blobs: cfg.BlobStore, now: cfg.Clock}
+	if len(cfg.Relays) > 0 {
+		p := defaultCrawlPolicy
+		p.MinInterval = cfg.CrawlInterval
+		s.crawl = newCrawler(public.CrawlHostname(), cfg.Relays, p, s.log)
+	}
 	if s.blobs == nil {
 		ds, err := NewDiskBlobStore(filepath.Join(cfg.DataDir, "blobs"))
 		if err != nil {
@@ -280,9 +325,10 @@ func (s *Server) Start(ctx context.Context) error {
 		s.Close()
 		return fmt.Errorf("pds: listen: %w", err)
 	}
+	s.localURL = "http://" + ln.Addr().String()
 	s.url = s.cfg.PublicURL
 	if s.url == "" {
-		s.url = "http://" + ln.Addr().String()
+		s.url = s.localURL
 	}
 	s.dir = &identity.BaseDirectory{PLCURL: s.plcURL, SkipHandleVerification: true,
 		HTTPClient: http.Client{Timeout: 10 * time.Second}}
@@ -298,6 +344,13 @@ func (s *Server) Start(ctx context.Context) error {
 			defer s.bg.Done()
 			s.runBlobSweep(s.cfg.BlobSweepInterval)
 		}()
+	}
+	if s.crawl != nil {
+		// Not ctx: that may be only the start-up's; the loops end with Close.
+		crawlCtx, cancel := context.WithCancel(context.Background())
+		s.stopCrawl = cancel
+		s.bg.Add(len(s.crawl.relays))
+		s.crawl.run(crawlCtx, s.bg.Done)
 	}
 	s.log.Info("pds listening", "url", s.url, "plc", s.plcURL)
 	return nil
@@ -317,6 +370,10 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 // URL is the PDS's base URL, e.g. http://127.0.0.1:41234.
 func (s *Server) URL() string { return s.url }
 
+// LocalURL is the address the PDS listens on, http://<listen address>; the same as URL
+// unless a public URL is set (then a proxy in front of it serves that one).
+func (s *Server) LocalURL() string { return s.localURL }
+
 // PLCURL is the did:plc directory the server registers DIDs with.
 func (s *Server) PLCURL() string { return s.plcURL }
 
@@ -333,6 +390,9 @@ func (s *Server) Close() error {
 		// End every subscription first: firehose connections are hijacked and would
 		// outlive Shutdown, leaving consumers attached to a server that is gone.
 		close(s.hub.closed)
+		if s.stopCrawl != nil {
+			s.stopCrawl()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, srv := range s.servers {
