@@ -27,6 +27,9 @@ func newPDSCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := app.CheckPublicFlags("public-url", o.PublicURL, "relay", o.Relays); err != nil {
+				return err
+			}
 			dir, err := core.OpenDataDir(dataDir)
 			if err != nil {
 				return err
@@ -56,7 +59,7 @@ func newPDSCommand() *cobra.Command {
 				signup = "sign-up open (no invite code)"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "PDS serving at %s (PLC %s); account %s %s; %s\n",
-				srv.URL(), srv.PLCURL(), acct.Handle, acct.DID, signup)
+				app.ServingAt(srv), srv.PLCURL(), acct.Handle, acct.DID, signup)
 			switch {
 			case acct.Migrated:
 				fmt.Fprintf(cmd.OutOrStdout(), "password of %s: %s (replaced: account.json held the old one in clear; shown once, the data dir keeps no copy)\n", acct.Handle, acct.Password)
@@ -69,7 +72,9 @@ func newPDSCommand() *cobra.Command {
 	}
 	serve.Flags().StringVar(&dataDir, "data-dir", app.DefaultDataDir()+"-pds", "state directory of this PDS")
 	serve.Flags().StringVar(&o.Addr, "listen", "127.0.0.1:0", "listen address (port 0 picks a free one)")
-	serve.Flags().StringVar(&o.Hostname, "hostname", "localhost", "public host name; the service DID is did:web:<hostname>")
+	serve.Flags().StringVar(&o.Hostname, "hostname", "", "public host name; the service DID is did:web:<hostname> (default: the host of --public-url, else localhost)")
+	serve.Flags().StringVar(&o.PublicURL, "public-url", "", "URL the world reaches this PDS at, https://<host name> (a proxy in front of --listen): DID documents and the service DID name it; http only for localhost, *.localhost, *.test, *.example, *.invalid (default http://<listen address>)")
+	serve.Flags().StringArrayVar(&o.Relays, "relay", nil, "a relay's base URL (https://relay.example.com) asked to crawl this PDS (com.atproto.sync.requestCrawl) at start and after new accounts, repeatable; needs --public-url")
 	serve.Flags().StringVar(&o.PLCURL, "plc-url", "", "an external did:plc directory (default: run one in-process)")
 	serve.Flags().BoolVar(&o.OpenSignup, "open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --listen)")
 	serve.Flags().StringVar(&adminPasswordFile, "admin-password-file", "", "file holding the admin password (HTTP Basic user admin) for createInviteCode(s); default $"+app.AdminPasswordEnv+", none: invite codes are not minted over XRPC")

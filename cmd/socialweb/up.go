@@ -34,6 +34,9 @@ objects are kept for the next up on the same data dir.`,
 			if _, _, err := tenant.ChoosePodUserNamespaces(o.PodUserNamespaces, false, ""); err != nil {
 				return err
 			}
+			if err := app.CheckPublicFlags("pds-public-url", o.PDSPublicURL, "pds-relay", o.PDSRelays); err != nil {
+				return err
+			}
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.PDSAdminPassword = os.Getenv(app.AdminPasswordEnv)
 			if o.NodeVMImage == "" {
@@ -46,6 +49,8 @@ objects are kept for the next up on the same data dir.`,
 	cmd.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:0", "HTTPS address of the API server (port 0 picks a free one)")
 	cmd.Flags().StringVar(&o.PDSListen, "pds-listen", "127.0.0.1:0", "address of the embedded PDS (port 0 picks a free one)")
 	cmd.Flags().BoolVar(&o.PDSOpenSignup, "pds-open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --pds-listen); otherwise accounts need an invite code from com.atproto.server.createInviteCode, as HTTP Basic admin with $"+app.AdminPasswordEnv)
+	cmd.Flags().StringVar(&o.PDSPublicURL, "pds-public-url", "", "URL the world reaches the embedded PDS at, https://<host name> (a proxy in front of --pds-listen): DID documents and the service DID did:web:<host> name it; http only for localhost, *.localhost, *.test, *.example, *.invalid (default http://<pds listen address>)")
+	cmd.Flags().StringArrayVar(&o.PDSRelays, "pds-relay", nil, "a relay's base URL (https://relay.example.com) asked to crawl the embedded PDS (com.atproto.sync.requestCrawl) at start and after new accounts, repeatable; needs --pds-public-url")
 	cmd.Flags().StringVar(&o.GatewayListen, "gateway-listen", "127.0.0.1:0", "address of the cluster gateway, XRPC (port 0 picks a free one)")
 	cmd.Flags().StringArrayVar(&o.GatewayAllow, "gateway-allow", nil, "an account (DID) the cluster gateway serves besides up's local account, repeatable")
 	cmd.Flags().BoolVar(&o.GatewayOpen, "gateway-open", false, "the cluster gateway serves every account whose DID resolves, not only the allowed ones")

@@ -45,6 +45,12 @@ type PDSOptions struct {
 	Addr     string
 	Hostname string
 	PLCURL   string
+	// PublicURL is where the world reaches the PDS (pds.ParsePublicURL); its DID documents
+	// and service DID name it. Empty: http://<listen address>.
+	PublicURL string
+	// Relays are asked to crawl the PDS (requestCrawl) at start and after new accounts;
+	// they need PublicURL.
+	Relays []string
 	// OpenSignup lets anyone create an account over XRPC without an invite code; only on a
 	// loopback Addr (pds.OpenSignupError otherwise).
 	OpenSignup bool
@@ -67,6 +73,7 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 		return nil, err
 	}
 	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, Lexicons: catalog,
+		PublicURL: o.PublicURL, Relays: o.Relays,
 		OpenSignup: o.OpenSignup, AdminPassword: o.AdminPassword, BlobUploadLimit: o.BlobUploadLimit, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("PDS in %s: %w", o.DataDir, err)
@@ -75,6 +82,34 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 		return nil, fmt.Errorf("PDS: %w", err)
 	}
 	return srv, nil
+}
+
+// CheckPublicFlags checks a public URL and relay flags before anything starts, so a mistake is
+// one line naming the flag.
+func CheckPublicFlags(publicFlag, publicURL, relayFlag string, relays []string) error {
+	if publicURL != "" {
+		if _, err := pds.ParsePublicURL(publicURL); err != nil {
+			return fmt.Errorf("--%s: %w", publicFlag, err)
+		}
+	}
+	for _, r := range relays {
+		if _, err := pds.ParseRelayURL(r); err != nil {
+			return fmt.Errorf("--%s: %w", relayFlag, err)
+		}
+		if publicURL == "" {
+			return fmt.Errorf("--%s: %w", relayFlag, &pds.RelayURLError{URL: r, Reason: "needs --" + publicFlag + ": a relay crawls a PDS by its public host name"})
+		}
+	}
+	return nil
+}
+
+// ServingAt says where a PDS is reached, and where it listens when that differs (a public URL
+// served by a proxy in front of it).
+func ServingAt(srv *pds.Server) string {
+	if srv.LocalURL() != srv.URL() {
+		return fmt.Sprintf("%s (listening on %s)", srv.URL(), srv.LocalURL())
+	}
+	return srv.URL()
 }
 
 // EnsureLocalAccount returns the account of dataDir/account.json, creating it on the first

@@ -35,6 +35,10 @@ type UpOptions struct {
 	PDSOpenSignup bool
 	// PDSAdminPassword opens the PDS's createInviteCode(s) to HTTP Basic admin:<it>.
 	PDSAdminPassword string
+	// PDSPublicURL is where the world reaches the PDS (PDSOptions.PublicURL); PDSRelays are
+	// asked to crawl it.
+	PDSPublicURL string
+	PDSRelays    []string
 	// GatewayListen is the address of the cluster gateway (XRPC).
 	GatewayListen string
 	// GatewayAllow are accounts (DIDs) the gateway serves besides the local account;
@@ -165,7 +169,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	go watchRoom(ctx, dir.Root, c, log, phase)
 
 	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log,
-		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword})
+		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword, PublicURL: o.PDSPublicURL, Relays: o.PDSRelays})
 	if err != nil {
 		return err
 	}
@@ -177,7 +181,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	if err != nil {
 		return err
 	}
-	phase("PDS serving at %s (PLC %s), local account %s %s", srv.URL(), srv.PLCURL(), acct.Handle, acct.DID)
+	phase("PDS serving at %s (PLC %s), local account %s %s", ServingAt(srv), srv.PLCURL(), acct.Handle, acct.DID)
 	showPassword(phase, acct)
 	if o.PDSOpenSignup {
 		phase("PDS sign-up is open to anyone reaching %s (no invite code)", srv.URL())
