@@ -331,6 +331,8 @@ func TestCLI_BadInputIsOneLineAndNonZero(t *testing.T) {
 		{"cluster kubeconfig without a running up", []string{"cluster", "kubeconfig", "demo", "--data-dir", filepath.Join(t.TempDir(), "d")}, "give --data-dir of a socialweb up"},
 		{"cluster kubeconfig ttl under a minute", []string{"cluster", "kubeconfig", "demo", "--ttl", "30s"}, "--ttl 30s is outside 1m0s..24h0m0s"},
 		{"cluster kubeconfig ttl and no-expiry", []string{"cluster", "kubeconfig", "demo", "--ttl", "1h", "--no-expiry"}, "exclusive"},
+		{"PDS public URL an IP address", []string{"pds", "serve", "--data-dir", filepath.Join(t.TempDir(), "d"), "--public-url", "https://203.0.113.7"}, "--public-url: public URL \"https://203.0.113.7\": an IP address"},
+		{"PDS relay without a public URL", []string{"up", "--data-dir", filepath.Join(t.TempDir(), "d"), "--pds-relay", "https://relay.example.test"}, "needs --pds-public-url"},
 		{"gateway public URL with a port", []string{"serve", "gateway", "--kubeconfig", kubeconfigOf(t), "--public-url", "https://gw.example.test:8443"}, "only for localhost"},
 	}
 	for _, row := range rows {
