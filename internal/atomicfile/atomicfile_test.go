@@ -34,3 +34,16 @@ func TestWrite_MissingDirectoryIsAnError(t *testing.T) {
 		t.Fatal("want an error for a missing directory")
 	}
 }
+
+func TestWriteDurable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := WriteDurable(p, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "one" {
+		t.Fatalf("%q %v", b, err)
+	}
+	if err := WriteDurable(filepath.Join(t.TempDir(), "missing", "f"), nil, 0o600); err == nil {
+		t.Fatal("a write into a missing dir succeeded")
+	}
+}
