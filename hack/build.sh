@@ -2,8 +2,9 @@
 # Builds the one socialweb binary with the Kubernetes version stamped in (hack/kube-ldflags.sh).
 # Usage: hack/build.sh [OUTPUT]   (default bin/socialweb)
 # Builds the node runtime (containerd v2, runc) beside it too: OUTPUT's dir/node-runtime.
+# SOCIALWEB_BUILD_TAGS adds Go build tags (e.g. crashpoints: internal/crashpoint, for tests only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bin/socialweb}
-go build -ldflags "$(bash hack/kube-ldflags.sh)" -o "$out" ./cmd/socialweb
+go build -tags "${SOCIALWEB_BUILD_TAGS:-}" -ldflags "$(bash hack/kube-ldflags.sh)" -o "$out" ./cmd/socialweb
 bash hack/build-node-runtime.sh "$(dirname "$out")/node-runtime"
