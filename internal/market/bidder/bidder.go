@@ -25,6 +25,7 @@ import (
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/hostcap"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market"
@@ -358,6 +359,10 @@ func (b *Bidder) recover(ctx context.Context) error {
 	for _, g := range guests {
 		byID[g.ID] = g
 	}
+	resume, err := b.recoverStarts(ctx, byID)
+	if err != nil {
+		return err
+	}
 	for acceptURI, rc := range b.receipts {
 		id := GuestID(acceptURI)
 		g, ok := byID[id]
@@ -367,6 +372,14 @@ func (b *Bidder) recover(ctx context.Context) error {
 			if ok && !g.Phase.Ended() {
 				b.stop(ctx, id)
 			}
+		case ok && !g.Phase.Ended() && resume[acceptURI]:
+			// A start cut short after its boot: reported once the guest runs.
+			b.active[rc.URI] = true
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.started(ctx, acceptURI, id, rc)
+			}()
 		case ok && !g.Phase.Ended():
 			b.active[rc.URI] = true
 			b.watchEnd(ctx, id, rc)
@@ -641,15 +654,28 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 		return b.acceptWithSecrets(ctx, uri, spec, receipt, vm.Secrets)
 	}
 	id := spec.ID
+	// The intent first: a crash from here on leaves a file saying what was under way.
+	in := startIntent{Accept: uri, Guest: id, Phase: phaseBeforeBoot, ReceiptKey: feed.TID(), Receipt: receipt}
+	if err := b.writeIntent(in); err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.BidderAfterIntent)
 	_, bootErr := b.cfg.Substrate.Boot(ctx, spec)
 	if errors.Is(bootErr, substrate.ErrExists) {
 		bootErr = nil
 	}
-	rc, err := b.putRef(ctx, mk.ReceiptNSID, feed.TID(), receipt)
+	crashpoint.Hit(crashpoint.BidderAfterBoot)
+	if bootErr == nil {
+		b.advanceIntent(&in, phaseBooted)
+	}
+	rc, err := b.writeReceipt(ctx, in)
 	if err != nil {
 		b.stop(ctx, id)
+		b.dropIntent(id)
 		return errors.Join(bootErr, fmt.Errorf("receipt: %w", err))
 	}
+	crashpoint.Hit(crashpoint.BidderAfterReceipt)
+	b.advanceIntent(&in, phaseReceiptWritten)
 	b.mu.Lock()
 	b.receipts[uri], b.active[rc.URI] = rc, true
 	b.mu.Unlock()
@@ -828,10 +854,17 @@ func (b *Bidder) awaitSecrets(ctx context.Context, uri string, spec substrate.Gu
 			}
 			spec.Secrets = vals
 		}
+		// The receipt is written already; the intent says a boot with secrets is under way.
+		in := startIntent{Accept: uri, Guest: spec.ID, Phase: phaseBeforeBoot, ReceiptKey: rkeyOf(rc.URI), Secrets: true}
+		if err := b.writeIntent(in); err != nil {
+			b.finish(ctx, spec.ID, rc, fmt.Sprintf("boot: %v", err))
+			return
+		}
 		if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
 			b.finish(ctx, spec.ID, rc, fmt.Sprintf("boot: %v", err))
 			return
 		}
+		b.advanceIntent(&in, phaseReceiptWritten)
 		spec.Secrets = nil
 		b.started(ctx, uri, spec.ID, rc)
 	}()
@@ -854,12 +887,15 @@ func (b *Bidder) started(ctx context.Context, uri, id string, rc atrepo.StrongRe
 		}
 		return
 	}
+	crashpoint.Hit(crashpoint.BidderBeforeStarted)
 	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMStarted: &mk.ComputeEventsVMStarted{}}); err != nil {
 		b.log.Warn("event", "err", err)
 	}
 	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMOnNetwork: onNetwork(gs)}); err != nil {
 		b.log.Warn("event", "err", err)
 	}
+	// The start is reported; a crash before this line writes the two events again.
+	b.dropIntent(id)
 	b.log.Info("market_started", "accept", uri, "guest", id)
 	b.watchEnd(ctx, id, rc)
 }
@@ -924,6 +960,8 @@ func (b *Bidder) finish(ctx context.Context, id string, rc atrepo.StrongRef, rea
 	if err := b.event(ctx, rc, mk.EventPayload{ComputeEventsVMDelete: &mk.ComputeEventsVMDelete{Reason: &reason}}); err != nil {
 		b.log.Warn("final event", "receipt", rc.URI, "err", err)
 	}
+	// Last, so that a crash before the final event finds the intent and the receipt again.
+	b.dropIntent(id)
 	b.log.Info("market_released", "receipt", rc.URI, "guest", id, "reason", reason)
 }
 

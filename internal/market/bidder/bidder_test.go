@@ -40,6 +40,8 @@ type fakeSubstrate struct {
 	// bootErr fails every Boot; bootPhase is the phase a booted guest reports (zero: Running).
 	bootErr   error
 	bootPhase substrate.Phase
+	// onBoot, when set, is called at each Boot before the guest exists.
+	onBoot func(spec substrate.GuestSpec)
 }
 
 func newFakeSubstrate() *fakeSubstrate {
@@ -58,6 +60,9 @@ func (f *fakeSubstrate) Boot(_ context.Context, spec substrate.GuestSpec) (subst
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.boots++
+	if f.onBoot != nil {
+		f.onBoot(spec)
+	}
 	if f.bootErr != nil {
 		return substrate.GuestStatus{}, f.bootErr
 	}
@@ -128,7 +133,7 @@ func (f *fakeSubstrate) List(context.Context) ([]substrate.GuestStatus, error) {
 func (f *fakeSubstrate) set(id string, phase substrate.Phase) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.guests[id] = substrate.GuestStatus{ID: id, Kind: fakeKind, Phase: phase}
+	f.guests[id] = substrate.GuestStatus{ID: id, Kind: fakeKind, Phase: phase, Address: "127.0.0.1"}
 }
 
 func (f *fakeSubstrate) drop(id string) {
@@ -203,6 +208,8 @@ type env struct {
 	runs map[*Bidder]context.Context
 	// maxCPUs and maxMemMiB are the largest guest the bidders start runs (0: the host's).
 	maxCPUs, maxMemMiB int
+	// stateDir is every bidder's state dir (its start intents).
+	stateDir string
 }
 
 // shared is one PDS for the package's tests with the requester's and the rival's accounts:
@@ -260,7 +267,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, srv: shared.srv, repo: repo, requester: shared.requester, rival: shared.rival,
-		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}}
+		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}, stateDir: t.TempDir()}
 	e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: 1, Mem: 64})
 	e.policy = e.write(e.requester, mk.PoliciesOpenNSID, mk.PoliciesOpen{})
 	return e
@@ -293,7 +300,7 @@ func (e *env) start(n int) (b *Bidder, stop func()) {
 func (e *env) startOn(n int, repo repos.Repo) (b *Bidder, stop func()) {
 	e.t.Helper()
 	b = New(Config{Repo: repo, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
-		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog(), MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB})
+		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog(), MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB, StateDir: e.stateDir})
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.runs[b] = ctx
 	done := make(chan error, 1)
