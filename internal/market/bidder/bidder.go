@@ -372,6 +372,7 @@ func (b *Bidder) recover(ctx context.Context) error {
 			if ok && !g.Phase.Ended() {
 				b.stop(ctx, id)
 			}
+			b.dropIntent(id) // of a start that raced the contract's end
 		case ok && !g.Phase.Ended() && resume[acceptURI]:
 			// A start cut short after its boot: reported once the guest runs.
 			b.active[rc.URI] = true
