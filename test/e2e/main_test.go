@@ -20,7 +20,9 @@ func TestMain(m *testing.M) {
 	// The test command builds the binary once for every package that runs it.
 	if bin := os.Getenv("SOCIALWEB_TEST_BIN"); bin != "" {
 		socialwebBin = bin
-		os.Exit(m.Run())
+		code := m.Run()
+		removeCrashBin()
+		os.Exit(code)
 	}
 	dir, err := os.MkdirTemp("", "socialweb-e2e-bin-")
 	if err != nil {
@@ -49,6 +51,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	removeCrashBin()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
