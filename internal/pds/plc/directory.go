@@ -1,10 +1,13 @@
 package plc
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -13,7 +16,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-var bucketLog = []byte("plc_log")
+var (
+	bucketLog = []byte("plc_log")
+	// bucketExport orders every accepted operation of every DID by createdAt, for /export:
+	// key the createdAt in unix milliseconds (8 bytes, big-endian; unique, see stamp), value
+	// the DID and the operation's key in the DID's log.
+	bucketExport = []byte("plc_export")
+)
 
 // Entry is one accepted operation with the time the directory took it.
 type Entry struct {
@@ -22,6 +31,18 @@ type Entry struct {
 	CID       string    `json:"cid"`
 	Nullified bool      `json:"nullified"`
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// TimeFormat is how plc.directory writes createdAt (JavaScript's toISOString).
+const TimeFormat = "2006-01-02T15:04:05.000Z"
+
+// MarshalJSON writes createdAt as plc.directory does, in UTC with milliseconds.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	type plain Entry
+	return json.Marshal(struct {
+		plain
+		CreatedAt string `json:"createdAt"`
+	}{plain(e), e.CreatedAt.UTC().Format(TimeFormat)})
 }
 
 // Directory holds every DID's operation log in a bbolt file and answers lookups.
@@ -50,8 +71,13 @@ func Open(path string) (*Directory, error) {
 // NewWithDB keeps the directory in a bucket of an already open database.
 func NewWithDB(db *bolt.DB) (*Directory, error) {
 	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketLog)
-		return err
+		if _, err := tx.CreateBucketIfNotExists(bucketLog); err != nil {
+			return err
+		}
+		if tx.Bucket(bucketExport) != nil {
+			return nil
+		}
+		return buildExportIndex(tx)
 	})
 	if err != nil {
 		return nil, err
@@ -99,12 +125,122 @@ func (d *Directory) Submit(_ context.Context, did string, op *Op) error {
 		if err != nil {
 			return err
 		}
-		raw, err := json.Marshal(Entry{DID: did, Operation: op, CID: c.String(), CreatedAt: time.Now().UTC()})
+		exp := tx.Bucket(bucketExport)
+		at := stamp(exp, time.Now())
+		raw, err := json.Marshal(Entry{DID: did, Operation: op, CID: c.String(), CreatedAt: at})
 		if err != nil {
 			return err
 		}
-		return sub.Put(seqKey(seq), raw)
+		if err := sub.Put(seqKey(seq), raw); err != nil {
+			return err
+		}
+		return exp.Put(seqKey(uint64(at.UnixMilli())), exportRef(did, seqKey(seq)))
 	})
+}
+
+// stamp is the createdAt of an operation accepted at now: now in milliseconds (the precision
+// plc.directory's timestamps have), or one millisecond after the newest operation when that is
+// not earlier. Each operation so has its own createdAt, and /export's after cursor, a
+// createdAt, never falls between two operations of one instant.
+func stamp(exp *bolt.Bucket, now time.Time) time.Time {
+	ms := now.UnixMilli()
+	if k, _ := exp.Cursor().Last(); len(k) == 8 {
+		if last := int64(binary.BigEndian.Uint64(k)); last >= ms {
+			ms = last + 1
+		}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func exportRef(did string, key []byte) []byte {
+	return append(append([]byte(did), 0), key...)
+}
+
+// buildExportIndex indexes the logs of a database written before /export existed, in
+// createdAt order (DID and log order break ties), and gives each operation the unique
+// millisecond createdAt stamp would have given it.
+func buildExportIndex(tx *bolt.Tx) error {
+	exp, err := tx.CreateBucket(bucketExport)
+	if err != nil {
+		return err
+	}
+	type ref struct {
+		did string
+		key []byte
+		e   Entry
+	}
+	var all []ref
+	logs := tx.Bucket(bucketLog)
+	err = logs.ForEach(func(did, v []byte) error {
+		sub := logs.Bucket(did)
+		if v != nil || sub == nil {
+			return nil
+		}
+		return sub.ForEach(func(k, v []byte) error {
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			all = append(all, ref{string(did), append([]byte(nil), k...), e})
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].e.CreatedAt.Before(all[j].e.CreatedAt) })
+	for _, r := range all {
+		r.e.CreatedAt = stamp(exp, r.e.CreatedAt)
+		raw, err := json.Marshal(r.e)
+		if err != nil {
+			return err
+		}
+		if err := logs.Bucket([]byte(r.did)).Put(r.key, raw); err != nil {
+			return err
+		}
+		if err := exp.Put(seqKey(uint64(r.e.CreatedAt.UnixMilli())), exportRef(r.did, r.key)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MaxExportCount is the most operations one /export page holds, as plc.directory.
+const MaxExportCount = 1000
+
+// Export returns up to count accepted operations (all DIDs) created after the given time, oldest
+// first: plc.directory's /export. The zero time starts at the first operation.
+func (d *Directory) Export(_ context.Context, after time.Time, count int) ([]Entry, error) {
+	if count < 1 || count > MaxExportCount {
+		count = MaxExportCount
+	}
+	var out []Entry
+	err := d.db.View(func(tx *bolt.Tx) error {
+		logs := tx.Bucket(bucketLog)
+		c := tx.Bucket(bucketExport).Cursor()
+		k, v := c.First()
+		// after is exclusive: start at the first millisecond past it.
+		if ms := after.UnixMilli(); !after.IsZero() && ms >= 0 {
+			k, v = c.Seek(seqKey(uint64(ms + 1)))
+		}
+		for ; k != nil && len(out) < count; k, v = c.Next() {
+			did, key, ok := bytes.Cut(v, []byte{0})
+			if !ok {
+				return fmt.Errorf("plc: bad export index entry %x", k)
+			}
+			sub := logs.Bucket(did)
+			if sub == nil {
+				return fmt.Errorf("plc: export index names unknown DID %s", did)
+			}
+			var e Entry
+			if err := json.Unmarshal(sub.Get(key), &e); err != nil {
+				return fmt.Errorf("plc: export index entry of %s: %w", did, err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
 }
 
 func seqKey(n uint64) []byte {

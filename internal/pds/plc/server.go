@@ -1,10 +1,14 @@
 package plc
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"socialweb.computer/internal/xrpc"
 )
@@ -22,6 +26,10 @@ func (d *Directory) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.Trim(r.URL.Path, "/")
 	if path == "_health" {
 		xrpc.WriteJSON(w, 200, map[string]string{"version": "socialweb-plc"})
+		return
+	}
+	if path == "export" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		d.serveExport(w, r)
 		return
 	}
 	did, sub, _ := strings.Cut(path, "/")
@@ -89,4 +97,50 @@ func (d *Directory) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		xrpc.WriteJSON(w, 200, v)
 	}
+}
+
+// serveExport is plc.directory's GET /export: up to count (default and most 1000) operations of
+// every DID created after the createdAt timestamp after (exclusive), oldest first, one JSON
+// object a line, lines separated by a newline with none after the last. A client pages by
+// passing the last line's createdAt as the next after; an empty body is the end.
+func (d *Directory) serveExport(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	count := MaxExportCount
+	if s := q.Get("count"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeMsg(w, 400, "Invalid count parameter")
+			return
+		}
+		count = min(n, MaxExportCount)
+	}
+	var after time.Time
+	if s := q.Get("after"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			writeMsg(w, 400, "Invalid after parameter: want an RFC 3339 timestamp such as a createdAt")
+			return
+		}
+		after = t
+	}
+	entries, err := d.Export(r.Context(), after, count)
+	if err != nil {
+		writeMsg(w, 500, "internal error")
+		return
+	}
+	var buf bytes.Buffer
+	for i, e := range entries {
+		if i > 0 {
+			buf.WriteByte('\n')
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			writeMsg(w, 500, "internal error")
+			return
+		}
+		buf.Write(b)
+	}
+	w.Header().Set("Content-Type", "application/jsonlines")
+	w.WriteHeader(200)
+	_, _ = w.Write(buf.Bytes())
 }
