@@ -41,15 +41,7 @@ func newAccountToken() string {
 // good for 15 minutes. The reference mails it to the account's email address; this server
 // sends no email, so the in-process caller (the operator) hands it over.
 func (s *Server) RequestAccountDelete(_ context.Context, did string) (string, error) {
-	tok := newAccountToken()
-	raw, _ := json.Marshal(accountToken{Token: tok, RequestedAt: s.now().UTC()})
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		if _, err := getAccount(tx, did); err != nil {
-			return errInvalidRequest("account not found")
-		}
-		return tx.Bucket(bTokens).Put(repoKey(did, []byte(purposeDeleteAccount)), raw)
-	})
-	return tok, err
+	return s.issueAccountToken(did, purposeDeleteAccount)
 }
 
 func (s *Server) hRequestAccountDelete(ctx context.Context, r *http.Request) (any, error) {
