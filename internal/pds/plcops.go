@@ -309,7 +309,7 @@ func (s *Server) hSubmitPlcOperation(ctx context.Context, r *http.Request) (any,
 		return nil, err
 	}
 	if len(in.Operation) == 0 {
-		return nil, errInvalidRequest("Input must have the property \"operation\"")
+		return nil, errInvalidRequest("Missing required key \"operation\" at $")
 	}
 	op, err := parseSubmittedOp(in.Operation)
 	if err != nil {

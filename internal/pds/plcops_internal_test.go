@@ -264,7 +264,7 @@ func TestPLCOperationFlow(t *testing.T) {
 		in   any
 		want string
 	}{
-		{"submit without operation", map[string]any{}, "InvalidRequest Input must have the property"},
+		{"submit without operation", map[string]any{}, "InvalidRequest Missing required key \"operation\" at $"},
 		{"submit a tombstone", mutate(func(m map[string]any) { m["type"] = "plc_tombstone" }), "InvalidRequest Invalid operation"},
 		{"submit without the server's rotation key", mutate(func(m map[string]any) { m["rotationKeys"] = []string{creds.VerificationMethods["atproto"]} }), "InvalidRequest Rotation keys do not include"},
 		{"submit naming another PDS", mutate(func(m map[string]any) {
