@@ -212,10 +212,19 @@ func TestPLCOperationFlow(t *testing.T) {
 	st, msg = call(t, s, "com.atproto.identity.signPlcOperation", access, sign, nil)
 	expect("sign before any token", st, msg, 400, "InvalidToken")
 
+	// A token for another purpose is no PLC operation token.
+	delTok, err := s.RequestAccountDelete(ctx, did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign["token"] = delTok
+	st, msg = call(t, s, "com.atproto.identity.signPlcOperation", access, sign, nil)
+	expect("sign with a deletion token", st, msg, 400, "InvalidToken")
 	tok, err := s.RequestPLCOperationSignature(ctx, did)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sign["token"] = "AAAAA-AAAAA"
 	st, msg = call(t, s, "com.atproto.identity.signPlcOperation", access, sign, nil)
 	expect("sign with a wrong token", st, msg, 400, "InvalidToken")
 	sign["verificationMethods"] = "did:key:x"
