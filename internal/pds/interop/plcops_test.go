@@ -99,6 +99,9 @@ func plcOpScenario(ctx context.Context, t *testing.T, url, plcURL string, token 
 	submit := func(step string, in map[string]any) {
 		add(step, "", self.Post(ctx, "com.atproto.identity.submitPlcOperation", in, nil))
 	}
+	add("requestPlcOperationSignature (anonymous)", "", comatproto.IdentityRequestPlcOperationSignature(ctx, anon))
+	add("signPlcOperation (anonymous)", "", anon.Post(ctx, "com.atproto.identity.signPlcOperation", map[string]any{"token": "AAAAA-AAAAA"}, nil))
+	add("submitPlcOperation (anonymous)", "", anon.Post(ctx, "com.atproto.identity.submitPlcOperation", map[string]any{"operation": map[string]any{}}, nil))
 	aka := []string{"at://pia.test", "https://pia.example"}
 	sign("signPlcOperation without a token", map[string]any{"alsoKnownAs": aka})
 	sign("signPlcOperation before any token", map[string]any{"alsoKnownAs": aka, "token": "AAAAA-AAAAA"})
