@@ -139,8 +139,8 @@ func (s *Server) hGetRecommendedDidCredentials(ctx context.Context, r *http.Requ
 	return s.RecommendedDIDCredentials(ctx, did)
 }
 
-// opFields are the fields signPlcOperation may set; nil keeps the current operation's.
-type opFields struct {
+// PLCOpFields are the fields signPlcOperation may set; nil keeps the current operation's.
+type PLCOpFields struct {
 	RotationKeys        []string
 	AlsoKnownAs         []string
 	VerificationMethods map[string]string
@@ -149,7 +149,7 @@ type opFields struct {
 
 // mergeOp is the content of the operation that follows last: each field the caller gave
 // replaces the current one whole, the others are kept, as the reference's signPlcOperation.
-func mergeOp(last *plc.Op, in opFields) plc.Op {
+func mergeOp(last *plc.Op, in PLCOpFields) plc.Op {
 	out := plc.Op{Type: plc.TypeOperation, RotationKeys: last.RotationKeys, AlsoKnownAs: last.AlsoKnownAs,
 		VerificationMethods: last.VerificationMethods, Services: last.Services}
 	if in.RotationKeys != nil {
@@ -189,7 +189,7 @@ func (s *Server) hSignPlcOperation(ctx context.Context, r *http.Request) (any, e
 		return nil, err
 	}
 	// The reference signs these unchecked; refusing a malformed one here keeps the token.
-	f := opFields{RotationKeys: in.RotationKeys, AlsoKnownAs: in.AlsoKnownAs}
+	f := PLCOpFields{RotationKeys: in.RotationKeys, AlsoKnownAs: in.AlsoKnownAs}
 	if present(in.VerificationMethods) {
 		if err := json.Unmarshal(in.VerificationMethods, &f.VerificationMethods); err != nil {
 			return nil, errInvalidRequest("verificationMethods must map ids to did:key strings")
@@ -213,7 +213,7 @@ func (s *Server) hSignPlcOperation(ctx context.Context, r *http.Request) (any, e
 // SignPLCOperation spends did's PLC operation token and returns an operation following the
 // DID's current one with the fields of in merged over it, signed with the server's rotation
 // key. Nothing is submitted.
-func (s *Server) SignPLCOperation(ctx context.Context, did, token string, in opFields) (*plc.Op, error) {
+func (s *Server) SignPLCOperation(ctx context.Context, did, token string, in PLCOpFields) (*plc.Op, error) {
 	if err := s.consumeAccountToken(did, purposePLCOperation, token); err != nil {
 		return nil, err
 	}

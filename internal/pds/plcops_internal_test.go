@@ -26,17 +26,17 @@ func TestMergeOp(t *testing.T) {
 	with := func(f func(*plc.Op)) plc.Op { o := keep; f(&o); return o }
 	for _, tc := range []struct {
 		name string
-		in   opFields
+		in   PLCOpFields
 		want plc.Op
 	}{
-		{"nothing given keeps every field (and drops sig)", opFields{}, keep},
-		{"rotation keys replace the list whole", opFields{RotationKeys: []string{"did:key:r2", "did:key:r1"}},
+		{"nothing given keeps every field (and drops sig)", PLCOpFields{}, keep},
+		{"rotation keys replace the list whole", PLCOpFields{RotationKeys: []string{"did:key:r2", "did:key:r1"}},
 			with(func(o *plc.Op) { o.RotationKeys = []string{"did:key:r2", "did:key:r1"} })},
-		{"an empty list is given, not absent", opFields{AlsoKnownAs: []string{}},
+		{"an empty list is given, not absent", PLCOpFields{AlsoKnownAs: []string{}},
 			with(func(o *plc.Op) { o.AlsoKnownAs = []string{} })},
-		{"verification methods replace the map whole", opFields{VerificationMethods: map[string]string{"other": "did:key:o"}},
+		{"verification methods replace the map whole", PLCOpFields{VerificationMethods: map[string]string{"other": "did:key:o"}},
 			with(func(o *plc.Op) { o.VerificationMethods = map[string]string{"other": "did:key:o"} })},
-		{"services replace the map whole", opFields{Services: map[string]plc.Service{"atproto_pds": {Type: pdsServiceType, Endpoint: "http://new"}}},
+		{"services replace the map whole", PLCOpFields{Services: map[string]plc.Service{"atproto_pds": {Type: pdsServiceType, Endpoint: "http://new"}}},
 			with(func(o *plc.Op) {
 				o.Services = map[string]plc.Service{"atproto_pds": {Type: pdsServiceType, Endpoint: "http://new"}}
 			})},
