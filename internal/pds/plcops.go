@@ -227,8 +227,8 @@ func (s *Server) SignPLCOperation(ctx context.Context, did, token string, in PLC
 	return plc.Next(s.rotationKey, last, mergeOp(last, in))
 }
 
-// submittedOp is a plc_operation as submitPlcOperation takes it; parseSubmittedOp checks its
-// shape as the reference's check.is(op, plc.def.operation) does.
+// parseSubmittedOp reads the operation submitPlcOperation is given, checking its shape as the
+// reference's check.is(op, plc.def.operation) does: a plc_operation with every field.
 func parseSubmittedOp(raw json.RawMessage) (*plc.Op, error) {
 	var in struct {
 		Type                *string                 `json:"type"`
