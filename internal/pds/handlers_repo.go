@@ -40,25 +40,6 @@ type recordOut struct {
 	ValidationStatus string      `json:"validationStatus,omitempty"`
 }
 
-func statusFor(validate *bool, st string) string {
-	if validate != nil && !*validate {
-		return ""
-	}
-	return st
-}
-
-func (s *Server) checkValidateFlag(validate *bool, collection string) error {
-	if validate == nil || !*validate {
-		return nil
-	}
-	if s.cfg.Lexicons != nil {
-		if _, err := s.cfg.Lexicons.Resolve(collection); err == nil {
-			return nil
-		}
-	}
-	return errInvalidRequest("Lexicon not found: lex:%s", collection)
-}
-
 // recordWriteInput is the input of createRecord and putRecord (createRecord has no
 // swapRecord; a client that sends one anyway has it ignored, as the reference PDS does).
 type recordWriteInput struct {
@@ -90,7 +71,7 @@ func (s *Server) writeOneRecord(ctx context.Context, r *http.Request, action Act
 	if err != nil {
 		return nil, err
 	}
-	w := Write{Action: action, Collection: in.Collection, RKey: in.RKey, Raw: in.Record}
+	w := Write{Action: action, Collection: in.Collection, RKey: in.RKey, Raw: in.Record, Validate: in.Validate}
 	mode := modeBatch
 	if action == ActionUpdate {
 		// putRecord: swapRecord null means "must not exist", and the single-write mode.
@@ -99,14 +80,11 @@ func (s *Server) writeOneRecord(ctx context.Context, r *http.Request, action Act
 		}
 		mode = modeSingle
 	}
-	if err := s.checkValidateFlag(in.Validate, in.Collection); err != nil {
-		return nil, err
-	}
 	commit, res, err := s.applyWrites(ctx, did, []Write{w}, deref(in.SwapCommit), mode)
 	if err != nil {
 		return nil, err
 	}
-	return recordOut{URI: res[0].URI, CID: res[0].CID, Commit: commit, ValidationStatus: statusFor(in.Validate, res[0].ValidationStatus)}, nil
+	return recordOut{URI: res[0].URI, CID: res[0].CID, Commit: commit, ValidationStatus: res[0].ValidationStatus}, nil
 }
 
 func deref(p *string) string {
@@ -178,12 +156,7 @@ func (s *Server) hApplyWrites(ctx context.Context, r *http.Request) (any, error)
 		default:
 			return nil, errInvalidRequest("Invalid $type at $.writes[%d]: %q", i, w.Type)
 		}
-		if a != ActionDelete {
-			if err := s.checkValidateFlag(in.Validate, w.Collection); err != nil {
-				return nil, err
-			}
-		}
-		writes[i] = Write{Action: a, Collection: w.Collection, RKey: w.RKey, Raw: w.Value}
+		writes[i] = Write{Action: a, Collection: w.Collection, RKey: w.RKey, Raw: w.Value, Validate: in.Validate}
 	}
 	commit, res, err := s.applyWrites(ctx, did, writes, deref(in.SwapCommit), modeBatch)
 	if err != nil {
@@ -195,8 +168,8 @@ func (s *Server) hApplyWrites(ctx context.Context, r *http.Request) (any, error)
 		if wr.Action != ActionDelete {
 			m["uri"] = wr.URI
 			m["cid"] = wr.CID
-			if st := statusFor(in.Validate, wr.ValidationStatus); st != "" {
-				m["validationStatus"] = st
+			if wr.ValidationStatus != "" {
+				m["validationStatus"] = wr.ValidationStatus
 			}
 		}
 		results[i] = m

@@ -44,6 +44,9 @@ type Write struct {
 	Record     map[string]any
 	Raw        json.RawMessage
 	SwapRecord *Swap
+	// Validate is the write's validate flag: nil validates records of known types only, true
+	// refuses unknown types too, false validates nothing (decideCheck).
+	Validate *bool
 }
 
 // WriteResult is what one write did.
@@ -51,7 +54,7 @@ type WriteResult struct {
 	Action           Action
 	URI              string
 	CID              string // empty for a delete
-	ValidationStatus string // "valid" or "unknown"; empty for a delete
+	ValidationStatus string // "valid" or "unknown"; empty for a delete or with Validate false
 }
 
 // CommitInfo names the commit a write made.
@@ -195,7 +198,7 @@ func (s *Server) prepareWrite(w Write) (*preparedWrite, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.status, err = s.validateRecord(coll, p.rec.value)
+	p.status, err = s.validateRecord(w.Validate, coll, p.rkey, p.rec.value)
 	if err != nil {
 		return nil, err
 	}

@@ -52,8 +52,10 @@ type Config struct {
 	ServiceDID string
 	// UserDomains are the handle suffixes accounts may take; default [".test"].
 	UserDomains []string
-	// Lexicons, when set, validates records of the collections it knows (validationStatus
-	// "valid"); records of other collections are stored as "unknown".
+	// Lexicons are the project's lexicons, resolved before the embedded standard set
+	// (internal/pds/stdlex: app.bsky, chat.bsky, com.atproto, ... as the reference PDS
+	// validates them). Records of a record type either knows are validated ("valid"); others
+	// are stored as "unknown" unless the write asks for validation (validate.go).
 	Lexicons lexicon.Catalog
 	// SubscriberBuffer is how many frames a firehose consumer may fall behind before it gets
 	// a ConsumerTooSlow error frame and is dropped; default 2048. Writers never wait on it.
@@ -115,6 +117,7 @@ type plcDirectory interface {
 // Server is a running PDS.
 type Server struct {
 	cfg Config
+	lex lexicon.Catalog // cfg.Lexicons over the standard set
 	log *slog.Logger
 	db  *bolt.DB
 
@@ -234,7 +237,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pds: open database: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{}, logins: newLoginLimiter(cfg.LoginLimits),
+	lex, err := catalogFor(cfg.Lexicons)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, lex: lex, log: cfg.Logger.With("component", "pds"), db: db, repos: map[string]*repoState{}, logins: newLoginLimiter(cfg.LoginLimits),
 		tidClock: syntax.NewTIDClock(0), hub: hub{buffer: cfg.SubscriberBuffer, subs: map[*subscriber]struct{}{}, closed: make(chan struct{})},
 		blobs: cfg.BlobStore, now: cfg.Clock}
 	if len(cfg.Relays) > 0 {
@@ -449,20 +457,6 @@ func (s *Server) reconcileEndpoints(ctx context.Context) error {
 		s.log.Info("pds endpoint updated", "did", a.DID, "endpoint", s.url)
 	}
 	return nil
-}
-
-// validateRecord checks a record against the configured lexicons.
-func (s *Server) validateRecord(coll syntax.NSID, val map[string]any) (string, error) {
-	if s.cfg.Lexicons == nil {
-		return "unknown", nil
-	}
-	if _, err := s.cfg.Lexicons.Resolve(coll.String()); err != nil {
-		return "unknown", nil
-	}
-	if err := lexicon.ValidateRecord(s.cfg.Lexicons, val, coll.String(), 0); err != nil {
-		return "", errInvalidRequest("Invalid %s record: %v", coll, err)
-	}
-	return "valid", nil
 }
 
 func hostOnly(h string) string {
