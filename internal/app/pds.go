@@ -65,8 +65,9 @@ type PDSOptions struct {
 // password from (as the reference PDS reads PDS_ADMIN_PASSWORD).
 const AdminPasswordEnv = "SOCIALWEB_PDS_ADMIN_PASSWORD"
 
-// StartPDS starts the PDS with the project's lexicons, so records of our collections are
-// validated ("valid") and others stored as "unknown".
+// StartPDS starts the PDS with the project's lexicons (over the standard set the PDS embeds),
+// so records of our collections and of the standard ones are validated ("valid") and others
+// stored as "unknown".
 func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 	catalog, err := lexicons.Catalog()
 	if err != nil {

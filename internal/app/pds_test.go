@@ -14,8 +14,8 @@ import (
 	"socialweb.computer/internal/atclient"
 )
 
-// The PDS that up starts validates records of the project's collections against the
-// shipped lexicons ("valid"), stores others as "unknown", and refuses an invalid record of a
+// The PDS that up starts validates records of the project's collections and of the standard
+// ones (app.bsky, ...) against the shipped lexicons ("valid"), stores others as "unknown", and refuses an invalid record of a
 // known collection with InvalidRequest, writing nothing.
 func TestStartPDSValidatesTheProjectsCollections(t *testing.T) {
 	ctx := context.Background()
@@ -58,6 +58,11 @@ func TestStartPDSValidatesTheProjectsCollections(t *testing.T) {
 	}
 	if res.ValidationStatus != "unknown" {
 		t.Errorf("foreign record: validationStatus %q, want unknown", res.ValidationStatus)
+	}
+	// The standard lexicons are there beside the project's: a Bluesky profile is validated.
+	res, err = c.PutRecord(ctx, "app.bsky.actor.profile", "self", map[string]any{"$type": "app.bsky.actor.profile", "displayName": "Owner"}, nil)
+	if err != nil || res.ValidationStatus != "valid" {
+		t.Errorf("profile record: %+v, %v; want validationStatus valid", res, err)
 	}
 	infra["description"] = 42 // the lexicon says string
 	_, err = c.PutRecord(ctx, "computer.socialweb.infra", "broken", infra, nil)

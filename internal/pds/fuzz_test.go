@@ -18,8 +18,13 @@ func FuzzXRPCInput(f *testing.F) {
 	f.Add([]byte(`{"writes":[{"$type":"com.atproto.repo.applyWrites#create","collection":"a.b.c","value":{"x":[1,{"$link":"bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm"}]}}]}`))
 	f.Add([]byte(`{"record":{"b":{"$bytes":"aGVsbG8"},"f":1.5}}`))
 	f.Add([]byte(`{"record":{"i":{"$type":"blob","ref":{"$link":"bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq"},"mimeType":"text/plain","size":5},"l":{"cid":"bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq","mimeType":"a/b"}}}`))
+	f.Add([]byte(`{"collection":"app.bsky.feed.post","rkey":"3jzfcijpj2z2a","record":{"text":"hi","createdAt":"2026-12-03T12:00:00Z","embed":{"$type":"app.bsky.embed.images","images":[]}}}`))
 	f.Add([]byte(`not json`))
-	s := &Server{tidClock: syntax.NewTIDClock(0)}
+	lex, err := catalogFor(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := &Server{tidClock: syntax.NewTIDClock(0), lex: lex}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in struct {
 			Collection string          `json:"collection"`

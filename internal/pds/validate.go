@@ -75,6 +75,9 @@ func catalogFor(project lexicon.Catalog) (lexicon.Catalog, error) {
 // recordSchema returns the record lexicon of collection, or nil when none is known (no
 // lexicon, or one that is not a record type: the reference knows only record types here).
 func (s *Server) recordSchema(coll syntax.NSID) *lexicon.SchemaRecord {
+	if s.lex == nil {
+		return nil
+	}
 	sch, err := s.lex.Resolve(coll.String())
 	if err != nil {
 		return nil
