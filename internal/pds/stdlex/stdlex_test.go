@@ -54,3 +54,19 @@ func TestSetMatchesSource(t *testing.T) {
 		t.Fatalf("full post: %v", err)
 	}
 }
+
+// BenchmarkValidatePost is the cost the standard set adds to a write of a typical post.
+func BenchmarkValidatePost(b *testing.B) {
+	cat, err := Catalog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	post := map[string]any{"$type": "app.bsky.feed.post", "text": strings.Repeat("hello world ", 20), "createdAt": "2026-12-03T12:00:00Z",
+		"langs": []any{"en"}, "embed": map[string]any{"$type": "app.bsky.embed.external",
+			"external": map[string]any{"uri": "https://example.com", "title": "t", "description": "d"}}}
+	for b.Loop() {
+		if err := lexicon.ValidateRecord(cat, post, "app.bsky.feed.post", 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
