@@ -8,12 +8,14 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apiextensions-apiserver/pkg/cmd/server/options"
 	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -24,8 +26,12 @@ import (
 	"k8s.io/apiserver/pkg/util/openapi"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	kubeopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
+	"sigs.k8s.io/yaml"
 
 	"socialweb.computer/internal/atomicfile"
 	"socialweb.computer/internal/certs"
@@ -34,9 +40,8 @@ import (
 // AdminUser is the identity of the core's admin token.
 const AdminUser = "socialweb-admin"
 
-// encryptedResources are encrypted at rest in etcd. Our Secret kind stands in for core/v1
-// Secrets, which the embedded server does not serve.
-var encryptedResources = []string{"secrets.socialweb.computer"}
+// encryptedResources are encrypted at rest in etcd: core/v1 Secrets.
+var encryptedResources = []string{"secrets"}
 
 type apiServerParams struct {
 	etcdURL    string
@@ -86,8 +91,8 @@ func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefi
 	if err := o.APIEnablement.ApplyTo(&serverConfig.Config, apiextensionsapiserver.DefaultAPIResourceConfigSource(), apiextensionsapiserver.Scheme); err != nil {
 		return nil, err
 	}
-	namer := openapinamer.NewDefinitionNamer(apiextensionsapiserver.Scheme, scheme.Scheme)
-	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(generatedopenapi.GetOpenAPIDefinitions)
+	namer := openapinamer.NewDefinitionNamer(apiextensionsapiserver.Scheme, scheme.Scheme, legacyscheme.Scheme)
+	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(openAPIDefinitions)
 	// Both OpenAPI versions: the CRD OpenAPI controllers run only when v2 is configured, and
 	// kubectl explain reads v3.
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(defs, namer)
@@ -114,8 +119,21 @@ func newAPIServer(p apiServerParams) (*apiextensionsapiserver.CustomResourceDefi
 	if err != nil {
 		return nil, err
 	}
+	if err := installCoreSecrets(server.GenericAPIServer, o.RecommendedOptions.Etcd, serverConfig.ResourceTransformers); err != nil {
+		return nil, fmt.Errorf("core/v1 Secrets: %w", err)
+	}
 	serveRootDiscovery(server)
 	return server, nil
+}
+
+// openAPIDefinitions are apiextensions' and, for the core/v1 Secrets served beside them,
+// kube-apiserver's.
+func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs := kubeopenapi.GetOpenAPIDefinitions(ref)
+	for name, def := range generatedopenapi.GetOpenAPIDefinitions(ref) {
+		defs[name] = def
+	}
+	return defs
 }
 
 // applySecureServing serves HTTPS with the data dir's serving certificate and gives the
@@ -155,9 +173,17 @@ func (noServices) ResolveEndpoint(namespace, name string, port int32) (*url.URL,
 
 // writeEncryptionConfig writes the EncryptionConfiguration once, with a fresh 32-byte
 // secretbox key, 0600 in the data dir; later starts reuse it so stored data stays readable.
+// A data dir written when credentials were a kind of ours (secrets.socialweb.computer) gets
+// core Secrets added to the encrypted resources, its key kept.
 func writeEncryptionConfig(path string) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
+	if old, err := os.ReadFile(path); err == nil {
+		cfg, changed, err := withEncryptedResources(old, encryptedResources)
+		if err != nil || !changed {
+			return err
+		}
+		return atomicfile.Write(path, cfg, 0o600)
+	} else if !os.IsNotExist(err) {
+		return err
 	}
 	key, err := randomKey32()
 	if err != nil {
@@ -175,6 +201,27 @@ resources:
       - identity: {}
 `, strings.Join(encryptedResources, ", "), key)
 	return atomicfile.Write(path, []byte(cfg), 0o600)
+}
+
+// withEncryptedResources adds the resources missing from the first rule of an
+// EncryptionConfiguration (the data dir's, which has one), keeping its providers and keys.
+func withEncryptedResources(data []byte, want []string) ([]byte, bool, error) {
+	var cfg apiserverv1.EncryptionConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil || len(cfg.Resources) == 0 {
+		return nil, false, fmt.Errorf("the data dir's encryption configuration does not read (%v); it holds the key of the stored Secrets, restore it from a backup", err)
+	}
+	changed := false
+	for _, r := range want {
+		if !slices.Contains(cfg.Resources[0].Resources, r) {
+			cfg.Resources[0].Resources = append(cfg.Resources[0].Resources, r)
+			changed = true
+		}
+	}
+	if !changed {
+		return data, false, nil
+	}
+	out, err := yaml.Marshal(&cfg)
+	return out, true, err
 }
 
 // waitReady polls /readyz through the loopback client until it answers ok.

@@ -135,6 +135,9 @@ func Start(ctx context.Context, cfg Config) (_ *Core, err error) {
 		return nil, err
 	}
 	log.Debug("CRDs serving", "took", time.Since(t0))
+	if err := migrateLegacySecrets(ctx, c.RESTConfig, log); err != nil {
+		return nil, err
+	}
 	c.KubeconfigPath = dir.Kubeconfig()
 	if err := writeKubeconfig(c.KubeconfigPath, c.URL, pk.CAPEM, token); err != nil {
 		return nil, fmt.Errorf("writing kubeconfig: %w", err)

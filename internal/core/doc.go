@@ -7,7 +7,8 @@
 // run against it run unchanged against any Kubernetes or kcp API server. What the embedded
 // server lacks compared with kube-apiserver is filled in here and nowhere else: aggregated
 // discovery at /apis (apiextensions leaves it to the aggregator), a static bearer-token
-// authenticator with a group authorizer, and encryption at rest for our Secret kind.
+// authenticator with a group authorizer, and core/v1 Secrets (kube-apiserver's own storage,
+// encrypted at rest), the one core kind the controllers use.
 //
 // Everything the core owns lives in one data directory (see DataDir) guarded by a lock, so
 // a second process can neither share nor corrupt it.
