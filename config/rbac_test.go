@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -154,7 +156,7 @@ func TestControllersUnderRBAC(t *testing.T) {
 	// Repos: a local one, and a remote one logging in with a Secret.
 	d.create(&v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "me"},
 		Spec: v1alpha1.AtprotoRepoSpec{Local: &v1alpha1.LocalRepoSource{Account: env.Account.Handle}}})
-	d.create(&v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"},
+	d.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"},
 		Data: map[string][]byte{v1alpha1.DefaultCredentialsKey: []byte(env.Account.Password)}})
 	d.create(&v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "far"},
 		Spec: v1alpha1.AtprotoRepoSpec{Remote: &v1alpha1.RemoteRepoSource{Service: env.PDS.URL(), Identifier: env.Account.Handle,
@@ -405,7 +407,9 @@ func TestRBACDecisions(t *testing.T) {
 		{"event in another namespace", enf, ctrl, res("create", "", "events", "", "default"), false},
 		{"metrics filter: tokenreview", enf, ctrl, res("create", "authentication.k8s.io", "tokenreviews", "", ""), true},
 		{"metrics filter: subjectaccessreview", enf, ctrl, res("create", "authorization.k8s.io", "subjectaccessreviews", "", ""), true},
-		{"no core Secrets", enf, ctrl, res("get", "", "secrets", "", "default"), false},
+		{"core Secrets: credentials and join bundles", enf, ctrl, res("get", "", "secrets", "", "default"), true},
+		{"core Secrets: no patch", enf, ctrl, res("patch", "", "secrets", "", "default"), false},
+		{"no ConfigMaps", enf, ctrl, res("get", "", "configmaps", "", "default"), false},
 		{"no Pods", enf, ctrl, res("list", "", "pods", "", ""), false},
 		{"Clusters by patch, not update", enf, ctrl, res("update", "socialweb.computer", "clusters", "", "default"), false},
 		{"no deletecollection", enf, ctrl, res("deletecollection", "socialweb.computer", "infras", "", "default"), false},

@@ -14,9 +14,9 @@ type ObjectRef struct {
 	Name string `json:"name"`
 }
 
-// SecretKeyRef names one key of a socialweb.computer Secret in the referring object's namespace.
+// SecretKeyRef names one key of a core/v1 Secret in the referring object's namespace.
 type SecretKeyRef struct {
-	// name of the Secret (kind Secret, group socialweb.computer) in the referring object's namespace.
+	// name of the Secret (core/v1) in the referring object's namespace.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

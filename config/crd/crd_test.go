@@ -22,13 +22,11 @@ var wantKinds = map[string]string{
 	"infracollections.socialweb.computer":          "InfraCollection",
 	"infras.socialweb.computer":                    "Infra",
 	"nodeclaims.socialweb.computer":                "NodeClaim",
-	"secrets.socialweb.computer":                   "Secret",
 }
 
-// noStatus lists the kinds without a status subresource: Secret is plain
-// data (type, data) with nothing a controller observes, so it has no status;
-// GatewayAccess is the operator's list, read by the gateway, which reconciles nothing.
-var noStatus = map[string]bool{"Secret": true, "GatewayAccess": true}
+// noStatus lists the kinds without a status subresource: GatewayAccess is the operator's
+// list, read by the gateway, which reconciles nothing.
+var noStatus = map[string]bool{"GatewayAccess": true}
 
 func TestCRDs(t *testing.T) {
 	crds, err := CRDs()

@@ -2,7 +2,6 @@ package repos
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -21,6 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/core/install"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
@@ -31,7 +35,7 @@ import (
 )
 
 // readmeClusterYAML is the YAML that README.md's "Run on your cluster" applies (its heredoc),
-// with the shell's $(printf %s "$APP_PASSWORD" | base64 -w0) done for password.
+// with the shell's "$APP_PASSWORD" done for password.
 func readmeClusterYAML(t *testing.T, password string) []string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
@@ -42,11 +46,11 @@ func readmeClusterYAML(t *testing.T, password string) []string {
 	if m == nil {
 		t.Fatal(`README.md has no "Run on your cluster" heredoc`)
 	}
-	sub := regexp.MustCompile(`\$\(printf %s "\$APP_PASSWORD" \| base64 -w0\)`)
+	sub := regexp.MustCompile(`\$APP_PASSWORD\b`)
 	if !sub.Match(m[1]) {
-		t.Fatal("the heredoc no longer encodes $APP_PASSWORD as this test expects")
+		t.Fatal("the heredoc no longer expands $APP_PASSWORD as this test expects")
 	}
-	y := sub.ReplaceAllLiteralString(string(m[1]), base64.StdEncoding.EncodeToString([]byte(password)))
+	y := sub.ReplaceAllLiteralString(string(m[1]), password)
 	if strings.Contains(y, "$") {
 		t.Fatalf("the heredoc has a shell expansion this test does not do:\n%s", y)
 	}
@@ -88,6 +92,29 @@ func checkAgainstCRD(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinit
 	return append(errs, celErrs...)
 }
 
+// coreSecretAsStored is a core/v1 Secret document as kube-apiserver stores it: converted to
+// the internal version (stringData merged into data), validated, and converted back.
+func coreSecretAsStored(t *testing.T, i int, doc string) *corev1.Secret {
+	t.Helper()
+	var in corev1.Secret
+	if err := yaml.UnmarshalStrict([]byte(doc), &in); err != nil {
+		t.Fatalf("document %d (Secret): %v", i, err)
+	}
+	var internal api.Secret
+	if err := legacyscheme.Scheme.Convert(&in, &internal, nil); err != nil {
+		t.Fatalf("document %d (Secret): %v", i, err)
+	}
+	internal.Namespace = "default"
+	for _, e := range corevalidation.ValidateSecret(&internal) {
+		t.Errorf("document %d (Secret): %v", i, e)
+	}
+	out := &corev1.Secret{}
+	if err := legacyscheme.Scheme.Convert(&internal, out, nil); err != nil {
+		t.Fatalf("document %d (Secret): %v", i, err)
+	}
+	return out
+}
+
 // TestREADMEClusterRepoWorksAsWritten: the Secret and AtprotoRepo the README tells a cluster
 // user to apply are valid against the CRDs and the Go types, and, with service pointed at a
 // PDS holding that account, log in: the identifier, the credentialsRef and the Secret's key
@@ -103,6 +130,9 @@ func TestREADMEClusterRepoWorksAsWritten(t *testing.T) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	var objs []client.Object
 	var repo *v1alpha1.AtprotoRepo
 	for i, doc := range docs {
@@ -115,6 +145,10 @@ func TestREADMEClusterRepoWorksAsWritten(t *testing.T) {
 			t.Fatalf("document %d: %v", i, err)
 		}
 		gvk := gv.WithKind(fmt.Sprint(u["kind"]))
+		if gvk == corev1.SchemeGroupVersion.WithKind("Secret") {
+			objs = append(objs, coreSecretAsStored(t, i, doc))
+			continue
+		}
 		if gv != v1alpha1.GroupVersion {
 			t.Fatalf("document %d: %s is not of %s", i, gvk, v1alpha1.GroupVersion)
 		}
@@ -125,10 +159,8 @@ func TestREADMEClusterRepoWorksAsWritten(t *testing.T) {
 		if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
 			t.Fatalf("document %d (%s): %v", i, gvk.Kind, err)
 		}
-		if gvk.Kind != "Secret" { // no CRD schema beyond the Go type's for data
-			for _, e := range checkAgainstCRD(t, crds, gvk, u) {
-				t.Errorf("document %d (%s): %v", i, gvk.Kind, e)
-			}
+		for _, e := range checkAgainstCRD(t, crds, gvk, u) {
+			t.Errorf("document %d (%s): %v", i, gvk.Kind, e)
 		}
 		co := o.(client.Object)
 		co.SetNamespace("default")

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,7 +90,7 @@ func (r *Resolver) Connect(ctx context.Context, obj *v1alpha1.AtprotoRepo) (Repo
 
 func (r *Resolver) remote(ctx context.Context, obj *v1alpha1.AtprotoRepo) (Repo, error) {
 	spec := obj.Spec.Remote
-	var sec v1alpha1.Secret
+	var sec corev1.Secret
 	skey := types.NamespacedName{Namespace: obj.Namespace, Name: spec.CredentialsRef.Name}
 	if err := r.Client.Get(ctx, skey, &sec); err != nil {
 		return nil, fmt.Errorf("%w: credentials Secret %s: %v", ErrLoginFailed, skey, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,7 +35,8 @@ func TestResolverLoginBackoff(t *testing.T) {
 	}
 	scheme := runtime.NewScheme()
 	_ = v1alpha1.AddToScheme(scheme)
-	sec := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: "ns"}, Data: map[string][]byte{"password": []byte("wrong")}}
+	_ = corev1.AddToScheme(scheme)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw", Namespace: "ns"}, Data: map[string][]byte{"password": []byte("wrong")}}
 	repo := &v1alpha1.AtprotoRepo{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns"},
 		Spec: v1alpha1.AtprotoRepoSpec{Remote: &v1alpha1.RemoteRepoSource{Service: srv.URL(), Identifier: "owner.test",
 			CredentialsRef: v1alpha1.SecretKeyRef{Name: "pw"}}}}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,9 +70,10 @@ func CheckName(ns string) error {
 	return nil
 }
 
-// Kinds are the kinds of the socialweb.computer group that scheme knows, sorted.
+// Kinds are the kinds of the socialweb.computer group that scheme knows and Secret (the
+// workspace's credentials, core/v1), sorted.
 func Kinds(scheme *runtime.Scheme) []string {
-	var out []string
+	out := []string{KindSecret}
 	for gvk := range scheme.AllKnownTypes() {
 		if gvk.GroupVersion() == v1alpha1.GroupVersion && !strings.HasSuffix(gvk.Kind, "List") &&
 			scheme.Recognizes(gvk.GroupVersion().WithKind(gvk.Kind+"List")) {
@@ -87,7 +89,15 @@ type object struct {
 	meta metav1.PartialObjectMetadata
 }
 
-// Delete deletes every object of the socialweb.computer group in namespace ns in the order of
+// GroupVersionKind is the group, version and kind of one of Kinds.
+func GroupVersionKind(kind string) schema.GroupVersionKind {
+	if kind == KindSecret {
+		return corev1.SchemeGroupVersion.WithKind(kind)
+	}
+	return v1alpha1.GroupVersion.WithKind(kind)
+}
+
+// Delete deletes every object of the socialweb.computer group and every Secret in namespace ns in the order of
 // Next, until none is left or ctx ends (then a *TimeoutError names what is left).
 func Delete(ctx context.Context, c client.Client, scheme *runtime.Scheme, ns string, o Options) error {
 	if err := CheckName(ns); err != nil {
@@ -178,7 +188,8 @@ func list(ctx context.Context, c client.Client, ns string, kinds []string) ([]ob
 	var out []object
 	for _, k := range kinds {
 		l := &metav1.PartialObjectMetadataList{}
-		l.SetGroupVersionKind(schema.GroupVersionKind{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Kind: k + "List"})
+		gvk := GroupVersionKind(k)
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(k + "List"))
 		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
 			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 				continue // a kind this API server does not serve has nothing to delete
@@ -186,7 +197,7 @@ func list(ctx context.Context, c client.Client, ns string, kinds []string) ([]ob
 			return nil, fmt.Errorf("workspace %s: list %s: %w", ns, k, err)
 		}
 		for _, it := range l.Items {
-			it.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(k))
+			it.SetGroupVersionKind(gvk)
 			out = append(out, object{kind: k, meta: it})
 		}
 	}

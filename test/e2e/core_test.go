@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"net"
 	"net/http"
@@ -14,11 +15,16 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,13 +51,32 @@ func TestCore_ServesEveryKindOverAuthenticatedTLS(t *testing.T) {
 		}
 	}
 	for _, kind := range []string{"Infra", "EphemeralInfra", "InfraCollection", "EphemeralInfraCollection", "ComputeContract",
-		"AtprotoRepo", "AtprotoRecord", "AtprotoRecordWatch", "Cluster", "NodeClaim", "Secret"} {
+		"AtprotoRepo", "AtprotoRecord", "AtprotoRecordWatch", "Cluster", "NodeClaim"} {
 		namespaced, ok := got[kind]
 		if !ok {
 			t.Errorf("kind %s is not served", kind)
 		} else if !namespaced {
 			t.Errorf("kind %s is cluster-scoped; every kind is namespaced", kind)
 		}
+	}
+	// No kind of ours is named like a core kind; credentials are core/v1 Secrets, the only
+	// resource of /api/v1.
+	if _, ok := got["Secret"]; ok {
+		t.Errorf("kind Secret is served in %s; a kind of ours named like a core kind", v1alpha1.GroupVersion)
+	}
+	core, err := dc.ServerResourcesForGroupVersion("v1")
+	if err != nil {
+		t.Fatalf("discovery of v1: %v", err)
+	}
+	var coreNames []string
+	for _, r := range core.APIResources {
+		coreNames = append(coreNames, r.Name)
+		if r.Name == "secrets" && (r.Kind != "Secret" || !r.Namespaced) {
+			t.Errorf("v1 secrets: kind %s namespaced %v", r.Kind, r.Namespaced)
+		}
+	}
+	if strings.Join(coreNames, ",") != "secrets" {
+		t.Errorf("v1 serves %v, want only secrets", coreNames)
 	}
 	groups, err := dc.ServerGroups()
 	if err != nil {
@@ -265,16 +290,18 @@ func TestCore_PortInUseIsOneClearError(t *testing.T) {
 	d2.Close()
 }
 
+// A core/v1 Secret written with stringData reads back as data, and is stored encrypted.
 func TestSecret_DataIsEncryptedAtRest(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	ctx := context.Background()
 	const plaintext = "correct-horse-battery-staple"
-	s := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-password", Namespace: "default"},
-		Data: map[string][]byte{"password": []byte(plaintext)}}
+	// Written as a user writes one for any cluster: core/v1, stringData.
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-password", Namespace: "default"},
+		StringData: map[string]string{"password": plaintext}}
 	if err := env.Client.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	var back v1alpha1.Secret
+	var back corev1.Secret
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(s), &back); err != nil {
 		t.Fatal(err)
 	}
@@ -417,5 +444,77 @@ func TestCore_FreshStartHoldsNoCreateBack(t *testing.T) {
 				t.Errorf("CRD %s established %s ago: its first create would wait", crd.Name, now.Sub(c.LastTransitionTime.Time).Round(time.Millisecond))
 			}
 		}
+	}
+}
+
+// A data dir from before credentials were core/v1 Secrets: its secrets.socialweb.computer
+// objects are moved at start to core Secrets of the same name (data, type and labels kept,
+// encrypted at rest with the data dir's key), and the old CRD goes.
+func TestCore_LegacySecretsMoveToCoreSecrets(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	crds, err := crd.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: core.LegacySecretsCRD},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "socialweb.computer", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "secrets", Singular: "secret", Kind: "Secret", ListKind: "SecretList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"type": {Type: "string"},
+						"data": {Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string", Format: "byte"}}},
+					}}}}},
+		},
+	}
+	start := func(crds []*apiextensionsv1.CustomResourceDefinition) *core.Core {
+		t.Helper()
+		dir, err := core.OpenDataDir(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := core.Start(ctx, core.Config{Dir: dir, CRDs: crds})
+		if err != nil {
+			dir.Close()
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := start(append(append([]*apiextensionsv1.CustomResourceDefinition(nil), crds...), legacy))
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "socialweb.computer/v1alpha1", "kind": "Secret",
+		"metadata": map[string]any{"name": "owner-password", "namespace": "default", "labels": map[string]any{"app": "kept"}},
+		"type":     "password", "data": map[string]any{"password": base64.StdEncoding.EncodeToString([]byte("hunter2-old"))}}}
+	gvr := schema.GroupVersionResource{Group: "socialweb.computer", Version: "v1alpha1", Resource: "secrets"}
+	if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+
+	c = start(crds)
+	defer c.Stop()
+	cs, err := kubernetes.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cs.CoreV1().Secrets("default").Get(ctx, "owner-password", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the old Secret was not moved to core/v1: %v", err)
+	}
+	if string(s.Data["password"]) != "hunter2-old" || s.Type != "password" || s.Labels["app"] != "kept" {
+		t.Fatalf("moved Secret: type %q labels %v data %q", s.Type, s.Labels, s.Data)
+	}
+	ext, err := apiextensionsclient.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, core.LegacySecretsCRD, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("CRD %s still there after the move: %v", core.LegacySecretsCRD, err)
 	}
 }

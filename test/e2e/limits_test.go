@@ -55,14 +55,22 @@ func rawPost(t *testing.T, cfg *rest.Config, path, contentType string, body []by
 
 const infrasPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/infras"
 
+// recordsPath takes AtprotoRecords, whose spec.record is free-form: the kind of ours that
+// can be made as large as a body may be.
+const recordsPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/atprotorecords"
+
+// bigRecord is an AtprotoRecord named name whose record holds value.
+func bigRecord(name, value string) string {
+	return `{"apiVersion":"socialweb.computer/v1alpha1","kind":"AtprotoRecord","metadata":{"name":"` + name +
+		`"},"spec":{"repoRef":{"name":"owner"},"collection":"computer.socialweb.test","rkey":"` + name + `","record":{"a":"` + value + `"}}}`
+}
+
 // A create over the body limit is refused by the API server with 413 and the limit, before
 // etcd is asked (which answered a raw gRPC ResourceExhausted).
 func TestCore_OversizedCreateIsRequestEntityTooLarge(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	const secretsPath = "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets"
-	big := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"big"},"data":{"x":"` +
-		base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 3<<19)) + `"}}` // 2 MiB of JSON
-	code, st := rawPost(t, env.Config, secretsPath, "application/json", []byte(big))
+	big := bigRecord("big", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 3<<19))) // 2 MiB of JSON
+	code, st := rawPost(t, env.Config, recordsPath, "application/json", []byte(big))
 	if code != http.StatusRequestEntityTooLarge || st.Reason != metav1.StatusReasonRequestEntityTooLarge {
 		t.Fatalf("2 MiB create: %d %s %q, want 413 RequestEntityTooLarge", code, st.Reason, st.Message)
 	}
@@ -71,11 +79,9 @@ func TestCore_OversizedCreateIsRequestEntityTooLarge(t *testing.T) {
 	}
 	// A body just under the limit is stored, although what storage adds (uid, timestamps,
 	// managed fields, the encryption's envelope) takes it past etcd's default 1.5 MiB.
-	head := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"fits"},"data":{"x":"`
-	tail := `"}}`
-	n := (core.MaxRequestBodyBytes - len(head) - len(tail) - 16) / 4 * 3
-	fits := head + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n)) + tail
-	if code, st := rawPost(t, env.Config, secretsPath, "application/json", []byte(fits)); code != http.StatusCreated {
+	n := (core.MaxRequestBodyBytes - len(bigRecord("fits", "")) - 16) / 4 * 3
+	fits := bigRecord("fits", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, n)))
+	if code, st := rawPost(t, env.Config, recordsPath, "application/json", []byte(fits)); code != http.StatusCreated {
 		t.Fatalf("create of %d bytes: %d %s %q", len(fits), code, st.Reason, st.Message)
 	}
 }
@@ -181,17 +187,16 @@ func TestMarket_RefusedRecordIsAConditionOnTheContract(t *testing.T) {
 // with the limit too, not a raw gRPC error.
 func TestCore_ObjectGrownPastStorageIsRequestEntityTooLarge(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
-	const path = "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets"
+	const path = recordsPath
 	value := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 1<<20)) // 1.33 MiB of JSON
-	first := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"grows"},"data":{"a":"` + value + `"}}`
-	if code, st := rawPost(t, env.Config, path, "application/json", []byte(first)); code != http.StatusCreated {
+	if code, st := rawPost(t, env.Config, path, "application/json", []byte(bigRecord("grows", value))); code != http.StatusCreated {
 		t.Fatalf("create: %d %s %q", code, st.Reason, st.Message)
 	}
 	hc, err := rest.HTTPClientFor(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodPatch, env.Config.Host+path+"/grows", strings.NewReader(`{"data":{"b":"`+value+`"}}`))
+	req, _ := http.NewRequest(http.MethodPatch, env.Config.Host+path+"/grows", strings.NewReader(`{"spec":{"record":{"b":"`+value+`"}}}`))
 	req.Header.Set("Content-Type", "application/merge-patch+json")
 	resp, err := hc.Do(req)
 	if err != nil {

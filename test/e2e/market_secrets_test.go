@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -80,7 +82,7 @@ func secretsEnv(t *testing.T) (*testenv.Env, *runningBidder, *testenv.LogBuffer)
 
 func newSecret(t *testing.T, env *testenv.Env, name string, data map[string][]byte) {
 	t.Helper()
-	s := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
 	if err := env.Client.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}

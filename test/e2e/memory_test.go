@@ -97,13 +97,13 @@ func TestUp_MemoryReturnsAfterBurstOfRefusedRequests(t *testing.T) {
 	record := func(n int) string {
 		return `{"repo":"` + acct.DID + `","collection":"app.bsky.feed.post","record":{"text":"` + strings.Repeat("x", n) + `"}}`
 	}
-	secret := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Secret","metadata":{"name":"big"},"data":{"x":"` + strings.Repeat("QUFB", 1<<20) + `"}}`
+	secret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"big"},"data":{"x":"` + strings.Repeat("QUFB", 1<<20) + `"}}`
 	infra := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Infra","metadata":{"generateName":"big-"},"spec":{"contracts":[{"name":"web","state":"Requested","computeKind":"deno","userData":"` +
 		strings.Repeat("a", 1400000) + `"}]}}`
 	manyYAML := "apiVersion: socialweb.computer/v1alpha1\nkind: Infra\nmetadata:\n  generateName: many-\nspec:\n  contracts:\n" +
 		strings.Repeat("  - name: web\n    state: Requested\n    computeKind: deno\n", 20000)
 	badJSON := `{"apiVersion":"socialweb.computer/v1alpha1","kind":"Infra","spec":[` + strings.Repeat("1,", 700000)
-	const secrets = "/apis/socialweb.computer/v1alpha1/namespaces/default/secrets"
+	const secrets = "/api/v1/namespaces/default/secrets"
 	infras := cfg.Host + "/apis/socialweb.computer/v1alpha1/namespaces/default/infras"
 	createRecord := pdsURL + "/xrpc/com.atproto.repo.createRecord"
 	reqs := []request{

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -59,7 +61,7 @@ func TestNode_MarketContractJoinsTheTenantCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m1-join"}, Type: "socialweb.computer/node-join", Data: b.Data()}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m1-join"}, Type: "socialweb.computer/node-join", Data: b.Data()}
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +736,7 @@ func TestACC31_GitLabRunnerJobThenGatewayRootDelete(t *testing.T) {
 	var claims v1alpha1.NodeClaimList
 	var infras v1alpha1.InfraList
 	var contracts v1alpha1.ComputeContractList
-	var secrets v1alpha1.SecretList
+	var secrets corev1.SecretList
 	for _, l := range []client.ObjectList{&clusters, &claims} {
 		if err := n.c.List(n.ctx, l); err != nil {
 			t.Fatal(err)
@@ -809,7 +811,7 @@ func TestACC31_LostNodeIsReplaced(t *testing.T) {
 		return p == "Running/"+first.Spec.NodeName, fmt.Errorf("%q", p)
 	})
 	// The node's bundle, as a tenant inside its guest could have copied it.
-	var bundle v1alpha1.Secret
+	var bundle corev1.Secret
 	key := client.ObjectKey{Namespace: first.Status.Infra.Workspace, Name: infra.NodeBundleSecretName(first.Status.Infra.Name, first.Status.Infra.Contract)}
 	if err := n.c.Get(context.Background(), key, &bundle); err != nil {
 		t.Fatal(err)

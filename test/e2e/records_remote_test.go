@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,7 +24,7 @@ import (
 func remoteRepo(t *testing.T, env *testenv.Env, name, service, identifier, password string) {
 	t.Helper()
 	ctx := context.Background()
-	sec := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-password", Namespace: ns}, Type: "password",
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-password", Namespace: ns}, Type: "password",
 		Data: map[string][]byte{v1alpha1.DefaultCredentialsKey: []byte(password)}}
 	if err := env.Client.Create(ctx, sec); err != nil {
 		t.Fatal(err)
@@ -77,7 +79,7 @@ func TestACC_RemoteRepoWrongPasswordLoginFailedBounded(t *testing.T) {
 	t.Logf("%d login attempts in 7 s", logins.Load())
 
 	// Fixing the Secret starts afresh: logged in, the record written, the watch following.
-	var sec v1alpha1.Secret
+	var sec corev1.Secret
 	if err := env.Client.Get(ctx, key("remote-password"), &sec); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestSecurity_ReleasedNodeCredentialsRevoked(t *testing.T) {
 	waitPod(t, kc, "hello", "Succeeded", nodeName, 90*time.Second)
 
 	// The bundle the node was handed, kept.
-	var bundle v1alpha1.Secret
+	var bundle corev1.Secret
 	key := client.ObjectKey{Namespace: claim.Status.Infra.Workspace, Name: infra.NodeBundleSecretName(claim.Status.Infra.Name, claim.Status.Infra.Contract)}
 	if err := n.c.Get(ctx, key, &bundle); err != nil {
 		t.Fatal(err)

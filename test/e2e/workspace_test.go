@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,7 +26,8 @@ func leftInNamespace(t *testing.T, env *testenv.Env) []string {
 	var left []string
 	for _, k := range workspace.Kinds(manager.Scheme()) {
 		l := &metav1.PartialObjectMetadataList{}
-		l.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(k + "List"))
+		gvk := workspace.GroupVersionKind(k)
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(k + "List"))
 		if err := env.Client.List(context.Background(), l, client.InNamespace(ns)); err != nil {
 			t.Fatalf("list %s: %v", k, err)
 		}
@@ -41,7 +44,7 @@ func leftInNamespace(t *testing.T, env *testenv.Env) []string {
 func TestACC_WorkspaceDelete(t *testing.T) {
 	env := marketEnv(t)
 	b := startBidder(t, env, "wsbidder.test", 5)
-	sec := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: ns}, Data: map[string][]byte{"k": []byte("v")}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: ns}, Data: map[string][]byte{"k": []byte("v")}}
 	if err := env.Client.Create(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +95,7 @@ func TestACC_WorkspaceDeleteTimeoutNamesWhatIsLeft(t *testing.T) {
 	if err := env.Client.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	sec := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: ns}}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: ns}}
 	if err := env.Client.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,8 @@ func (r *Reconciler) recordsOfChange(ctx context.Context, c watch.Change) []reco
 // in with.
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile keeps one record written, or finalizes it.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

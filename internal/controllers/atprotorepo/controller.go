@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +47,7 @@ func Setup(m ctrl.Manager, res *repos.Resolver, log *slog.Logger, obs manager.Re
 	return ctrl.NewControllerManagedBy(m).
 		Named(ControllerName).
 		For(&v1alpha1.AtprotoRepo{}).
-		Watches(&v1alpha1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.reposOfSecret)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.reposOfSecret)).
 		WithOptions(manager.ControllerOptions(4)).
 		Complete(manager.Observed(ControllerName, r, obs))
 }
@@ -69,7 +71,7 @@ func (r *Reconciler) reposOfSecret(ctx context.Context, o client.Object) []recon
 // credentials Secrets, writes the repos' status.
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile resolves one AtprotoRepo and writes its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -126,7 +126,8 @@ type round struct {
 // credentials, the contract's spec.secretsRef).
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile moves one contract on: read, then the step of the contract's market.StateOf
 // applying what market.Next decided, then finish. The package doc lists the steps in order.

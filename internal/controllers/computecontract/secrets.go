@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -47,7 +49,7 @@ func (e *SecretError) Error() string {
 // when set. Values stay in memory: they go to the winner and nowhere else.
 func (r *Reconciler) readSecrets(ctx context.Context, obj *v1alpha1.ComputeContract) (map[string][]byte, error) {
 	ref := *obj.Spec.SecretsRef
-	var sec v1alpha1.Secret
+	var sec corev1.Secret
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: ref.Name}, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &SecretError{Ref: ref, Reason: fmt.Sprintf("no Secret %s/%s (create it; the contract waits for it)", obj.Namespace, ref.Name)}

@@ -140,7 +140,8 @@ type pass struct {
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets;infracollections;ephemeralinfracollections,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;infracollections;ephemeralinfracollections,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile runs the steps of one deployment in order: finalize (when deleted), the release
 // finalizer (before any side effect), the ephemeral end, the contracts, the record, and the

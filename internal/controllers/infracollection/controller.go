@@ -137,7 +137,8 @@ func (r *Reconciler) collectionsOfChange(ctx context.Context, c watch.Change) []
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infracollections;ephemeralinfracollections,verbs=get;list;watch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infracollections/status;ephemeralinfracollections/status,verbs=patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras;atprotorecordwatches,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile lists the repo's live records, plans the children and creates the missing ones,
 // then writes status once.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,7 +17,7 @@ import (
 )
 
 // SecretTypeNodeJoin is the type of a join bundle Secret.
-const SecretTypeNodeJoin = "socialweb.computer/node-join"
+const SecretTypeNodeJoin corev1.SecretType = "socialweb.computer/node-join"
 
 // ensureBundle makes sure the claim's join bundle Secret exists in the contract workspace,
 // minting it when it does not. The Secret is written before the entry becomes Requested, so
@@ -25,7 +27,7 @@ const SecretTypeNodeJoin = "socialweb.computer/node-join"
 func (r *Reconciler) ensureBundle(ctx context.Context, p *pass) error {
 	name := infra.NodeBundleSecretName(p.infraKey.Name, p.entry)
 	key := types.NamespacedName{Namespace: p.infraKey.Namespace, Name: name}
-	var s v1alpha1.Secret
+	var s corev1.Secret
 	err := r.reader().Get(ctx, key, &s)
 	switch {
 	case err == nil:
@@ -53,7 +55,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, p *pass) error {
 	if err != nil {
 		return fmt.Errorf("minting the join bundle of %s/%s: %w", p.claim.Namespace, p.claim.Name, err)
 	}
-	s = v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 		Labels: map[string]string{v1alpha1.LabelInfraName: p.infraKey.Name, v1alpha1.LabelInfraContract: p.entry}},
 		Type: SecretTypeNodeJoin, Data: b.Data()}
 	if err := r.Client.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -66,7 +68,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, p *pass) error {
 
 // removeBundle deletes the claim's join bundle.
 func (r *Reconciler) removeBundle(ctx context.Context, p *pass) error {
-	s := &v1alpha1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.infraKey.Namespace, Name: infra.NodeBundleSecretName(p.infraKey.Name, p.entry)}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.infraKey.Namespace, Name: infra.NodeBundleSecretName(p.infraKey.Name, p.entry)}}
 	if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting join bundle %s: %w", s.Name, err)
 	}

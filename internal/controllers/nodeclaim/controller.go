@@ -185,7 +185,7 @@ func (p *pass) clusterKey() tenant.Key {
 // +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims/status,verbs=patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infras,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=socialweb.computer,resources=clusters;computecontracts,verbs=get;list;watch
 

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -299,7 +301,7 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 		if w := cc.Spec.PolicyArgs[market.ArgBidWindow]; w != "1.5" {
 			t.Fatalf("%s bid window %q, want the controller's 1.5 s", name, w)
 		}
-		var s v1alpha1.Secret
+		var s corev1.Secret
 		if !r.get(types.NamespacedName{Namespace: gateway, Name: cc.Spec.SecretsRef.Name}, &s) || len(s.Data[tenant.BundleKeyKubeconfig]) == 0 {
 			t.Fatalf("join bundle %s: %v", cc.Spec.SecretsRef.Name, s.Data)
 		}
@@ -382,7 +384,7 @@ func TestNodeClaims_DrivenStatus_ScaleInOne(t *testing.T) {
 		_, hasEntry := infra.NodeEntryOf(inf.Spec, infra.NodeEntryName(string(a.UID)))
 		_, hasCC := r.contract(ccA)
 		_, hasClaim := r.nodeClaim("node-a")
-		var s v1alpha1.Secret
+		var s corev1.Secret
 		hasBundle := r.get(types.NamespacedName{Namespace: gateway, Name: infra.NodeBundleSecretName(inf.Name, infra.NodeEntryName(string(a.UID)))}, &s)
 		return !hasEntry && !hasCC && !hasClaim && !hasBundle, fmt.Sprintf("entry %v contract %v claim %v bundle %v", hasEntry, hasCC, hasClaim, hasBundle)
 	})

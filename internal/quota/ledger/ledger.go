@@ -1,6 +1,6 @@
 // Package ledger keeps the node time of an account's nodes that are gone, so node-hours
 // are counted after their NodeClaims are deleted. The core serves no ConfigMap, so a
-// ledger is a Secret of this group (type SecretType) per account and namespace, named
+// ledger is a core/v1 Secret (type SecretType) per account and namespace, named
 // node-time-<16 hex of sha256(DID)>: one entry per ended claim, its UID to its interval.
 // Entries older than the quota window are dropped on each write.
 package ledger
@@ -12,16 +12,17 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/quota"
 )
 
 // SecretType is the type of a node-time ledger.
-const SecretType = "socialweb.computer/node-time"
+const SecretType corev1.SecretType = "socialweb.computer/node-time"
 
 // LabelAccount carries the account stamp of a ledger, for listing an account's ledgers.
 const LabelAccount = "quota.socialweb.computer/account"
@@ -38,7 +39,7 @@ func Name(did string) string { return "node-time-" + Stamp(did) }
 // Read returns the entries of every ledger of the account, in every namespace: claim UID
 // to interval.
 func Read(ctx context.Context, r client.Reader, did string) (map[string]quota.Interval, error) {
-	var list v1alpha1.SecretList
+	var list corev1.SecretList
 	if err := r.List(ctx, &list, client.MatchingLabels{LabelAccount: Stamp(did)}); err != nil {
 		return nil, fmt.Errorf("reading the node-time ledgers of %s: %w", did, err)
 	}
@@ -60,11 +61,11 @@ func Read(ctx context.Context, r client.Reader, did string) (map[string]quota.In
 // namespace ns: setting the entry again is harmless, so a retried finalizer counts once.
 func Record(ctx context.Context, c client.Client, r client.Reader, ns, did, key string, iv quota.Interval, now time.Time) error {
 	for try := 0; ; try++ {
-		var s v1alpha1.Secret
+		var s corev1.Secret
 		err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: Name(did)}, &s)
 		switch {
 		case apierrors.IsNotFound(err):
-			s = v1alpha1.Secret{
+			s = corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Name(did), Labels: map[string]string{LabelAccount: Stamp(did)},
 					Annotations: map[string]string{"quota.socialweb.computer/did": did}},
 				Type: SecretType,
