@@ -483,7 +483,12 @@ func TestCore_LegacySecretsMoveToCoreSecrets(t *testing.T) {
 		}
 		return c
 	}
-	c := start(append(append([]*apiextensionsv1.CustomResourceDefinition(nil), crds...), legacy))
+	// The old data dir: its CRD was installed by an earlier version (an install through
+	// Start would be moved at once).
+	c := start(crds)
+	if err := core.InstallCRDs(ctx, c.RESTConfig, []*apiextensionsv1.CustomResourceDefinition{legacy}); err != nil {
+		t.Fatal(err)
+	}
 	dyn, err := dynamic.NewForConfig(c.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +519,8 @@ func TestCore_LegacySecretsMoveToCoreSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, core.LegacySecretsCRD, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("CRD %s still there after the move: %v", core.LegacySecretsCRD, err)
-	}
+	testenv.Eventually(t, 30*time.Second, "the old CRD gone", func() (bool, error) {
+		_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, core.LegacySecretsCRD, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
 }
