@@ -10,6 +10,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/controllers/reconcilekit"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/repos"
 )
 
@@ -53,7 +54,11 @@ func (r *Reconciler) sync(ctx context.Context, obj *v1alpha1.AtprotoRecord) (rec
 		setInSync(obj, false, v1alpha1.ReasonSwapMismatch, d.Message)
 		return reconcile.Result{}, nil
 	}
+	crashpoint.Hit(crashpoint.RecordAfterRead)
 	res, err := repo.Put(ctx, coll, rkey, desired, d.Swap)
+	if err == nil {
+		crashpoint.Hit(crashpoint.RecordAfterWrite)
+	}
 	switch {
 	case errors.Is(err, repos.ErrSwapMismatch) && obj.Spec.SwapCID != "":
 		setInSync(obj, false, v1alpha1.ReasonSwapMismatch, fmt.Sprintf("spec.swapCid is %s but the repo holds another version; not written (%v)", obj.Spec.SwapCID, err))

@@ -14,6 +14,7 @@ import (
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate/node"
@@ -87,6 +88,7 @@ func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha
 	if err != nil {
 		return "", fmt.Errorf("rfp: %w", err)
 	}
+	crashpoint.Hit(crashpoint.RequesterAfterRFP)
 	return res.URI, nil
 }
 

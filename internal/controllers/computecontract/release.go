@@ -7,6 +7,7 @@ import (
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/market"
 )
 
@@ -37,6 +38,7 @@ func (r *Reconciler) writeDelete(ctx context.Context, rd *round) (reconcile.Resu
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	crashpoint.Hit(crashpoint.RequesterAfterDelete)
 	r.addEvent(&obj.Status, evDelete, res.URI, rd.now)
 	return reconcile.Result{}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/infra"
 )
 
@@ -75,6 +76,7 @@ func (r *Reconciler) applyContract(ctx context.Context, o *object, act infra.Con
 		if err := r.Client.Create(ctx, cc); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ComputeContract %s: %w", act.ComputeContract, err)
 		}
+		crashpoint.Hit(crashpoint.InfraAfterContractCreate)
 		r.log().Info("infra_contract_requested", "object", o.obj.GetName(), "contract", act.Contract, "computeContract", act.ComputeContract)
 	case infra.OpSetRelease:
 		return r.releaseContract(ctx, ns, act.ComputeContract, act.Release)
@@ -97,6 +99,7 @@ func (r *Reconciler) releaseContract(ctx context.Context, ns, name string, rel *
 	if err := r.Client.Patch(ctx, cc, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("releasing ComputeContract %s: %w", name, err)
 	}
+	crashpoint.Hit(crashpoint.InfraAfterRelease)
 	r.log().Info("infra_contract_released", "computeContract", name, "reason", rel.Reason)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	atinfra "socialweb.computer/internal/atproto/infra"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/repos"
 )
@@ -310,6 +311,7 @@ func (r *Reconciler) writeRecord(ctx context.Context, p *pass, b *binding, swapC
 	if err := r.applyChild(ctx, o, child, b, value, swapCID); err != nil {
 		return err
 	}
+	crashpoint.Hit(crashpoint.InfraAfterChildApply)
 	p.childCreated = child == nil
 	return nil
 }
