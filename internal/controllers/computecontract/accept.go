@@ -2,11 +2,14 @@ package computecontract
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/market"
 )
 
@@ -35,7 +38,25 @@ func (r *Reconciler) accept(ctx context.Context, rd *round) (reconcile.Result, e
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st.Accept, st.Winner = res.URI, w.Bidder
+	crashpoint.Hit(crashpoint.RequesterAfterAccept)
+	// The accept may be one a crashed round wrote: its bid is the winner.
+	var written mk.Accept
+	if err := json.Unmarshal(res.Value, &written); err != nil {
+		return reconcile.Result{}, fmt.Errorf("accept %s as read back: %w", res.URI, err)
+	}
+	won, err := market.AcceptedBid(written.Bid.URI, written.Bid.CID, *w, rd.s.Bids)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if won.URI != w.URI {
+		r.Log.Warn("computecontract_accept_found", "contract", rd.key.String(), "accept", res.URI, "bid", won.URI, "bidder", won.Bidder, "chosen_now", w.URI)
+		for i := range st.Bids {
+			if st.Bids[i].URI == won.URI {
+				st.Bids[i].Refused = ""
+			}
+		}
+	}
+	st.Accept, st.Winner = res.URI, won.Bidder
 	r.Index.Own(res.URI, rd.key)
 	r.addEvent(st, evAccept, res.URI, rd.now)
 	return reconcile.Result{}, nil
