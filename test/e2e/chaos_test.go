@@ -276,8 +276,10 @@ func waitDeployed(t *testing.T, c client.Client, name string) *v1alpha1.Infra {
 		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &inf); err != nil {
 			return false, err
 		}
-		return inf.Status.Phase == v1alpha1.InfraDeployed && inf.Status.ContractsReady == "1/1" && inSync(v1alpha1.RecordInSync)(&inf) &&
-			inf.Status.Record != nil && inf.Status.Record.URI != "", fmt.Errorf("status %s", statusJSON(inf.Status))
+		synced := condIs(&inf, v1alpha1.ConditionSynced, metav1.ConditionTrue, "") && inf.Status.Record != nil &&
+			inf.Status.Record.URI != "" && inf.Status.Record.SyncedGeneration == inf.Generation
+		ok := inf.Status.Phase == v1alpha1.InfraDeployed && inf.Status.ContractsReady == "1/1" && synced
+		return ok, fmt.Errorf("status %s", statusJSON(inf.Status))
 	})
 	return &inf
 }
