@@ -218,10 +218,14 @@ func TestCLI_UpKubectlWalkthroughLockSignalAndRestart(t *testing.T) {
 
 	res := up.kubectl(t, "", "api-resources", "--api-group=socialweb.computer", "-o", "name")
 	for _, r := range []string{"infras", "ephemeralinfras", "infracollections", "ephemeralinfracollections", "computecontracts",
-		"atprotorepos", "atprotorecords", "atprotorecordwatches", "clusters", "nodeclaims", "secrets"} {
+		"atprotorepos", "atprotorecords", "atprotorecordwatches", "clusters", "nodeclaims"} {
 		if !strings.Contains(res, r+".socialweb.computer") {
 			t.Errorf("api-resources does not list %s:\n%s", r, res)
 		}
+	}
+	// Credentials are core Secrets, served beside the kinds above.
+	if core := up.kubectl(t, "", "api-resources", "--api-group=", "-o", "name"); strings.TrimSpace(core) != "secrets" {
+		t.Errorf("the core group lists %q, want secrets alone", core)
 	}
 	if out := up.kubectl(t, "", "explain", "infra.spec.contracts.state"); !strings.Contains(out, "Staged") {
 		t.Errorf("explain does not document the states:\n%s", out)

@@ -92,7 +92,7 @@ func TestCLI_DataDirRunningOutIsSaidThenOneLine(t *testing.T) {
 		}
 		for i := range 8 {
 			name := fmt.Sprintf("s%d-%d", time.Now().UnixNano(), i)
-			_, _ = kubectlRun(data, fmt.Sprintf("apiVersion: socialweb.computer/v1alpha1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: default\ndata:\n  v: %s\n",
+			_, _ = kubectlRun(data, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: default\nstringData:\n  v: %s\n",
 				name, payload), "create", "-f", "-")
 		}
 		return false, nil
