@@ -341,6 +341,10 @@ const (
 	ActNone Action = ""
 	// ActRFP writes the compute.vm payload, the policy record and the rfp.
 	ActRFP Action = "rfp"
+	// ActRFPAgain writes the rfp once more, with a window of its own (payload and policy
+	// are the first rfp's): its first window passed with no bid while this requester was not
+	// watching it.
+	ActRFPAgain Action = "rfpAgain"
 	// ActAccept writes the accept for Decision.Winner.
 	ActAccept Action = "accept"
 	// ActDelete writes an event with a compute.events.vm.delete payload on the receipt.
@@ -357,7 +361,14 @@ type State struct {
 	Release bool
 
 	// RFPAt is when the rfp was written (zero: not yet).
-	RFPAt        time.Time
+	RFPAt time.Time
+	// WatchingSince is when this requester began watching the market (its process, or its
+	// leadership, started). A window that opened before it was not watched whole: the
+	// bidders it knows may have been down with it (up's own bidder is), and a bid they
+	// would have made is missing for that, not for want of capacity.
+	WatchingSince time.Time
+	// RFPAgain: the rfp in force is the one written again (ActRFPAgain happens once).
+	RFPAgain     bool
 	Window       time.Duration
 	AnswerWait   time.Duration
 	ReadyTimeout time.Duration
@@ -444,7 +455,9 @@ func Next(s State) Decision {
 
 // nextBidding: the rfp is out and nothing accepted. The window closes at its deadline or
 // once every bidder answered; then the cheapest allowed bid is accepted, or the contract
-// fails with no bids or every bid refused.
+// fails with no bids or every bid refused. A window with no bid that opened before this
+// requester was watching is opened again, once, with a new rfp: a crash of the requester
+// with its bidders must not end the contract.
 func nextBidding(s State) Decision {
 	now := s.Now
 	answered := map[string]bool{}
@@ -462,6 +475,11 @@ func nextBidding(s State) Decision {
 	w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Isolation)
 	if w == nil {
 		if len(s.Bids) == 0 {
+			if !s.RFPAgain && s.RFPAt.Before(s.WatchingSince) {
+				return Decision{Action: ActRFPAgain, Phase: v1alpha1.ComputeContractRequesting,
+					Message:      fmt.Sprintf("no bid within %s of an rfp written before this requester started; rfp written again, waiting for bids", s.Window),
+					RequeueAfter: max(s.Window, time.Millisecond)}
+			}
 			req := ""
 			if s.Isolation.Requires() {
 				req = ", " + s.Isolation.String()

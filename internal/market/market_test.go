@@ -211,6 +211,26 @@ func TestNext(t *testing.T) {
 		{"window open", base(), ActNone, req, "", 10 * time.Second},
 		{"early close accepts cheapest", func() State { s := base(); s.Bids = []Bid{bid("did:a", 5), bid("did:b", 3)}; return s }(), ActAccept, req, "", 20 * time.Second},
 		{"no bids", func() State { s := base(); s.Now = t0.Add(10 * time.Second); return s }(), ActNone, fl, ReasonNoBids, 0},
+		{"no bids in a window opened before the requester started: rfp again", func() State {
+			s := base()
+			s.Now, s.WatchingSince = t0.Add(10*time.Second), t0.Add(time.Second)
+			return s
+		}(), ActRFPAgain, req, "", 10 * time.Second},
+		{"no bids in a window the requester watched whole fails", func() State {
+			s := base()
+			s.Now, s.WatchingSince = t0.Add(10*time.Second), t0
+			return s
+		}(), ActNone, fl, ReasonNoBids, 0},
+		{"no bids in the window written again fails", func() State {
+			s := base()
+			s.Now, s.WatchingSince, s.RFPAgain = t0.Add(10*time.Second), t0.Add(time.Second), true
+			return s
+		}(), ActNone, fl, ReasonNoBids, 0},
+		{"bids in a window opened before the requester started: accepted", func() State {
+			s := base()
+			s.Now, s.WatchingSince, s.Bids = t0.Add(10*time.Second), t0.Add(time.Second), []Bid{bid("did:a", 5)}
+			return s
+		}(), ActAccept, req, "", 20 * time.Second},
 		{"all refused", func() State {
 			s := base()
 			s.Now, s.Policy, s.Bids = t0.Add(10*time.Second), Policy{NSID: PolicyOnlyMe, RequesterDID: "did:me"}, []Bid{bid("did:a", 1)}

@@ -89,6 +89,7 @@ func TestStateOfHoldsEveryAction(t *testing.T) {
 	writes := map[Action][]Stage{
 		ActRFP:            {StageUnpublished},
 		ActAccept:         {StageBidding},
+		ActRFPAgain:       {StageBidding},
 		ActDeliverSecrets: {StageBound},
 		ActDelete:         {StageBound, StageReleasing},
 	}
@@ -118,6 +119,7 @@ func TestStateOfHoldsEveryAction(t *testing.T) {
 				s.Receipt = &ReceiptSeen{Author: "did:a"}
 			}
 		}
+		s.WatchingSince, s.RFPAgain = at(), rng.IntN(2) == 0
 		d, stage := Next(s), StateOf(s)
 		if d.Action == ActNone {
 			continue

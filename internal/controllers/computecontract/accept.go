@@ -14,8 +14,9 @@ import (
 )
 
 // accept applies the close of the bid window: the bids not taken are marked in the status
-// with why, and the accept is written for the winner Next chose. An open window, no bids or
-// every bid refused write nothing here (the phase says it).
+// with why, and the accept is written for the winner Next chose, or the rfp is written
+// again (a window with no bid that opened before this requester started). An open window,
+// no bids or every bid refused write nothing here (the phase says it).
 func (r *Reconciler) accept(ctx context.Context, rd *round) (reconcile.Result, error) {
 	st := &rd.obj.Status
 	for _, ref := range rd.d.Refused {
@@ -24,6 +25,9 @@ func (r *Reconciler) accept(ctx context.Context, rd *round) (reconcile.Result, e
 				st.Bids[i].Refused = ref.Reason
 			}
 		}
+	}
+	if rd.d.Action == market.ActRFPAgain {
+		return r.rfpAgain(ctx, rd)
 	}
 	if rd.d.Action != market.ActAccept {
 		return reconcile.Result{}, nil

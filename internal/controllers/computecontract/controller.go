@@ -49,7 +49,10 @@ type Reconciler struct {
 	mu    sync.Mutex
 	// rfpTimes are the createdAt of our rfps (uri ->), read once per process.
 	rfpTimes map[string]time.Time
-	ctx      context.Context // the manager's: the index's followers live as long as it
+	// watchingSince is when this requester began: at setup, then at the start of the
+	// manager's runnables (with leader election, the leadership).
+	watchingSince time.Time
+	ctx           context.Context // the manager's: the index's followers live as long as it
 }
 
 // Setup registers the controller. A contract's requester follows the firehose of its repo's
@@ -64,6 +67,7 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 	log = log.With("controller", ControllerName)
 	wake := make(chan event.GenericEvent, 1024)
 	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now, local: local}
+	r.watchingSince = r.Now()
 	r.Index = &Index{Log: log, Wake: func(k types.NamespacedName) {
 		o := &v1alpha1.ComputeContract{}
 		o.Namespace, o.Name = k.Namespace, k.Name
@@ -73,6 +77,7 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 	if err := m.Add(runnableFunc(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.ctx = ctx
+		r.watchingSince = r.Now()
 		r.mu.Unlock()
 		for _, src := range feed.Sources(sources, local, dir) {
 			r.Index.Follow(ctx, src)
@@ -93,6 +98,13 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 type runnableFunc func(context.Context) error
 
 func (f runnableFunc) Start(ctx context.Context) error { return f(ctx) }
+
+// since is when this requester began watching the market (market.State.WatchingSince).
+func (r *Reconciler) since() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watchingSince
+}
 
 func (r *Reconciler) runCtx() context.Context {
 	r.mu.Lock()
@@ -190,7 +202,15 @@ const (
 	keyRFP
 	keyAccept
 	keyDelete
+	// keyRFPAgain is the rfp written again (market.ActRFPAgain).
+	keyRFPAgain
 )
+
+// isKey reports whether uri is the record of obj's that key n names.
+func isKey(obj *v1alpha1.ComputeContract, uri string, n int) bool {
+	u, err := infra.ParseATURI(uri)
+	return err == nil && u.Rkey.String() == feed.DerivedTID(string(obj.UID), obj.CreationTimestamp.Time, n)
+}
 
 func put(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, n int, coll string, v any) (*repos.Record, error) {
 	raw, err := json.Marshal(v)

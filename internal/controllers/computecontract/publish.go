@@ -92,6 +92,34 @@ func (r *Reconciler) writeRFP(ctx context.Context, repo repos.Repo, obj *v1alpha
 	return res.URI, nil
 }
 
+// rfpAgain writes the rfp once more, under a key of its own: the first rfp's payload and
+// policy, a new createdAt and so a new window. Written once: a crash before the status
+// records it finds the same record at that key.
+func (r *Reconciler) rfpAgain(ctx context.Context, rd *round) (reconcile.Result, error) {
+	st := &rd.obj.Status
+	rec, err := fetchOwn(ctx, rd.repo, st.RFP)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("rfp %s: %w", st.RFP, err)
+	}
+	first, err := mk.DecodeRFP(rec.Value)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("rfp %s as read back: %w", st.RFP, err)
+	}
+	again := *first
+	again.CreatedAt = r.Now().UTC().Format(time.RFC3339Nano)
+	again.BidWindowMs = ptr.To(rd.s.Window.Milliseconds())
+	res, err := put(ctx, rd.repo, rd.obj, keyRFPAgain, mk.RFPNSID, again)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("rfp written again: %w", err)
+	}
+	r.Log.Info("computecontract_rfp_again", "contract", rd.key.String(), "first", st.RFP, "rfp", res.URI)
+	r.forgetRFP(st.RFP)
+	st.RFP = res.URI
+	r.Index.Own(res.URI, rd.key)
+	r.addEvent(st, evRFP, res.URI, rd.now)
+	return reconcile.Result{RequeueAfter: max(rd.s.Window, time.Millisecond)}, nil
+}
+
 // payloadOf is the compute.vm payload of spec. A node contract's userData is its nodeJoin
 // as the JSON the node substrate boots from (node.Join{server, nodeName}); its credentials
 // are the secrets (the join bundle Secret's kubeconfig and ca), never the payload.

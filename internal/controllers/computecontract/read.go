@@ -126,6 +126,8 @@ func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 			s.RFPAt = t
 		}
 	}
+	s.WatchingSince = r.since()
+	s.RFPAgain = st.RFP != "" && isKey(obj, st.RFP, keyRFPAgain)
 	s.AcceptAt = at(lastEvent(st, evAccept))
 	s.DeleteAt = at(lastEvent(st, evDelete))
 	if obj.Spec.Release != nil {
