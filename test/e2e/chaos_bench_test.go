@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -21,7 +22,12 @@ import (
 	"socialweb.computer/internal/substrate/substratetest"
 )
 
-var crashCycles = flag.Int("crash-cycles", 100, "cycles of TestBench_CrashLoop")
+var (
+	crashCycles = flag.Int("crash-cycles", 100, "cycles of TestBench_CrashLoop")
+	// A cycle the loop reported can be tried again by narrowing the moment of the kill.
+	crashKillFrom = flag.Duration("crash-kill-from", 0, "TestBench_CrashLoop kills no earlier than this into a cycle")
+	crashKillTo   = flag.Duration("crash-kill-to", 0, "TestBench_CrashLoop kills no later than this into a cycle (0: a cycle without a kill)")
+)
 
 // TestBench_CrashLoop: N cycles (-crash-cycles, default 100) of deploying an Infra with one
 // deno contract and deleting it, with `up` killed (SIGKILL) at a random moment of each
@@ -46,7 +52,9 @@ func TestBench_CrashLoop(t *testing.T) {
 	ensureOwnerRepo(t, c)
 
 	// phaseOf is where the Infra stands: "deployed", "gone", or "" on the way; lost says
-	// its contract ended with no release asked.
+	// its contract ended with no release asked (why is the contract's phase and Ready
+	// condition).
+	var why string
 	phaseOf := func(c client.Client, name string) (string, bool) {
 		var inf v1alpha1.Infra
 		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &inf)
@@ -61,6 +69,12 @@ func TestBench_CrashLoop(t *testing.T) {
 		if c.Get(ctx, client.ObjectKey{Namespace: "default", Name: infra.ContractName(infra.KindInfra, name, "api")}, &cc) == nil {
 			lost = inf.DeletionTimestamp == nil && cc.Spec.Release == nil &&
 				(cc.Status.Phase == v1alpha1.ComputeContractFailed || cc.Status.Phase == v1alpha1.ComputeContractReleased)
+			if lost {
+				why = string(cc.Status.Phase)
+				if rc := meta.FindStatusCondition(cc.Status.Conditions, "Ready"); rc != nil {
+					why += " " + rc.Reason + ": " + rc.Message
+				}
+			}
 		}
 		if inf.Status.Phase == v1alpha1.InfraDeployed && inf.DeletionTimestamp == nil {
 			return "deployed", lost
@@ -98,12 +112,19 @@ func TestBench_CrashLoop(t *testing.T) {
 		t.Fatal("the warm-up Infra did not go")
 	}
 	cycle := time.Since(t0)
+	from, to := *crashKillFrom, *crashKillTo
+	if to <= 0 {
+		to = cycle
+	}
+	if from >= to {
+		t.Fatalf("-crash-kill-from %v is not before -crash-kill-to %v", from, to)
+	}
 
 	var lost, leaked, stuck int
 	var recovery []time.Duration
 	for i := 0; i < *crashCycles; i++ {
 		name := fmt.Sprintf("loop%d", i)
-		killAt := time.Duration(rand.Int64N(int64(cycle)))
+		killAt := from + time.Duration(rand.Int64N(int64(to-from)))
 		start := time.Now()
 		if err := c.Create(ctx, chaosInfra(name)); err != nil {
 			t.Fatal(err)
@@ -134,7 +155,7 @@ func TestBench_CrashLoop(t *testing.T) {
 		switch {
 		case l:
 			lost++
-			t.Logf("cycle %d: killed at %v (%s): the contract ended with no release asked", i, killAt, step)
+			t.Logf("cycle %d: killed at %v (%s): the contract ended with no release asked: %s", i, killAt, step, why)
 		case !ok:
 			stuck++
 			t.Logf("cycle %d: killed at %v (%s): not %s within a minute of the restart", i, killAt, step, want)
@@ -162,8 +183,8 @@ func TestBench_CrashLoop(t *testing.T) {
 		}
 	}
 	up.stop(t)
-	fmt.Printf("crash loop: %d cycles, %d lost, %d leaked, %d stuck (cycle without a kill %v; kill at a uniform moment within it)\n",
-		*crashCycles, lost, leaked, stuck, cycle.Round(time.Millisecond))
+	fmt.Printf("crash loop: %d cycles, %d lost, %d leaked, %d stuck (cycle without a kill %v; kill at a uniform moment in [%v, %v))\n",
+		*crashCycles, lost, leaked, stuck, cycle.Round(time.Millisecond), from, to.Round(time.Millisecond))
 	fmt.Printf("recovery after restart (restart to Deployed or gone): p50 %v, p99 %v, of %d\n",
 		bench.Median(recovery).Round(time.Millisecond), bench.Percentile(recovery, 99).Round(time.Millisecond), len(recovery))
 }

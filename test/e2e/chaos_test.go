@@ -38,6 +38,17 @@ type chaosRow struct {
 	point string
 	// release: the point is on the release path (the Infra is deployed first, then deleted).
 	release bool
+	// down is how long up stays down after the crash before it is started again: past the
+	// bid window, nothing bid on the rfp (up's bidder died with it).
+	down time.Duration
+}
+
+// name is the row's subtest name.
+func (r chaosRow) name() string {
+	if r.down > 0 {
+		return r.point + "+down" + r.down.String()
+	}
+	return r.point
 }
 
 // chaosRows are every crash point `up` passes through when an Infra is deployed and deleted:
@@ -48,6 +59,7 @@ var chaosRows = []chaosRow{
 	{point: crashpoint.RecordAfterWrite},
 	{point: crashpoint.InfraAfterContractCreate},
 	{point: crashpoint.RequesterAfterRFP},
+	{point: crashpoint.RequesterAfterRFP, down: 6 * time.Second}, // chaosInfra's window is 5 s
 	{point: crashpoint.RequesterAfterAccept},
 	{point: crashpoint.BidderAfterIntent},
 	{point: crashpoint.BidderAfterBoot},
@@ -84,7 +96,7 @@ func TestChaos_CrashAtEveryPoint(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "data")
 	for i, row := range chaosRows {
-		t.Run(row.point, func(t *testing.T) { crashRow(t, bin, dir, fmt.Sprintf("chaos%d", i), row) })
+		t.Run(row.name(), func(t *testing.T) { crashRow(t, bin, dir, fmt.Sprintf("chaos%d", i), row) })
 	}
 }
 
@@ -204,6 +216,7 @@ func crashRow(t *testing.T, bin, dir, name string, row chaosRow) {
 		}
 	}
 	waitCrash(t, up, row.point)
+	time.Sleep(row.down)
 
 	up = startUpWith(t, dir, withBinary(bin))
 	c = coreClient(t, dir)
