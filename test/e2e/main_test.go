@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 		socialwebBin = bin
 		code := m.Run()
 		removeCrashBin()
+		removeRelayBin()
 		os.Exit(code)
 	}
 	dir, err := os.MkdirTemp("", "socialweb-e2e-bin-")
@@ -52,6 +53,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	removeCrashBin()
+	removeRelayBin()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
