@@ -85,8 +85,8 @@ func removeRelayBin() {
 
 // Addresses inside a relay test namespace. The relay dials only public addresses
 // (util/ssrf.PublicOnlyTransport refuses the reserved and documentation ranges), so these are
-// from 100.128.0.0/9, outside 100.64.0.0/10, on a dummy interface of a namespace with no
-// route out: nothing sent to them leaves the namespace.
+// from 100.128.0.0/9, outside 100.64.0.0/10, on the loopback of a namespace with no route
+// out: nothing sent to them leaves the namespace.
 const (
 	relayPDSIP   = "100.128.0.2"
 	relayRelayIP = "100.128.0.3"
@@ -101,7 +101,7 @@ type relayNet struct {
 	WS   *websocket.Dialer
 }
 
-// newRelayNet makes the namespace with addrs on a dummy interface and hosts (name -> address)
+// newRelayNet makes the namespace with addrs on its loopback and hosts (name -> address)
 // in its hosts file; both are removed when the test ends. It skips when the host cannot make
 // a namespace.
 func newRelayNet(t *testing.T, addrs []string, hosts map[string]string) *relayNet {
@@ -116,11 +116,11 @@ func newRelayNet(t *testing.T, addrs []string, hosts map[string]string) *relayNe
 		}
 	}
 	ns := substratetest.NewNetns(t, "swrelay")
-	ns.IP(t, "link", "add", "d0", "type", "dummy")
+	// On the namespace's loopback (this kernel has no dummy links): reachable only from inside.
+	ns.IP(t, "link", "set", "lo", "up")
 	for _, a := range addrs {
-		ns.IP(t, "addr", "add", a+"/32", "dev", "d0")
+		ns.IP(t, "addr", "add", a+"/32", "dev", "lo")
 	}
-	ns.IP(t, "link", "set", "d0", "up")
 	etc := filepath.Join("/etc/netns", ns.Name)
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -132,6 +132,10 @@ func newRelayNet(t *testing.T, addrs []string, hosts map[string]string) *relayNe
 		fmt.Fprintf(&hb, "%s %s\n", a, name)
 	}
 	if err := os.WriteFile(filepath.Join(etc, "hosts"), []byte(hb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A name the hosts file lacks is asked of a server that is not there, not of the host's.
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dial := dialInNetns(ns.Path())
