@@ -44,29 +44,36 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 			message: fmt.Sprintf("releasing node(s) %s: %s; %s", strings.Join(d.Release, ", "), d.Reason, counts)}
 		r.Log.Info("nodehost_release", "cluster", p.key.String(), "nodes", d.Release, "reason", d.Reason)
 	case scale.Drain:
-		left := 0
+		var left drained
 		for _, n := range d.Drain {
-			l, err := drain(ctx, w, n)
+			o, err := drain(ctx, w, n)
 			if err != nil {
 				return err
 			}
-			left += l
+			left.add(o)
 		}
 		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
-			message: fmt.Sprintf("draining node(s) %s (%d pod(s) to move): %s; %s", strings.Join(d.Drain, ", "), left, d.Reason, counts)}
-		r.Log.Info("nodehost_drain", "cluster", p.key.String(), "nodes", d.Drain, "pods", left)
+			message: fmt.Sprintf("draining node(s) %s (%s): %s; %s", strings.Join(d.Drain, ", "), left, d.Reason, counts)}
+		r.Log.Info("nodehost_drain", "cluster", p.key.String(), "nodes", d.Drain, "pods", left.left, "refused", len(left.refused))
 	default:
+		message := d.Reason
 		if d.Reason == scale.ReasonDraining {
 			// Evictions a PodDisruptionBudget refused are asked again.
+			var left drained
+			var names []string
 			for _, n := range in.Nodes {
 				if n.Draining {
-					if _, err := drain(ctx, w, n.Name); err != nil {
+					o, err := drain(ctx, w, n.Name)
+					if err != nil {
 						return err
 					}
+					left.add(o)
+					names = append(names, n.Name)
 				}
 			}
+			message += fmt.Sprintf(" (%s: %s)", strings.Join(names, ", "), left)
 		}
-		p.outcome = outcome{reason: ConditionReason(d.Reason), message: d.Reason + "; " + counts}
+		p.outcome = outcome{reason: ConditionReason(d.Reason), message: message + "; " + counts}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -134,22 +135,79 @@ func DrainBudget(claims []*v1alpha1.NodeClaim, s Settings) int {
 	return s.Budget(live)
 }
 
+// drained is what one round of a node's drain left: how many of its pods are still to go,
+// and why the Eviction API refused the ones it refused (pod: reason).
+type drained struct {
+	left    int
+	refused []string
+}
+
+func (d *drained) add(o drained) {
+	d.left += o.left
+	d.refused = append(d.refused, o.refused...)
+}
+
+// String says what is left in the words of the Scaling condition: "1 pod(s) to move;
+// eviction refused: default/web-0: Cannot evict pod ... (The disruption budget web needs 2
+// healthy pods and has 2 currently)", the first refusals only.
+func (d drained) String() string {
+	s := fmt.Sprintf("%d pod(s) to move", d.left)
+	if len(d.refused) == 0 {
+		return s
+	}
+	const shown = 3
+	parts := d.refused[:min(len(d.refused), shown)]
+	s += "; eviction refused: " + strings.Join(parts, "; ")
+	if n := len(d.refused) - shown; n > 0 {
+		s += fmt.Sprintf("; and %d more", n)
+	}
+	return s
+}
+
+// evictionRefusal says why the Eviction API refused an eviction (429): the server's message
+// and, for a PodDisruptionBudget, the cause naming the budget and what it needs.
+func evictionRefusal(err error) string {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	st := se.Status()
+	msg := st.Message
+	if st.Details != nil {
+		var causes []string
+		for _, c := range st.Details.Causes {
+			if c.Message != "" {
+				causes = append(causes, c.Message)
+			}
+		}
+		if len(causes) > 0 {
+			msg += " (" + strings.Join(causes, "; ") + ")"
+		}
+	}
+	return msg
+}
+
+// ReasonDisruptionBlocked is the reason of the Warning Event on a pod whose eviction for a
+// consolidation the Eviction API refused (a PodDisruptionBudget allows no disruption now).
+const ReasonDisruptionBlocked = "DisruptionBlocked"
+
 // drain cordons node and marks it draining, then asks the Eviction API to evict each of its
 // pods but daemon pods (a PodDisruptionBudget that allows no disruption now refuses; the
-// next decision asks again). It says how many pods are left to go.
-func drain(ctx context.Context, w *tenantWatch, node string) (int, error) {
+// next decision asks again). It says how many pods are left to go and why evictions were
+// refused, and records a Warning Event on a refused pod when the reason is new.
+func drain(ctx context.Context, w *tenantWatch, node string) (drained, error) {
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationDraining + `":"true"}},"spec":{"unschedulable":true}}`)
 	if _, err := w.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		if apierrors.IsNotFound(err) {
-			return 0, nil
+			return drained{}, nil
 		}
-		return 0, fmt.Errorf("cordoning node %s: %w", node, err)
+		return drained{}, fmt.Errorf("cordoning node %s: %w", node, err)
 	}
 	pods, err := w.pods.List(labels.Everything())
 	if err != nil {
-		return 0, err
+		return drained{}, err
 	}
-	left := 0
+	var out drained
 	var errs []error
 	for _, p := range pods {
 		if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
@@ -158,16 +216,37 @@ func drain(ctx context.Context, w *tenantWatch, node string) (int, error) {
 		if sp := PodOf(p); sp.Finished || sp.Daemon {
 			continue
 		}
-		left++
+		out.left++
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		err := w.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
 			// A PodDisruptionBudget allows no disruption now.
+			why := evictionRefusal(err)
+			out.refused = append(out.refused, p.Namespace+"/"+p.Name+": "+why)
+			w.reportBlocked(p, node, why)
 		default:
 			errs = append(errs, fmt.Errorf("evicting %s/%s: %w", p.Namespace, p.Name, err))
 		}
 	}
-	return left, errors.Join(errs...)
+	return out, errors.Join(errs...)
+}
+
+// reportBlocked records a Warning Event DisruptionBlocked on p when why is not the reason
+// its last one gave.
+func (w *tenantWatch) reportBlocked(p *corev1.Pod, node, why string) {
+	if w.events == nil {
+		return
+	}
+	key := p.Namespace + "/" + p.Name
+	if w.blocked[key] == why {
+		return
+	}
+	if w.blocked == nil {
+		w.blocked = map[string]string{}
+	}
+	w.blocked[key] = why
+	w.events.Eventf(p, corev1.EventTypeWarning, ReasonDisruptionBlocked,
+		"eviction to consolidate node %s refused: %s", node, why)
 }

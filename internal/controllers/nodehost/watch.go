@@ -41,9 +41,12 @@ type tenantWatch struct {
 	// reported is, per pod (namespace/name), the reason last given in an Event that no node
 	// can run it: a decision on every change says it again only when it changed.
 	reported map[string]string
-	pods     listersv1.PodLister
-	nodes    listersv1.NodeLister
-	synced   []cache.InformerSynced
+	// blocked is, per pod (namespace/name), the reason last given in an Event that its
+	// eviction for a consolidation was refused.
+	blocked map[string]string
+	pods    listersv1.PodLister
+	nodes   listersv1.NodeLister
+	synced  []cache.InformerSynced
 	// state is what the last decision returned (when each node was first seen empty).
 	state scale.State
 }
