@@ -221,3 +221,81 @@ func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
 		t.Errorf("%d claims after the consolidation, want 1\n%s", len(cs), n.dump())
 	}
 }
+
+// A PodDisruptionBudget that refuses the eviction (minAvailable equal to the replicas) keeps
+// a consolidation from releasing the node: the node host cordons it and asks again, the
+// Scaling condition names the refused pod and the budget, the pod gets a Warning Event
+// DisruptionBlocked, and both nodes stay rented with both pods Running. Relaxing the budget
+// lets the next eviction through: the node is drained and released, both pods run on the
+// node left.
+func TestScale_ConsolidationWaitsWhileAPDBRefusesTheEviction(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("pdb", "maxNodes: 3, podsPerNode: 10, scaleHold: 10s, consolidationPolicy: WhenUnderutilized")
+
+	tkubectl(t, kc, strings.Replace(webDeployment(), "minAvailable: 1", "minAvailable: 2", 1), "apply", "-f", "-")
+	n.waitClaimsRunning("pdb", 2, 240*time.Second)
+	if out, err := tkubectlErr(kc, "rollout", "status", "deployment/web", "--timeout=120s"); err != nil {
+		pods, _ := tkubectlErr(kc, "get", "pods,nodes,events", "-o", "wide")
+		t.Fatalf("rollout: %v\n%s\n%s\n%s", err, out, pods, n.dump())
+	}
+	tkubectl(t, kc, "", "patch", "deployment", "web", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)
+	tkubectl(t, kc, "", "rollout", "status", "deployment/web", "--timeout=120s")
+	t0 := time.Now()
+
+	scaling := func() string {
+		var cl v1alpha1.Cluster
+		if err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "pdb"}, &cl); err != nil {
+			return err.Error()
+		}
+		if c := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionScaling)); c != nil {
+			return c.Message
+		}
+		return ""
+	}
+	testenv.Eventually(t, 120*time.Second, "the Scaling condition names the refused eviction and its budget", func() (bool, error) {
+		m := scaling()
+		return strings.Contains(m, "eviction refused: default/web-") && strings.Contains(m, "The disruption budget web needs 2 healthy pods"),
+			fmt.Errorf("Scaling: %q", m)
+	})
+	t.Logf("eviction refused and said so %.2fs after the rollout: %s", time.Since(t0).Seconds(), scaling())
+	testenv.Eventually(t, 30*time.Second, "a Warning Event DisruptionBlocked on the refused pod", func() (bool, error) {
+		out, err := tkubectlErr(kc, "get", "events", "--field-selector", "reason=DisruptionBlocked", "-o", `jsonpath={range .items[*]}{.type} {.involvedObject.name}: {.message}{"\n"}{end}`)
+		return strings.Contains(out, "Warning web-") && strings.Contains(out, "disruption budget"), fmt.Errorf("events %q: %v", out, err)
+	})
+
+	// While the budget blocks, nothing is released: the node host asks again every few
+	// seconds, and each time the API server refuses.
+	time.Sleep(15 * time.Second)
+	if cs := n.claims("pdb"); len(cs) != 2 {
+		t.Fatalf("%d claims while the budget refuses every eviction, want 2\n%s", len(cs), n.dump())
+	}
+	out := tkubectl(t, kc, "", "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase} {end}`)
+	if f := strings.Fields(out); len(f) != 2 || f[0] != "Running" || f[1] != "Running" {
+		t.Fatalf("pods while the budget blocks: %q, want two Running", out)
+	}
+	if m := scaling(); !strings.Contains(m, "eviction refused") {
+		t.Errorf("Scaling while the budget blocks: %q", m)
+	}
+
+	t1 := time.Now()
+	tkubectl(t, kc, "", "patch", "pdb", "web", "--type=merge", "-p", `{"spec":{"minAvailable":1}}`)
+	testenv.Eventually(t, 180*time.Second, "one claim left and both pods Running on its node", func() (bool, error) {
+		cs := n.claims("pdb")
+		if len(cs) != 1 {
+			return false, fmt.Errorf("%d claims; Scaling: %q", len(cs), scaling())
+		}
+		out, err := tkubectlErr(kc, "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}`)
+		if err != nil {
+			return false, err
+		}
+		f := strings.Fields(out)
+		for _, p := range f {
+			phase, on, _ := strings.Cut(p, "/")
+			if _, ok := cs[on]; !ok || phase != "Running" {
+				return false, fmt.Errorf("pods %q, claims %v", out, cs)
+			}
+		}
+		return len(f) == 2, fmt.Errorf("pods %q", out)
+	})
+	t.Logf("budget relaxed: consolidated to one node in %.2fs", time.Since(t1).Seconds())
+}
