@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/kubernetes/pkg/scheduler"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 
 	"socialweb.computer/internal/scale"
 )
@@ -31,7 +33,7 @@ type realScheduler struct {
 	sched *scheduler.Scheduler
 }
 
-func startRealScheduler(ctx context.Context, t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod) *realScheduler {
+func startRealScheduler(ctx context.Context, t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod, opts ...scheduler.Option) *realScheduler {
 	t.Helper()
 	var objs []runtime.Object
 	namespaces := map[string]bool{}
@@ -77,9 +79,9 @@ func startRealScheduler(ctx context.Context, t testing.TB, nodes []*corev1.Node,
 	})
 	factory := scheduler.NewInformerFactory(cs, 0, nil)
 	recorders := func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }
-	sched, err := scheduler.New(ctx, cs, factory, nil, recorders,
-		// A pod an event makes schedulable again goes straight back to the active queue.
-		scheduler.WithPodInitialBackoffSeconds(0), scheduler.WithPodMaxBackoffSeconds(0))
+	// A pod an event makes schedulable again goes straight back to the active queue.
+	opts = append([]scheduler.Option{scheduler.WithPodInitialBackoffSeconds(0), scheduler.WithPodMaxBackoffSeconds(0)}, opts...)
+	sched, err := scheduler.New(ctx, cs, factory, nil, recorders, opts...)
 	if err != nil {
 		t.Fatalf("kube-scheduler: %v", err)
 	}
@@ -303,10 +305,11 @@ func podTraits(p *corev1.Pod) string {
 // plan's order, each with its plan's node as status.nominatedNodeName, which the scheduler
 // evaluates first and takes when every filter passes: so each placement is checked with
 // the ones before it bound as the plan put them, and the rented nodes are shown enough for
-// every placed pod. (Left to its own choice it does not follow the plan: see
+// every placed pod. Then each pod the plan says no node can run is handed to it, with an
+// empty node of the largest size added, and must be refused. (Left to its own choice it does not follow the plan: see
 // TestPlanUnderKubeSchedulersOwnChoice.)
 func TestPlanAgreesWithKubeScheduler(t *testing.T) {
-	placed := 0
+	placed, refused := 0, 0
 	for seed := int64(1); seed <= 2; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		for round := range 25 {
@@ -341,13 +344,32 @@ func TestPlanAgreesWithKubeScheduler(t *testing.T) {
 				}
 				placed++
 			}
+			// A pod the plan says no node can run, new or not, is refused too, with an
+			// empty new node of the largest size beside the plan's nodes.
+			if len(res.Unplaced()) > 0 {
+				if _, err := rs.cs.CoreV1().Nodes().Create(ctx, zoned.Node("largest"), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, pl := range res.Unplaced() {
+				got, _ := rs.schedule(ctx, t, byName[pl.Pod], "")
+				if got != "" {
+					cancel()
+					t.Fatalf("seed %d round %d: plan says no node can run %s (%s), kube-scheduler binds it to %s\n%s",
+						seed, round, pl.Pod, pl.Reason, got, describe(s, res, nodes))
+				}
+				if err := rs.cs.CoreV1().Pods(byName[pl.Pod].Namespace).Delete(ctx, byName[pl.Pod].Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				refused++
+			}
 			cancel()
 		}
 	}
-	t.Logf("%d placements bound by kube-scheduler where the plan put them", placed)
+	t.Logf("%d placements bound by kube-scheduler where the plan put them; %d pods no node can run refused by it too", placed, refused)
 }
 
-// schedule creates pod pending with node nominated and waits until kube-scheduler binds it
+// schedule creates pod pending with node nominated (none when "") and waits until kube-scheduler binds it
 // (the node) or parks it unschedulable ("" and its PodScheduled message).
 func (r *realScheduler) schedule(ctx context.Context, t testing.TB, pod *corev1.Pod, node string) (string, string) {
 	t.Helper()
@@ -381,42 +403,66 @@ func (r *realScheduler) schedule(ctx context.Context, t testing.TB, pod *corev1.
 
 // TestPlanUnderKubeSchedulersOwnChoice logs how often kube-scheduler, handed every pending
 // pod at once with no nomination, leaves a pod Plan placed without a node on the nodes the
-// plan rents. Its default scoring spreads pods over the emptiest nodes while Plan packs
-// first-fit decreasing, and new nodes are rented at the smallest size that holds what
-// was packed on them, so the scheduler's spread leaves pods over: each such pod asks for
-// a node in a later decision. No assertion: the figure is the gap left to close.
+// plan rents: with its default profile, whose scoring (LeastAllocated) spreads pods over
+// the emptiest nodes while Plan packs first-fit decreasing onto nodes rented at the
+// smallest size that holds what was packed on them, and with NodeResourcesFit scoring
+// MostAllocated (packing). Each pod left over asks for a node in a later decision. No
+// assertion: the figures are the gap left to close.
 func TestPlanUnderKubeSchedulersOwnChoice(t *testing.T) {
-	var placed, left, scenes, short int
-	rng := rand.New(rand.NewSource(1))
-	for range 20 {
-		s := randomScene(rng)
-		res, err := Plan(s.pending, s.nodes, s.bound, zoned, s.maxNew)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes := slices.Concat(s.nodes, newNodes(res))
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		rs := startRealScheduler(ctx, t, nodes, slices.Concat(s.bound, s.pending))
-		var names []string
-		for _, p := range s.pending {
-			names = append(names, p.Namespace+"/"+p.Name)
-		}
-		boundTo, _ := rs.settle(ctx, t, names)
-		cancel()
-		scenes++
-		before := left
-		for _, pl := range res.Placements {
-			if pl.Placed() {
-				placed++
-				if boundTo[pl.Pod] == "" {
-					left++
+	profiles := []struct {
+		name string
+		opts []scheduler.Option
+	}{{"default profile (LeastAllocated)", nil}, {"MostAllocated", []scheduler.Option{scheduler.WithProfiles(mostAllocated(t))}}}
+	for _, prof := range profiles {
+		var placed, left, scenes, short int
+		rng := rand.New(rand.NewSource(1))
+		for range 20 {
+			s := randomScene(rng)
+			res, err := Plan(s.pending, s.nodes, s.bound, zoned, s.maxNew)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes := slices.Concat(s.nodes, newNodes(res))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			rs := startRealScheduler(ctx, t, nodes, slices.Concat(s.bound, s.pending), prof.opts...)
+			var names []string
+			for _, p := range s.pending {
+				names = append(names, p.Namespace+"/"+p.Name)
+			}
+			boundTo, _ := rs.settle(ctx, t, names)
+			cancel()
+			scenes++
+			before := left
+			for _, pl := range res.Placements {
+				if pl.Placed() {
+					placed++
+					if boundTo[pl.Pod] == "" {
+						left++
+					}
 				}
 			}
+			if left > before {
+				short++
+			}
 		}
-		if left > before {
-			short++
+		t.Logf("kube-scheduler's own choice (%s) on the plan's nodes: %d of %d placed pods left without a node, in %d of %d scenes",
+			prof.name, left, placed, short, scenes)
+	}
+}
+
+// mostAllocated is the default profile with NodeResourcesFit scoring MostAllocated.
+func mostAllocated(t testing.TB) config.KubeSchedulerProfile {
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := cfg.Profiles[0]
+	for i, pc := range prof.PluginConfig {
+		if args, ok := pc.Args.(*config.NodeResourcesFitArgs); ok {
+			args = args.DeepCopy()
+			args.ScoringStrategy.Type = config.MostAllocated
+			prof.PluginConfig[i].Args = args
 		}
 	}
-	t.Logf("kube-scheduler's own choice on the plan's nodes: %d of %d placed pods left without a node, in %d of %d scenes",
-		left, placed, short, scenes)
+	return prof
 }
