@@ -13,6 +13,8 @@ package crashpoint
 
 // The points, named after the component and the step just done.
 const (
+	// BidderBeforeBid: the bidder chose to bid on an rfp, the bid not written.
+	BidderBeforeBid = "bidder.before-bid"
 	// BidderAfterIntent: the start intent (before-boot) is on disk, the guest not booted.
 	BidderAfterIntent = "bidder.after-intent"
 	// BidderAfterBoot: the substrate's Boot returned, the intent still says before-boot.
@@ -52,9 +54,9 @@ const (
 	InfraAfterRelease = "infra.after-release"
 )
 
-// Names are every point: a guest start's in the order it reaches them, then the requester's,
+// Names are every point: the bid, a guest start's in the order it reaches them, then the requester's,
 // the record writer's and the Infra controller's.
-var Names = []string{BidderAfterIntent, BidderAfterBoot, BidderAfterReceipt, BidderBeforeStarted,
+var Names = []string{BidderBeforeBid, BidderAfterIntent, BidderAfterBoot, BidderAfterReceipt, BidderBeforeStarted,
 	RequesterAfterRFP, RequesterAfterAccept, RequesterAfterDelete,
 	RecordAfterRead, RecordAfterWrite,
 	InfraAfterContractCreate, InfraAfterChildApply, InfraAfterRelease}

@@ -54,12 +54,14 @@ func (r chaosRow) name() string {
 // chaosRows are every crash point `up` passes through when an Infra is deployed and deleted:
 // its requester's, its record writer's, its Infra controller's and its local bidder's.
 var chaosRows = []chaosRow{
+	{point: crashpoint.BidderBeforeBid},
 	{point: crashpoint.InfraAfterChildApply},
 	{point: crashpoint.RecordAfterRead},
 	{point: crashpoint.RecordAfterWrite},
 	{point: crashpoint.InfraAfterContractCreate},
 	{point: crashpoint.RequesterAfterRFP},
-	{point: crashpoint.RequesterAfterRFP, down: 6 * time.Second}, // chaosInfra's window is 5 s
+	// up down past the window of an rfp no bid was written for (up's bidder died with it).
+	{point: crashpoint.BidderBeforeBid, down: 6 * time.Second}, // chaosInfra's window is 5 s
 	{point: crashpoint.RequesterAfterAccept},
 	{point: crashpoint.BidderAfterIntent},
 	{point: crashpoint.BidderAfterBoot},

@@ -599,6 +599,7 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 	} else {
 		pay.BidsPriced = &mk.BidsPriced{Cost: b.cfg.Cost, Currency: b.cfg.Currency, Frequency: mk.BidsPricedFrequencyHour}
 	}
+	crashpoint.Hit(crashpoint.BidderBeforeBid)
 	ref, err := b.putRef(ctx, mk.BidNSID, feed.TID(), mk.Bid{RFP: atrepo.StrongRef{URI: uri, CID: rec.CID}, Payload: pay})
 	if err != nil {
 		return err
