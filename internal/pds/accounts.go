@@ -52,20 +52,6 @@ func getAccount(tx *bolt.Tx, did string) (*account, error) {
 // DISALLOWED_TLDS); .test is allowed, as there, for testing.
 var disallowedTLDs = []string{".local", ".arpa", ".invalid", ".localhost", ".internal", ".example", ".alt", ".onion"}
 
-// checkHandle applies the reference PDS's handle rules for a new account: a handle under
-// one of the server's own domains. allowReserved lets the operator's in-process accounts take
-// a reserved name (such as owner.test), as the reference lets its admin.
-func (s *Server) checkHandle(h string, allowReserved bool) (string, error) {
-	h, own, err := s.normalizeHandle(h, allowReserved)
-	if err != nil {
-		return "", err
-	}
-	if !own {
-		return "", errNamed(400, "UnsupportedDomain", "Not a supported handle domain")
-	}
-	return h, nil
-}
-
 // normalizeHandle is the reference's normalizeAndValidateHandle up to the point where a
 // handle outside the server's domains would have to be resolved: it reports whether the
 // handle is under one of the server's own domains, and for those checks the first label.
@@ -105,53 +91,89 @@ func (s *Server) normalizeHandle(h string, allowReserved bool) (string, bool, er
 	return h, true, nil
 }
 
+// checkNewHandle is the reference's normalizeAndValidateHandle for createAccount: a handle
+// under one of the server's domains, or, for an account that brings its own DID (did not
+// empty), any handle that resolves (DNS or /.well-known) to that DID. allowReserved lets the
+// operator's in-process accounts take a reserved name (such as owner.test), as the reference
+// lets its admin.
+func (s *Server) checkNewHandle(ctx context.Context, h, did string, allowReserved bool) (string, error) {
+	h, own, err := s.normalizeHandle(h, allowReserved)
+	if err != nil || own {
+		return h, err
+	}
+	if did == "" {
+		return "", errNamed(400, "UnsupportedDomain", "Not a supported handle domain")
+	}
+	if got, err := s.resolveExternalHandle(ctx, h); err != nil || got != did {
+		return "", errInvalidRequest("External handle did not resolve to DID")
+	}
+	return h, nil
+}
+
 // CreateAccount creates an account with a new did:plc, an empty signed repo, and the firehose
 // events #identity, #account, #commit and #sync, as the reference PDS emits them. It is the
 // in-process path (the operator's own accounts): it needs no invite code.
 func (s *Server) CreateAccount(ctx context.Context, handle, password string) (string, error) {
-	did, _, err := s.createAccount(ctx, handle, password, "", "", true)
-	return did, err
+	handle, err := s.checkNewHandle(ctx, handle, "", true)
+	if err != nil {
+		return "", err
+	}
+	acct, err := s.createAccount(ctx, newAccount{Handle: handle, Password: password})
+	if err != nil {
+		return "", err
+	}
+	return acct.DID, nil
 }
 
-// createAccount makes the account; a non-empty invite is spent in the same transaction.
-func (s *Server) createAccount(ctx context.Context, handle, password, email, invite string, allowReserved bool) (string, *account, error) {
-	handle, err := s.checkHandle(handle, allowReserved)
-	if err != nil {
-		return "", nil, err
-	}
-	if password == "" {
-		return "", nil, errInvalidRequest("Password is required")
+// newAccount is what createAccount is given, the handle already checked.
+type newAccount struct {
+	Handle, Password, Email string
+	// Invite, when set, is spent in the account's transaction.
+	Invite string
+	// DID, when set, is an identity the account brings from another PDS (a migration): no
+	// PLC operation is made, and the account starts deactivated, with a signing key of its own
+	// and an empty repo, and without firehose events, as the reference's. Its DID document
+	// names this server only once the old PDS signs the operation getRecommendedDidCredentials
+	// describes; activateAccount checks that.
+	DID string
+}
+
+// createAccount makes the account.
+func (s *Server) createAccount(ctx context.Context, in newAccount) (*account, error) {
+	handle := in.Handle
+	if in.Password == "" {
+		return nil, errInvalidRequest("Password is required")
 	}
 	s.acctMu.Lock()
 	defer s.acctMu.Unlock()
 	if did, _ := s.resolveHandleLocal(handle); did != "" {
-		return "", nil, errInvalidRequest("Handle already taken: %s", handle)
+		return nil, errInvalidRequest("Handle already taken: %s", handle)
+	}
+	if in.DID != "" {
+		if _, err := s.accountOf(in.DID); err == nil {
+			return nil, errNamed(400, "AlreadyExists", "Repo already exists")
+		}
 	}
 	key, err := atcrypto.GeneratePrivateKeyK256()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	pub, err := key.PublicKey()
+	did := in.DID
+	if did == "" {
+		if did, err = s.registerDID(ctx, key, handle); err != nil {
+			return nil, err
+		}
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(in.Password), bcrypt.DefaultCost)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	rotPub, err := s.rotationKey.PublicKey()
-	if err != nil {
-		return "", nil, err
+	now := time.Now().UTC()
+	acct := &account{DID: did, Handle: handle, Email: in.Email, PasswordHash: hash, SigningKey: key.Bytes(),
+		CreatedAt: now, Active: in.DID == ""}
+	if !acct.Active {
+		acct.DeactivatedAt = &now
 	}
-	did, op, err := plc.Genesis(s.rotationKey, []string{rotPub.DIDKey()}, pub.DIDKey(), handle, s.URL())
-	if err != nil {
-		return "", nil, err
-	}
-	if err := s.plc.Submit(ctx, did, op); err != nil {
-		return "", nil, errNamed(500, "InternalServerError", "registering %s with the PLC directory: %v", did, err)
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
-	if err != nil {
-		return "", nil, err
-	}
-	acct := &account{DID: did, Handle: handle, Email: email, PasswordHash: hash, SigningKey: key.Bytes(),
-		CreatedAt: time.Now().UTC(), Active: true}
 
 	rs := &repoState{did: did, key: key}
 	rs.clock = syntax.NewTIDClock(0)
@@ -162,14 +184,14 @@ func (s *Server) createAccount(ctx context.Context, handle, password, email, inv
 	blocks := newMemBlocks()
 	root, err := empty.WriteDiffBlocks(ctx, blocks)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	acctJSON, _ := json.Marshal(acct)
 	// The account rows go into the same transaction as the genesis commit, through the
 	// event callback, which runs inside it.
 	_, err = s.commitRepoWith(ctx, rs, empty, *root, blocks, nil, func(tx *bolt.Tx, nextSeq func() (int64, error), commitCID cid.Cid, rev string, carBytes []byte, commitBlock []byte) ([]storedFrame, error) {
-		if invite != "" {
-			if err := spendInvite(tx, invite, did); err != nil {
+		if in.Invite != "" {
+			if err := spendInvite(tx, in.Invite, did); err != nil {
 				return nil, err
 			}
 		}
@@ -178,6 +200,9 @@ func (s *Server) createAccount(ctx context.Context, handle, password, email, inv
 		}
 		if err := tx.Bucket(bHandles).Put([]byte(handle), []byte(did)); err != nil {
 			return nil, err
+		}
+		if !acct.Active {
+			return nil, nil
 		}
 		var frames []storedFrame
 		add := func(t string, mk func(seq int64) cborBody) error {
@@ -221,14 +246,39 @@ func (s *Server) createAccount(ctx context.Context, handle, password, email, inv
 		return frames, nil
 	})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	s.reposMu.Lock()
 	s.repos[did] = rs
 	s.reposMu.Unlock()
+	if !acct.Active {
+		s.log.Info("account created for an existing DID, deactivated until its DID document names this server", "did", did, "handle", handle)
+		return acct, nil
+	}
 	s.log.Info("account created", "did", did, "handle", handle)
 	s.crawl.notify()
-	return did, acct, nil
+	return acct, nil
+}
+
+// registerDID makes a new did:plc naming this server, key and handle, with the server's
+// rotation key.
+func (s *Server) registerDID(ctx context.Context, key *atcrypto.PrivateKeyK256, handle string) (string, error) {
+	pub, err := key.PublicKey()
+	if err != nil {
+		return "", err
+	}
+	rotPub, err := s.rotationKey.PublicKey()
+	if err != nil {
+		return "", err
+	}
+	did, op, err := plc.Genesis(s.rotationKey, []string{rotPub.DIDKey()}, pub.DIDKey(), handle, s.URL())
+	if err != nil {
+		return "", err
+	}
+	if err := s.plc.Submit(ctx, did, op); err != nil {
+		return "", errNamed(500, "InternalServerError", "registering %s with the PLC directory: %v", did, err)
+	}
+	return did, nil
 }
 
 // resolveHandleLocal looks a handle up among the hosted accounts.

@@ -3,6 +3,7 @@ package pds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	"github.com/bluesky-social/indigo/atproto/auth"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	bolt "go.etcd.io/bbolt"
+
+	"socialweb.computer/internal/serviceauth"
+	"socialweb.computer/internal/xrpc"
 )
 
 func (s *Server) hDescribeServer(ctx context.Context, r *http.Request) (any, error) {
@@ -37,12 +41,24 @@ func (s *Server) sessionOut(acct *account, access, refresh string) map[string]an
 	return out
 }
 
+// nsidCreateAccount is the lxm a service-auth token for createAccount must name.
+const nsidCreateAccount = "com.atproto.server.createAccount"
+
+// hCreateAccount is the reference's createAccount. With a service-auth token from the old PDS
+// (getServiceAuth, aud this server's DID, lxm createAccount), whose issuer is the given did,
+// an account brings its DID here: the first step of a migration (newAccount.DID).
 func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, error) {
+	requester, err := s.serviceAuthOptional(ctx, r, nsidCreateAccount)
+	if err != nil {
+		return nil, err
+	}
 	var in struct {
-		Handle     *string `json:"handle"`
-		Password   string  `json:"password"`
-		Email      string  `json:"email"`
-		InviteCode string  `json:"inviteCode"`
+		Handle     *string         `json:"handle"`
+		Password   string          `json:"password"`
+		Email      string          `json:"email"`
+		InviteCode string          `json:"inviteCode"`
+		DID        *string         `json:"did"`
+		PlcOp      json.RawMessage `json:"plcOp"`
 	}
 	if err := decodeInput(r, &in); err != nil {
 		return nil, err
@@ -50,22 +66,36 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 	if in.Handle == nil {
 		return nil, errInvalidRequest("Missing required key \"handle\" at $")
 	}
+	if present(in.PlcOp) {
+		return nil, errInvalidRequest("Unsupported input: \"plcOp\"")
+	}
+	did := ""
+	if in.DID != nil {
+		if _, err := syntax.ParseDID(*in.DID); err != nil {
+			return nil, errInvalidRequest("Input/did must be a valid did")
+		}
+		did = *in.DID
+	}
 	// The reference refuses a missing code before it looks at the handle, and a spent one
 	// after; spendInvite checks again inside the account's transaction.
 	invite := ""
+	if s.InvitesRequired() && in.InviteCode == "" {
+		return nil, errInvite("No invite code provided")
+	}
+	handle, err := s.checkNewHandle(ctx, *in.Handle, did, false)
+	if err != nil {
+		return nil, err
+	}
 	if s.InvitesRequired() {
-		if in.InviteCode == "" {
-			return nil, errInvite("No invite code provided")
-		}
-		if _, err := s.checkHandle(*in.Handle, false); err != nil {
-			return nil, err
-		}
 		if err := s.checkInvite(in.InviteCode); err != nil {
 			return nil, err
 		}
 		invite = in.InviteCode
 	}
-	_, acct, err := s.createAccount(ctx, *in.Handle, in.Password, in.Email, invite, false)
+	if did != "" && did != requester {
+		return nil, errNamed(401, "AuthenticationRequired", "Missing auth to create account with did: %s", did)
+	}
+	acct, err := s.createAccount(ctx, newAccount{Handle: handle, Password: in.Password, Email: in.Email, Invite: invite, DID: did})
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +105,34 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 	}
 	out := s.sessionOut(acct, access, refresh)
 	delete(out, "active")
+	delete(out, "status")
 	delete(out, "email")
 	delete(out, "emailConfirmed")
 	return out, nil
+}
+
+// serviceAuthOptional is the reference's userServiceAuthOptional: without an Authorization
+// header the caller is anonymous (""); a Bearer token must be a service-auth token for lxm
+// addressed to this server, signed by its issuer's key (serviceauth.Verifier: once only),
+// and the issuer is returned; anything else is refused.
+func (s *Server) serviceAuthOptional(ctx context.Context, r *http.Request, lxm string) (string, error) {
+	authz := r.Header.Get("Authorization")
+	if authz == "" {
+		return "", nil
+	}
+	tok, err := xrpc.BearerToken(authz)
+	if err != nil {
+		return "", errNamed(401, "AuthenticationRequired", "Invalid authorization header")
+	}
+	c, err := s.svcAuth.Verify(ctx, tok, lxm)
+	if err != nil {
+		var se *serviceauth.Error
+		if errors.As(err, &se) {
+			return "", errNamed(401, se.Name, "%s", se.Message)
+		}
+		return "", err
+	}
+	return c.Issuer.String(), nil
 }
 
 func (s *Server) hCreateSession(ctx context.Context, r *http.Request) (any, error) {

@@ -19,9 +19,13 @@ import (
 	"socialweb.computer/internal/pds"
 )
 
+// startPDSWith starts a PDS with cfg (in a new directory unless cfg.DataDir names one) and
+// closes it when the test ends.
 func startPDSWith(t *testing.T, cfg pds.Config) *pds.Server {
 	t.Helper()
-	cfg.DataDir = t.TempDir()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := pds.New(cfg)
 	if err != nil {

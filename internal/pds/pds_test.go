@@ -85,6 +85,29 @@ func (c *collector) waitSeq(t *testing.T, seq int64) []*firehose.Event {
 	return nil
 }
 
+// waitDID waits for n events of did and checks that every commit verified.
+func (c *collector) waitDID(t *testing.T, did string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		c.mu.Lock()
+		seen := 0
+		for _, ev := range c.events {
+			if ev.DID() == did {
+				seen++
+			}
+		}
+		errs := c.errs
+		c.mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("commit verification: %v", errs)
+		}
+		if seen >= n {
+			return
+		}
+	}
+	t.Fatalf("firehose did not carry %d events of %s", n, did)
+}
+
 func TestPDSRecordsSwapsFirehoseAndRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -415,10 +416,18 @@ func (s *Server) Close() error {
 	return err
 }
 
-// reconcileEndpoints points each account's #atproto_pds service at the current URL.
+// reconcileEndpoints points each account's #atproto_pds service at the current URL, for the
+// accounts whose DID document is this server's to change: it names the account's signing key
+// here and keeps the server's rotation key. An account that moved to another PDS, or is moving
+// here and not yet named by its document, is left alone: rewriting its document would take
+// the identity from the PDS that holds it (or be refused by the directory).
 func (s *Server) reconcileEndpoints(ctx context.Context) error {
+	rotPub, err := s.rotationKey.PublicKey()
+	if err != nil {
+		return err
+	}
 	var accts []account
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bAccounts).ForEach(func(_, v []byte) error {
 			a, err := decodeAccount(v)
 			if err == nil {
@@ -436,6 +445,14 @@ func (s *Server) reconcileEndpoints(ctx context.Context) error {
 			return fmt.Errorf("pds: reading PLC log of %s: %w", a.DID, err)
 		}
 		if svc, ok := last.Services["atproto_pds"]; ok && svc.Endpoint == s.url {
+			continue
+		}
+		sig, err := signingDIDKey(&a)
+		if err != nil {
+			return err
+		}
+		if last.VerificationMethods["atproto"] != sig || !slices.Contains(last.RotationKeys, rotPub.DIDKey()) {
+			s.log.Info("DID document names another PDS's keys: endpoint left as it is", "did", a.DID)
 			continue
 		}
 		next := plc.Op{RotationKeys: last.RotationKeys, VerificationMethods: last.VerificationMethods,

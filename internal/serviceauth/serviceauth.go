@@ -248,6 +248,14 @@ func (v *Verifier) check(ctx context.Context, token, lxm string, _ bool) (*Claim
 	if strings.Count(token, ".") != 2 || len(token) > 8192 {
 		return nil, refuse("BadJwt", "poorly formatted jwt")
 	}
+	// Session and proof tokens are never service-auth tokens, whatever they carry (the
+	// reference refuses these types by name before anything else).
+	var hdr claims
+	if t, _, err := jwt.NewParser().ParseUnverified(token, &hdr); err == nil {
+		if typ, _ := t.Header["typ"].(string); typ == "at+jwt" || typ == "refresh+jwt" || typ == "dpop+jwt" {
+			return nil, refuse("BadJwtType", "Invalid jwt type %q", typ)
+		}
+	}
 	var cl claims
 	parser := jwt.NewParser(
 		jwt.WithValidMethods([]string{"ES256K", "ES256"}),
@@ -294,7 +302,7 @@ func (v *Verifier) check(ctx context.Context, token, lxm string, _ bool) (*Claim
 	}
 	if lxm != "" && cl.LexMethod != lxm {
 		if cl.LexMethod == "" {
-			return nil, refuse("BadJwtLexiconMethod", "missing jwt lexicon method (\"lxm\")")
+			return nil, refuse("BadJwtLexiconMethod", "missing jwt lexicon method (\"lxm\"). must match: %s", lxm)
 		}
 		return nil, refuse("BadJwtLexiconMethod", "bad jwt lexicon method (\"lxm\"). must match: %s", lxm)
 	}
