@@ -280,8 +280,8 @@ func (s *Server) hDescribeRepo(ctx context.Context, r *http.Request) (any, error
 		return nil, err
 	}
 	var doc any
-	if s.plcLocal != nil {
-		doc, _ = s.plcLocal.Document(ctx, did)
+	if data, err := s.plc.Data(ctx, did); err == nil {
+		doc = data.Document()
 	}
 	return map[string]any{"handle": acct.Handle, "did": did, "didDoc": doc, "collections": colls, "handleIsCorrect": true}, nil
 }

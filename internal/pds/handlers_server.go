@@ -29,10 +29,8 @@ func (s *Server) sessionOut(acct *account, access, refresh string) map[string]an
 	if status != "" {
 		out["status"] = status
 	}
-	if s.plcLocal != nil {
-		if doc, err := s.plcLocal.Document(context.Background(), acct.DID); err == nil {
-			out["didDoc"] = doc
-		}
+	if data, err := s.plc.Data(context.Background(), acct.DID); err == nil {
+		out["didDoc"] = data.Document()
 	}
 	if acct.Email != "" {
 		out["email"] = acct.Email

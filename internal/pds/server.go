@@ -113,6 +113,7 @@ func isLoopbackAddr(addr string) bool {
 type plcDirectory interface {
 	Submit(ctx context.Context, did string, op *plc.Op) error
 	Last(ctx context.Context, did string) (*plc.Op, error)
+	Data(ctx context.Context, did string) (*plc.Data, error)
 }
 
 // Server is a running PDS.

@@ -26,9 +26,13 @@ import (
 	"socialweb.computer/internal/serviceauth"
 )
 
-func startOurs(t *testing.T) *pds.Server {
+func startOurs(t *testing.T) *pds.Server { t.Helper(); return startOursWith(t, pds.Config{}) }
+
+// startOursWith starts our PDS with cfg, in a new directory, with open sign-up.
+func startOursWith(t *testing.T, cfg pds.Config) *pds.Server {
 	t.Helper()
-	s, err := pds.New(pds.Config{DataDir: t.TempDir(), OpenSignup: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg.DataDir, cfg.OpenSignup, cfg.Logger = t.TempDir(), true, slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := pds.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

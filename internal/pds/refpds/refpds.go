@@ -95,6 +95,9 @@ type Options struct {
 	InviteRequired bool
 	// RateLimits starts it with PDS_RATE_LIMITS_ENABLED=true (in-memory limiters).
 	RateLimits bool
+	// ResolveDIDs lets the peer resolve DIDs (service-auth issuers) through its directory:
+	// it fetches no URL with an IP host, so it is given the directory as localhost.
+	ResolveDIDs bool
 }
 
 // AdminPassword is the peer's PDS_ADMIN_PASSWORD.
@@ -118,6 +121,9 @@ func StartWith(ctx context.Context, opts Options) (*Peer, error) {
 	script := filepath.Join(root, "test", "peers", "atproto-pds", "run.sh")
 	cmd := exec.CommandContext(ctx, "bash", script, work, strconv.Itoa(pdsPort), strconv.Itoa(plcPort))
 	cmd.Env = append(os.Environ(), fmt.Sprintf("PEER_INVITE_REQUIRED=%t", opts.InviteRequired), fmt.Sprintf("PEER_RATE_LIMITS_ENABLED=%t", opts.RateLimits))
+	if opts.ResolveDIDs {
+		cmd.Env = append(cmd.Env, "PEER_PLC_HOST=localhost")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
