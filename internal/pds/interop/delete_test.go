@@ -3,7 +3,6 @@ package interop
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,15 +19,8 @@ import (
 // succeeds), this server sends no email (its operator issues it), so that step is not compared.
 func deleteScenario(ctx context.Context, t *testing.T, url string, token func(did string, self *indigo.APIClient) string) ([]string, []string) {
 	t.Helper()
-	c := atclient.New(url)
-	ses, err := c.CreateAccount(ctx, "kim.test", "kim-pw", "kim@example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	did := ses.DID
-	self := indigo.NewAPIClient(url)
-	self.Headers.Set("Authorization", "Bearer "+ses.AccessJwt)
-	anon := indigo.NewAPIClient(url)
+	a := newAccount(ctx, t, url, "kim.test", "kim-pw", "kim@example.test")
+	did, c, self, anon, add := a.did, a.c, a.self, a.anon, a.add
 	blob, err := comatproto.RepoUploadBlob(ctx, self, bytes.NewReader([]byte("hello")))
 	if err != nil {
 		t.Fatal(err)
@@ -38,16 +30,6 @@ func deleteScenario(ctx context.Context, t *testing.T, url string, token func(di
 	}
 	blobCID := blob.Blob.Ref.String()
 
-	var out []string
-	add := func(step string, v any, err error, keep ...string) {
-		line := step + ": "
-		if err != nil {
-			line += observeIndigo(err)
-		} else {
-			line += "ok " + shape(v, keep...)
-		}
-		out = append(out, strings.ReplaceAll(line, did, "<did>"))
-	}
 	del := func(step string, in map[string]any) {
 		add(step, nil, anon.Post(ctx, "com.atproto.server.deleteAccount", in, nil))
 	}
@@ -73,9 +55,9 @@ func deleteScenario(ctx context.Context, t *testing.T, url string, token func(di
 	_, err = comatproto.IdentityResolveHandle(ctx, anon, "kim.test")
 	add("resolveHandle", nil, err)
 	_, err = atclient.New(url).Login(ctx, "kim.test", "kim-pw")
-	out = append(out, "createSession: "+observe(err))
+	a.note("createSession: " + observe(err))
 	_, err = atclient.New(url).CreateAccount(ctx, "kim.test", "kim-pw2", "kim2@example.test")
-	out = append(out, "createAccount with the freed handle: "+observe(err))
+	a.note("createAccount with the freed handle: " + observe(err))
 
 	evs := &events{}
 	zero := int64(0)
@@ -98,23 +80,14 @@ func deleteScenario(ctx context.Context, t *testing.T, url string, token func(di
 			break
 		}
 	}
-	return out, fire
+	return a.out, fire
 }
 
 func TestInteropAccountDelete(t *testing.T) {
 	peer := refpds.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	want, wantFire := deleteScenario(ctx, t, peer.PDSURL, func(did string, self *indigo.APIClient) string {
-		if err := comatproto.ServerRequestAccountDelete(ctx, self); err != nil {
-			t.Fatalf("reference requestAccountDelete: %v", err)
-		}
-		tok, err := peer.EmailToken(ctx, did, "delete_account")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	})
+	want, wantFire := deleteScenario(ctx, t, peer.PDSURL, mailedToken(ctx, t, peer, "delete_account"))
 	ours := startOurs(t)
 	got, gotFire := deleteScenario(ctx, t, ours.URL(), func(did string, self *indigo.APIClient) string {
 		// An account with an email address: this server says it sends no email.

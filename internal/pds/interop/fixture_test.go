@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	indigo "github.com/bluesky-social/indigo/atproto/atclient"
 
 	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/firehose"
+	"socialweb.computer/internal/pds"
+	"socialweb.computer/internal/pds/refpds"
 )
 
 // account is what a scenario drives on one PDS: a new account, our client logged in as it,
@@ -87,5 +90,41 @@ func (e *events) lines(did string, n int, keep func(*firehose.Event) bool) []str
 		if len(out) >= n || time.Now().After(deadline) {
 			return out
 		}
+	}
+}
+
+// mailedToken asks the reference to mail an account a token for purpose ("plc_operation" or
+// "delete_account") with the account's session, and reads it from the peer's database: its
+// mail goes nowhere.
+func mailedToken(ctx context.Context, t *testing.T, peer *refpds.Peer, purpose string) func(did string, self *indigo.APIClient) string {
+	return func(did string, self *indigo.APIClient) string {
+		t.Helper()
+		var err error
+		switch purpose {
+		case "plc_operation":
+			err = comatproto.IdentityRequestPlcOperationSignature(ctx, self)
+		case "delete_account":
+			err = comatproto.ServerRequestAccountDelete(ctx, self)
+		}
+		if err != nil {
+			t.Fatalf("reference: requesting a %s token: %v", purpose, err)
+		}
+		tok, err := peer.EmailToken(ctx, did, purpose)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+}
+
+// operatorPLCToken is the PLC operation token our operator hands an account of ours.
+func operatorPLCToken(ctx context.Context, t *testing.T, ours *pds.Server) func(did string, _ *indigo.APIClient) string {
+	return func(did string, _ *indigo.APIClient) string {
+		t.Helper()
+		tok, err := ours.RequestPLCOperationSignature(ctx, did)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
 	}
 }

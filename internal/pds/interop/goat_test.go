@@ -173,23 +173,8 @@ func TestInteropGoatCalls(t *testing.T) {
 	peer := refpds.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	want := goatScenario(ctx, t, peer.PDSURL, peer.PLCURL, func(did string, c *indigo.APIClient) string {
-		if err := comatproto.IdentityRequestPlcOperationSignature(ctx, c); err != nil {
-			t.Fatalf("reference requestPlcOperationSignature: %v", err)
-		}
-		tok, err := peer.EmailToken(ctx, did, "plc_operation")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	})
+	want := goatScenario(ctx, t, peer.PDSURL, peer.PLCURL, mailedToken(ctx, t, peer, "plc_operation"))
 	ours := startOurs(t)
-	got := goatScenario(ctx, t, ours.URL(), ours.PLCURL(), func(did string, c *indigo.APIClient) string {
-		tok, err := ours.RequestPLCOperationSignature(ctx, did)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	})
+	got := goatScenario(ctx, t, ours.URL(), ours.PLCURL(), operatorPLCToken(ctx, t, ours))
 	compareLines(t, want, got)
 }

@@ -5,14 +5,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
-	indigo "github.com/bluesky-social/indigo/atproto/atclient"
 
-	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/pds/refpds"
 )
@@ -24,15 +21,8 @@ import (
 // blob then, this server after a grace period, which the test cuts short.
 func importScenario(ctx context.Context, t *testing.T, url string, beforeImport func()) []string {
 	t.Helper()
-	c := atclient.New(url)
-	ses, err := c.CreateAccount(ctx, "lou.test", "lou-pw", "lou@example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	did := ses.DID
-	self := indigo.NewAPIClient(url)
-	self.Headers.Set("Authorization", "Bearer "+ses.AccessJwt)
-	anon := indigo.NewAPIClient(url)
+	a := newAccount(ctx, t, url, "lou.test", "lou-pw", "lou@example.test")
+	did, c, self, anon, add := a.did, a.c, a.self, a.anon, a.add
 	const coll = "app.socialweb.interop"
 	for _, rk := range []string{"a", "b"} {
 		if _, err := c.PutRecord(ctx, coll, rk, map[string]any{"n": rk}, nil); err != nil {
@@ -64,32 +54,22 @@ func importScenario(ctx context.Context, t *testing.T, url string, beforeImport 
 	}
 
 	beforeImport()
-	var out []string
-	add := func(step string, v any, err error, keep ...string) {
-		line := step + ": "
-		if err != nil {
-			line += observeIndigo(err)
-		} else {
-			line += "ok " + shape(v, keep...)
-		}
-		out = append(out, strings.ReplaceAll(line, did, "<did>"))
-	}
 	add("importRepo (anonymous)", nil, comatproto.RepoImportRepo(ctx, anon, bytes.NewReader(exported)))
 	add("importRepo of a CAR with two roots", nil, comatproto.RepoImportRepo(ctx, self, bytes.NewReader(twoRoots(t, exported))))
 	add("importRepo", nil, comatproto.RepoImportRepo(ctx, self, bytes.NewReader(exported)))
 	recs, _, err := c.ListRecords(ctx, did, coll, 100, "", true)
-	out = append(out, "listRecords: "+uris(recs)+" "+observe(err))
+	a.note("listRecords: " + uris(recs) + " " + observe(err))
 	head, err := comatproto.SyncGetLatestCommit(ctx, anon, did)
 	if err == nil {
-		out = append(out, "getLatestCommit is the imported commit: "+boolWord(head.Cid == root.Cid))
+		a.note("getLatestCommit is the imported commit: " + boolWord(head.Cid == root.Cid))
 	}
 	st, err := comatproto.ServerCheckAccountStatus(ctx, self)
 	add("checkAccountStatus", st, err, "indexedRecords", "expectedBlobs")
 	missing, err := comatproto.RepoListMissingBlobs(ctx, self, "", 100)
 	if err == nil {
-		out = append(out, "listMissingBlobs: "+strings.ReplaceAll(shape(missing, "blobs"), did, "<did>"))
+		a.note("listMissingBlobs: " + shape(missing, "blobs"))
 	}
-	return out
+	return a.out
 }
 
 func boolWord(b bool) string {

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	indigo "github.com/bluesky-social/indigo/atproto/atclient"
@@ -54,35 +53,12 @@ func observeIndigo(err error) string {
 // at url; it returns one line per step and the firehose events about the account.
 func lifecycleScenario(ctx context.Context, t *testing.T, url string) ([]string, []string) {
 	t.Helper()
-	c := atclient.New(url)
-	ses, err := c.CreateAccount(ctx, "carol.test", "carol-pw", "carol@example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	did := ses.DID
+	a := newAccount(ctx, t, url, "carol.test", "carol-pw", "carol@example.test")
+	did, c, self, anon, add := a.did, a.c, a.self, a.anon, a.add
 	if _, err := c.PutRecord(ctx, "app.socialweb.interop", "a", map[string]any{"n": 1}, nil); err != nil {
 		t.Fatal(err)
 	}
-	evs := &events{}
-	zero := int64(0)
-	sub, stop := context.WithCancel(ctx)
-	defer stop()
-	go (&atclient.Consumer{Host: url, Cursor: &zero, Handle: evs.handle(ctx)}).Run(sub)
-
-	self := indigo.NewAPIClient(url)
-	self.Headers.Set("Authorization", "Bearer "+ses.AccessJwt)
-	anon := indigo.NewAPIClient(url)
-
-	var out []string
-	add := func(step string, v any, err error, keep ...string) {
-		line := step + ": "
-		if err != nil {
-			line += observeIndigo(err)
-		} else {
-			line += "ok " + shape(v, keep...)
-		}
-		out = append(out, strings.ReplaceAll(line, did, "<did>"))
-	}
+	evs := follow(ctx, t, url)
 	get := func(step string, cl *indigo.APIClient, nsid string, params map[string]any, keep ...string) {
 		var m map[string]any
 		err := cl.Get(ctx, syntax.NSID(nsid), params, &m)
@@ -112,7 +88,7 @@ func lifecycleScenario(ctx context.Context, t *testing.T, url string) ([]string,
 		err = self.Get(ctx, "com.atproto.server.getSession", nil, &ses)
 		add(phase+" server.getSession", map[string]any{"active": ses["active"], "status": ses["status"]}, err, "active", "status")
 		_, err = c.PutRecord(ctx, "app.socialweb.interop", "b"+phase, map[string]any{"n": 2}, nil)
-		out = append(out, strings.ReplaceAll(phase+" repo.putRecord: "+observe(err), did, "<did>"))
+		a.note(phase + " repo.putRecord: " + observe(err))
 	}
 
 	get("checkAccountStatus (anonymous)", anon, "com.atproto.server.checkAccountStatus", nil)
@@ -130,24 +106,7 @@ func lifecycleScenario(ctx context.Context, t *testing.T, url string) ([]string,
 
 	// The account's events after its creation (#identity, #account, #commit, #sync) and
 	// the first record's #commit.
-	var fire []string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		evs.mu.Lock()
-		fire = fire[:0]
-		for _, ev := range evs.evs {
-			if ev.DID() != did {
-				continue
-			}
-			fire = append(fire, eventLine(ev))
-		}
-		evs.mu.Unlock()
-		if len(fire) >= 17 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return out, fire
+	return a.out, evs.lines(did, 17, nil)
 }
 
 func eventLine(ev *firehose.Event) string {
@@ -176,33 +135,12 @@ func eventLine(ev *firehose.Event) string {
 // rules (external domains are left out: they would be resolved through DNS).
 func handleScenario(ctx context.Context, t *testing.T, url string) ([]string, []string) {
 	t.Helper()
-	c := atclient.New(url)
-	ses, err := c.CreateAccount(ctx, "gina.test", "gina-pw", "gina@example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	did := ses.DID
+	a := newAccount(ctx, t, url, "gina.test", "gina-pw", "gina@example.test")
+	did, self, anon, add := a.did, a.self, a.anon, a.add
 	if _, err := atclient.New(url).CreateAccount(ctx, "hank.test", "hank-pw", "hank@example.test"); err != nil {
 		t.Fatal(err)
 	}
-	evs := &events{}
-	zero := int64(0)
-	sub, stop := context.WithCancel(ctx)
-	defer stop()
-	go (&atclient.Consumer{Host: url, Cursor: &zero, Handle: evs.handle(ctx)}).Run(sub)
-	self := indigo.NewAPIClient(url)
-	self.Headers.Set("Authorization", "Bearer "+ses.AccessJwt)
-	anon := indigo.NewAPIClient(url)
-	var out []string
-	add := func(step string, v any, err error, keep ...string) {
-		line := step + ": "
-		if err != nil {
-			line += observeIndigo(err)
-		} else {
-			line += "ok " + shape(v, keep...)
-		}
-		out = append(out, strings.ReplaceAll(line, did, "<did>"))
-	}
+	evs := follow(ctx, t, url)
 	update := func(cl *indigo.APIClient, h string) {
 		add("updateHandle "+h, nil, comatproto.IdentityUpdateHandle(ctx, cl, &comatproto.IdentityUpdateHandle_Input{Handle: h}))
 	}
@@ -218,26 +156,11 @@ func handleScenario(ctx context.Context, t *testing.T, url string) ([]string, []
 		add("resolveHandle "+h, m, err)
 	}
 	var m map[string]any
-	err = self.Get(ctx, "com.atproto.server.getSession", nil, &m)
+	err := self.Get(ctx, "com.atproto.server.getSession", nil, &m)
 	add("getSession", map[string]any{"handle": m["handle"]}, err, "handle")
 	_, err = atclient.New(url).CreateAccount(ctx, "admin.test", "admin-pw", "admin@example.test")
-	out = append(out, "createAccount admin.test: "+observe(err))
-
-	var fire []string
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		evs.mu.Lock()
-		fire = fire[:0]
-		for _, ev := range evs.evs {
-			if ev.DID() == did && ev.Identity != nil {
-				fire = append(fire, eventLine(ev))
-			}
-		}
-		evs.mu.Unlock()
-		if len(fire) >= 4 || time.Now().After(deadline) {
-			break
-		}
-	}
-	return out, fire
+	a.note("createAccount admin.test: " + observe(err))
+	return a.out, evs.lines(did, 4, func(ev *firehose.Event) bool { return ev.Identity != nil })
 }
 
 func TestInteropAccountLifecycle(t *testing.T) {

@@ -27,7 +27,7 @@ import (
 // operation token (the reference mails it, our operator hands it over).
 type pdsEnd struct {
 	url      string
-	plcToken func(ctx context.Context, t *testing.T, did string, self *indigo.APIClient) string
+	plcToken func(did string, self *indigo.APIClient) string
 }
 
 // migrateScenario moves an account from one PDS to another, both on the PLC directory at
@@ -137,7 +137,7 @@ func migrateScenario(ctx context.Context, t *testing.T, from, to pdsEnd, handle,
 	status("checkAccountStatus after the blobs")
 
 	// 3. The identity: the old PDS signs what the new one recommends, the new one submits it.
-	sign := map[string]any{"token": from.plcToken(ctx, t, a.did, a.self)}
+	sign := map[string]any{"token": from.plcToken(a.did, a.self)}
 	for k, v := range creds {
 		sign[k] = v
 	}
@@ -209,23 +209,8 @@ func TestInteropMigrateAccount(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ours := startOursWith(t, pds.Config{PLCURL: peer.PLCURL, ServiceDID: "did:web:ours.test"})
-	ref := pdsEnd{url: peer.PDSURL, plcToken: func(ctx context.Context, t *testing.T, did string, self *indigo.APIClient) string {
-		if err := comatproto.IdentityRequestPlcOperationSignature(ctx, self); err != nil {
-			t.Fatalf("reference requestPlcOperationSignature: %v", err)
-		}
-		tok, err := peer.EmailToken(ctx, did, "plc_operation")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}}
-	our := pdsEnd{url: ours.URL(), plcToken: func(ctx context.Context, t *testing.T, did string, _ *indigo.APIClient) string {
-		tok, err := ours.RequestPLCOperationSignature(ctx, did)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}}
+	ref := pdsEnd{url: peer.PDSURL, plcToken: mailedToken(ctx, t, peer, "plc_operation")}
+	our := pdsEnd{url: ours.URL(), plcToken: operatorPLCToken(ctx, t, ours)}
 	// want: the reference is the new PDS; got: ours is.
 	want, wantNew, wantOld := migrateScenario(ctx, t, our, ref, "moe.test", peer.PLCURL)
 	got, gotNew, gotOld := migrateScenario(ctx, t, ref, our, "mia.test", peer.PLCURL)

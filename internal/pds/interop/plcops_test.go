@@ -9,12 +9,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	indigo "github.com/bluesky-social/indigo/atproto/atclient"
 
-	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/pds/plc"
 	"socialweb.computer/internal/pds/refpds"
 )
@@ -50,30 +48,14 @@ func sortedKeys(m map[string]any) string {
 // compared.
 func plcOpScenario(ctx context.Context, t *testing.T, url, plcURL string, token func(did string, self *indigo.APIClient) string) ([]string, []string) {
 	t.Helper()
-	c := atclient.New(url)
-	ses, err := c.CreateAccount(ctx, "pia.test", "pia-pw", "pia@example.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	did := ses.DID
-	self := indigo.NewAPIClient(url)
-	self.Headers.Set("Authorization", "Bearer "+ses.AccessJwt)
-	anon := indigo.NewAPIClient(url)
-	var out []string
-	add := func(step, ok string, err error) {
-		line := step + ": "
-		if err != nil {
-			line += observeIndigo(err)
-		} else {
-			line += "ok " + ok
-		}
-		out = append(out, strings.ReplaceAll(line, did, "<did>"))
-	}
+	a := newAccount(ctx, t, url, "pia.test", "pia-pw", "pia@example.test")
+	did, self, anon := a.did, a.self, a.anon
+	add := func(step, ok string, err error) { a.add(step, ok, err) }
 	var data plc.Data
 	plcGet(t, plcURL, did+"/data", &data)
 
 	var creds map[string]any
-	err = anon.Get(ctx, "com.atproto.identity.getRecommendedDidCredentials", nil, &creds)
+	err := anon.Get(ctx, "com.atproto.identity.getRecommendedDidCredentials", nil, &creds)
 	add("getRecommendedDidCredentials (anonymous)", "", err)
 	var typed struct {
 		AlsoKnownAs         []string               `json:"alsoKnownAs"`
@@ -120,7 +102,7 @@ func plcOpScenario(ctx context.Context, t *testing.T, url, plcURL string, token 
 	if err != nil {
 		t.Fatalf("signed operation %s: %v", opRaw, err)
 	}
-	out = append(out, fmt.Sprintf("signed operation: {%s} type=%s alsoKnownAs=%v rest kept: %v verifies after the current one: %v",
+	a.note(fmt.Sprintf("signed operation: {%s} type=%s alsoKnownAs=%v rest kept: %v verifies after the current one: %v",
 		sortedKeys(opMap), op.Type, op.AlsoKnownAs,
 		reflect.DeepEqual(op.RotationKeys, last.RotationKeys) && reflect.DeepEqual(op.VerificationMethods, last.VerificationMethods) &&
 			reflect.DeepEqual(op.Services, last.Services),
@@ -152,47 +134,19 @@ func plcOpScenario(ctx context.Context, t *testing.T, url, plcURL string, token 
 	}))
 	submit("submitPlcOperation", map[string]any{"operation": opMap})
 	plcGet(t, plcURL, did+"/data", &data)
-	out = append(out, fmt.Sprintf("document alsoKnownAs after submit: %v", data.AlsoKnownAs))
+	a.note(fmt.Sprintf("document alsoKnownAs after submit: %v", data.AlsoKnownAs))
 	_, err = comatproto.IdentityResolveHandle(ctx, anon, "pia.test")
 	add("resolveHandle after submit", "", err)
 
-	evs := &events{}
-	zero := int64(0)
-	sub, stop := context.WithCancel(ctx)
-	defer stop()
-	go (&atclient.Consumer{Host: url, Cursor: &zero, Handle: evs.handle(ctx)}).Run(sub)
-	var fire []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		evs.mu.Lock()
-		fire = fire[:0]
-		for _, ev := range evs.evs {
-			if ev.DID() == did {
-				fire = append(fire, eventLine(ev))
-			}
-		}
-		evs.mu.Unlock()
-		// The four events of a new account and the #identity of the submit.
-		if len(fire) >= 5 || time.Now().After(deadline) {
-			break
-		}
-	}
-	return out, fire
+	// The four events of a new account and the #identity of the submit.
+	return a.out, follow(ctx, t, url).lines(did, 5, nil)
 }
 
 func TestInteropPLCOperations(t *testing.T) {
 	peer := refpds.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	want, wantFire := plcOpScenario(ctx, t, peer.PDSURL, peer.PLCURL, func(did string, self *indigo.APIClient) string {
-		if err := comatproto.IdentityRequestPlcOperationSignature(ctx, self); err != nil {
-			t.Fatalf("reference requestPlcOperationSignature: %v", err)
-		}
-		tok, err := peer.EmailToken(ctx, did, "plc_operation")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	})
+	want, wantFire := plcOpScenario(ctx, t, peer.PDSURL, peer.PLCURL, mailedToken(ctx, t, peer, "plc_operation"))
 	ours := startOurs(t)
 	got, gotFire := plcOpScenario(ctx, t, ours.URL(), ours.PLCURL(), func(did string, self *indigo.APIClient) string {
 		err := comatproto.IdentityRequestPlcOperationSignature(ctx, self)
