@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,35 +37,16 @@ func post(t *testing.T, s *Server, method, authz string, in any) (int, string) {
 
 func TestDeleteAccountLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	var mu sync.Mutex
-	now := time.Now()
-	s, err := New(Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	did, err := s.CreateAccount(ctx, "lee.test", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keep, err := s.CreateAccount(ctx, "max.test", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock := &manualClock{t: time.Now()}
+	s := startTestServer(t, clock)
+	did, access := testAccount(t, s, "lee.test")
+	keep, _ := testAccount(t, s, "max.test")
 	blob, err := s.UploadBlob(ctx, did, strings.NewReader("hello"), "text/plain")
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw := []byte(`{"b": ` + blobJSON(blob.Ref.String(), blob.MimeType, int(blob.Size)) + `}`)
 	if _, _, err := s.Repo(did).Apply(ctx, []Write{{Action: ActionCreate, Collection: "app.socialweb.test", RKey: "a", Raw: raw}}, ""); err != nil {
-		t.Fatal(err)
-	}
-	access, _, err := s.issueSession(did)
-	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,9 +58,7 @@ func TestDeleteAccountLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(16 * time.Minute)
-	mu.Unlock()
+	clock.Add(16 * time.Minute)
 	if st, name := post(t, s, "com.atproto.server.deleteAccount", "", map[string]any{"did": did, "password": "pw", "token": tok}); st != 400 || name != "ExpiredToken" {
 		t.Fatalf("expired token: %d %s", st, name)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -60,22 +59,9 @@ func resign(t *testing.T, carBytes []byte, key atcrypto.PrivateKey) []byte {
 
 func TestImportRepoVerifies(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := s.CreateAccount(ctx, "pat.test", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := s.CreateAccount(ctx, "quin.test", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startTestServer(t, nil)
+	p, _ := testAccount(t, s, "pat.test")
+	q, _ := testAccount(t, s, "quin.test")
 	for _, rk := range []string{"a", "b"} {
 		if _, _, err := s.Repo(p).Create(ctx, "app.socialweb.test", rk, map[string]any{"n": rk}); err != nil {
 			t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,19 +21,7 @@ import (
 // closes it when the test ends.
 func startPDSWith(t *testing.T, cfg pds.Config) *pds.Server {
 	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := pds.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return pds.StartForTest(t, cfg)
 }
 
 // xrpcAnswer is one raw XRPC exchange: status, headers and the decoded body.

@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,25 +161,9 @@ func call(t *testing.T, s *Server, method, access string, in, out any) (int, str
 
 func TestPLCOperationFlow(t *testing.T) {
 	ctx := context.Background()
-	var mu sync.Mutex
-	now := time.Now()
-	s, err := New(Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	did, err := s.CreateAccount(ctx, "pat.test", "pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	access, _, err := s.issueSession(did)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock := &manualClock{t: time.Now()}
+	s := startTestServer(t, clock)
+	did, access := testAccount(t, s, "pat.test")
 	expect := func(step string, st int, msg string, wantSt int, wantMsg string) {
 		t.Helper()
 		if st != wantSt || !strings.HasPrefix(msg, wantMsg) {
@@ -232,9 +214,7 @@ func TestPLCOperationFlow(t *testing.T) {
 	st, msg = call(t, s, "com.atproto.identity.signPlcOperation", access, sign, nil)
 	expect("sign with malformed verificationMethods", st, msg, 400, "InvalidRequest verificationMethods")
 	delete(sign, "verificationMethods")
-	mu.Lock()
-	now = now.Add(16 * time.Minute)
-	mu.Unlock()
+	clock.Add(16 * time.Minute)
 	st, msg = call(t, s, "com.atproto.identity.signPlcOperation", access, sign, nil)
 	expect("sign with an expired token", st, msg, 400, "ExpiredToken")
 	if tok, err = s.RequestPLCOperationSignature(ctx, did); err != nil {
