@@ -119,7 +119,8 @@ func TestMigrateAccountBetweenServers(t *testing.T) {
 	}
 
 	// 1. The account, deactivated, with a signing key of its own.
-	a := post(t, nil, next.URL(), "com.atproto.server.createAccount", token(did, next.ServiceDID(), lxm.String()), create)
+	good := token(did, next.ServiceDID(), lxm.String())
+	a := post(t, nil, next.URL(), "com.atproto.server.createAccount", good, create)
 	if a.status != 200 || a.body["did"] != did || a.body["handle"] != "mia.test" || a.body["accessJwt"] == nil {
 		t.Fatalf("createAccount: %d %v", a.status, a.body)
 	}
@@ -127,6 +128,9 @@ func TestMigrateAccountBetweenServers(t *testing.T) {
 		if _, ok := a.body[k]; ok {
 			t.Errorf("createAccount answers %s: %v", k, a.body)
 		}
+	}
+	if again := post(t, nil, next.URL(), "com.atproto.server.createAccount", good, create); again.status != 401 || again.errName() != "JwtReplayed" {
+		t.Fatalf("createAccount with a used token: %d %v", again.status, again.body)
 	}
 	if again := post(t, nil, next.URL(), "com.atproto.server.createAccount", token(did, next.ServiceDID(), lxm.String()),
 		map[string]any{"did": did, "handle": "mia2.test", "password": "new-pw"}); again.status != 400 || again.errName() != "AlreadyExists" {

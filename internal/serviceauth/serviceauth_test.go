@@ -10,6 +10,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/auth"
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 func setup(t *testing.T) (*Verifier, atcrypto.PrivateKey, syntax.DID) {
@@ -64,6 +65,12 @@ func TestVerify(t *testing.T) {
 			return s
 		}, ""},
 		{"garbage", "BadJwt", func() string { return "a.b" }, ""},
+		{"a session token", "BadJwtType", func() string {
+			at := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": did.String(), "aud": "did:web:gw.test"})
+			at.Header["typ"] = "at+jwt"
+			s, _ := at.SignedString([]byte("session secret"))
+			return s
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
