@@ -70,7 +70,7 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 	did := ""
 	if in.DID != nil {
 		if _, err := syntax.ParseDID(*in.DID); err != nil {
-			return nil, errInvalidRequest("Input/did must be a valid did")
+			return nil, errInvalidRequest("Invalid DID (got %q) at $.did", *in.DID)
 		}
 		did = *in.DID
 	}

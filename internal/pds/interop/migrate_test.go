@@ -89,6 +89,9 @@ func migrateScenario(ctx context.Context, t *testing.T, from, to pdsEnd, handle,
 	create("createAccount with a token for another method", serviceAuth(a, desc.Did, "com.atproto.repo.createRecord"), in)
 	create("createAccount with a token signed by another key", forged, in)
 	create("createAccount with a session token", a.c.Session().AccessJwt, in)
+	create("createAccount with a did that is not a DID", "", map[string]any{"did": "nope", "handle": handle, "password": "new-pw", "email": in["email"]})
+	create("createAccount with a plcOp", serviceAuth(a, desc.Did, lxm), map[string]any{"did": a.did, "handle": handle, "password": "new-pw",
+		"email": in["email"], "plcOp": map[string]any{"type": "plc_operation"}})
 	// 1. goat: the account on the new PDS, with a token from the old one.
 	create("createAccount", serviceAuth(a, desc.Did, lxm), in)
 	create("createAccount of a DID already there", serviceAuth(a, desc.Did, lxm),
