@@ -90,6 +90,11 @@ func (s *Server) hCreateAccount(ctx context.Context, r *http.Request) (any, erro
 		}
 		invite = in.InviteCode
 	}
+	// As the reference, a handle held here is named before a DID brought without its token
+	// (createAccount checks again under the accounts' lock).
+	if held, _ := s.resolveHandleLocal(handle); held != "" {
+		return nil, errInvalidRequest("Handle already taken: %s", handle)
+	}
 	if did != "" && did != requester {
 		return nil, errNamed(401, "AuthenticationRequired", "Missing auth to create account with did: %s", did)
 	}
