@@ -131,6 +131,17 @@ func TestRequestCrawl(t *testing.T) {
 		}
 	}
 
+	// Activation (the last step of moving an account here) asks again.
+	if err := s.DeactivateAccount(ctx, sess.DID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivateAccount(ctx, sess.DID); err != nil {
+		t.Fatal(err)
+	}
+	if h := ok.next(t, 10*time.Second); h != "pds.example.com" {
+		t.Fatalf("relay after activateAccount: hostname %q", h)
+	}
+
 	// The new account's DID document points at the public URL.
 	doc, err := s.Directory().LookupDID(ctx, syntax.DID(sess.DID))
 	if err != nil {

@@ -99,7 +99,9 @@ func (s *Server) DeactivateAccount(_ context.Context, did string) error {
 // ActivateAccount ends a deactivation. As the reference, it first checks that the DID
 // document still names this server (else the account would be served from a PDS the network
 // does not point at), then emits #account (active), #identity and #sync with the current
-// commit, so that relays that dropped the repo pick it up again.
+// commit, so that relays that dropped the repo pick it up again; and asks the relays to crawl
+// (an account moved in may be the first they hear of this server), as the reference's
+// sequencer does after every event.
 func (s *Server) ActivateAccount(ctx context.Context, did string) error {
 	if err := s.checkDIDDoc(ctx, did); err != nil {
 		return err
@@ -115,7 +117,7 @@ func (s *Server) ActivateAccount(ctx context.Context, did string) error {
 	}
 	s.acctMu.Lock()
 	defer s.acctMu.Unlock()
-	return s.storeTx(func(tx *bolt.Tx, nextSeq func() (int64, error)) ([]storedFrame, error) {
+	err = s.storeTx(func(tx *bolt.Tx, nextSeq func() (int64, error)) ([]storedFrame, error) {
 		acct, err := getAccount(tx, did)
 		if err != nil {
 			return nil, errNamed(400, "AccountNotFound", "user not found")
@@ -152,6 +154,10 @@ func (s *Server) ActivateAccount(ctx context.Context, did string) error {
 		}
 		return frames, nil
 	})
+	if err == nil {
+		s.crawl.notify()
+	}
+	return err
 }
 
 // checkDIDDoc is the reference's assertValidDidDocumentForService: the DID's current PLC
