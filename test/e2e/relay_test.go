@@ -206,16 +206,8 @@ func (n *relayNet) start(t *testing.T, name string, env []string, readStdout boo
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Cleanups run last first: the process ends, then its log is printed.
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -233,6 +225,7 @@ func (n *relayNet) start(t *testing.T, name string, env []string, readStdout boo
 			t.Logf("%s log (tail):\n%s", name, b)
 		}
 	})
+	interruptAtCleanup(t, cmd)
 	if stdout != nil {
 		p.lines = make(chan string, 16)
 		go func() {

@@ -192,18 +192,7 @@ func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
 		if len(cs) != 1 {
 			return false, fmt.Errorf("%d claims", len(cs))
 		}
-		out, err := tkubectlErr(kc, "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}`)
-		if err != nil {
-			return false, err
-		}
-		f := strings.Fields(out)
-		for _, p := range f {
-			phase, on, _ := strings.Cut(p, "/")
-			if _, ok := cs[on]; !ok || phase != "Running" {
-				return false, fmt.Errorf("pods %q, claims %v", out, cs)
-			}
-		}
-		return len(f) == 2, fmt.Errorf("pods %q", out)
+		return webPodsRunOn(kc, cs)
 	})
 	t.Logf("consolidated to one node in %.2fs after the rollout", time.Since(t0).Seconds())
 	// The Drain decision ("draining node(s) ...") is followed at once by the wait for its pods
@@ -284,18 +273,23 @@ func TestScale_ConsolidationWaitsWhileAPDBRefusesTheEviction(t *testing.T) {
 		if len(cs) != 1 {
 			return false, fmt.Errorf("%d claims; Scaling: %q", len(cs), scaling())
 		}
-		out, err := tkubectlErr(kc, "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}`)
-		if err != nil {
-			return false, err
-		}
-		f := strings.Fields(out)
-		for _, p := range f {
-			phase, on, _ := strings.Cut(p, "/")
-			if _, ok := cs[on]; !ok || phase != "Running" {
-				return false, fmt.Errorf("pods %q, claims %v", out, cs)
-			}
-		}
-		return len(f) == 2, fmt.Errorf("pods %q", out)
+		return webPodsRunOn(kc, cs)
 	})
 	t.Logf("budget relaxed: consolidated to one node in %.2fs", time.Since(t1).Seconds())
+}
+
+// webPodsRunOn reports whether both app=web pods are Running on nodes of claims.
+func webPodsRunOn(kc string, claims map[string]v1alpha1.NodeClaim) (bool, error) {
+	out, err := tkubectlErr(kc, "get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}`)
+	if err != nil {
+		return false, err
+	}
+	f := strings.Fields(out)
+	for _, p := range f {
+		phase, on, _ := strings.Cut(p, "/")
+		if _, ok := claims[on]; !ok || phase != "Running" {
+			return false, fmt.Errorf("pods %q, claims %v", out, claims)
+		}
+	}
+	return len(f) == 2, fmt.Errorf("pods %q", out)
 }

@@ -19,6 +19,21 @@ import (
 	"socialweb.computer/internal/atclient"
 )
 
+// interruptAtCleanup ends cmd when the test ends: an interrupt, then a kill after 10 s.
+func interruptAtCleanup(t *testing.T, cmd *exec.Cmd) {
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
 // pdsServe is a running `socialweb pds serve` and the lines it printed.
 type pdsServe struct {
 	url   string
@@ -39,16 +54,7 @@ func startPDSServe(t *testing.T, dir string, env []string, args ...string) *pdsS
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
+	interruptAtCleanup(t, cmd)
 	lines := make(chan string, 10)
 	go func() {
 		sc := bufio.NewScanner(stdout)
