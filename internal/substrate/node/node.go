@@ -794,8 +794,19 @@ func (s *Substrate) Stop(ctx context.Context, id string) error {
 	return nil
 }
 
-// Remove implements substrate.Substrate.
+// Remove implements substrate.Substrate: an ended node's host state goes first (a node that
+// died by itself was never stopped, and its guest dir is what names that state).
 func (s *Substrate) Remove(ctx context.Context, id string) error {
+	st, err := s.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !st.Phase.Ended() {
+		return substrate.Errorf(Kind, "remove", id, substrate.ErrRunning, "stop it first")
+	}
+	if err := teardownHost(nodeStateFor(s.store.Dir(id))); err != nil {
+		return &substrate.Error{Kind: Kind, Op: "remove", ID: id, Err: err}
+	}
 	return substrate.RemoveEnded(ctx, Kind, id, s.store.Dir(id), s.Status)
 }
 
