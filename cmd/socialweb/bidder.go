@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,7 +160,20 @@ func newSubstrate(kind, stateDir string, nodes node.Config) (substrate.Substrate
 		return deno.New(deno.Config{StateDir: stateDir})
 	case node.Kind:
 		nodes.StateDir = stateDir
-		return node.New(nodes)
+		s, err := node.New(nodes)
+		if err != nil {
+			return nil, err
+		}
+		// Before the bidder adopts its guests: nodes that died with an earlier run leave
+		// no host state (docs/nodes.md).
+		swept, err := s.Sweep(context.Background(), false)
+		for _, sw := range swept {
+			fmt.Fprintln(os.Stderr, "bidder:", sw)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bidder: sweeping dead nodes:", err)
+		}
+		return s, nil
 	}
 	return nil, &UnknownSubstrateError{Kind: kind}
 }

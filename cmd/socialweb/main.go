@@ -52,7 +52,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand(), newBidderCommand(), newServeCommand(), newNodeAgentCommand(), newNodeRootCommand(), newNodeDNSCommand(), newNodePodNetCommand(), newWorkspaceCommand(), newClusterCommand(), newCheckHostCommand(), newInstallDepsCommand())
+	root.AddCommand(newUpCommand(), newControllersCommand(), newVersionCommand(), newBenchCommand(), newPDSCommand(), newImageCommand(), newKubeCommand(), newBidderCommand(), newServeCommand(), newNodeCommand(), newNodeAgentCommand(), newNodeRootCommand(), newNodeDNSCommand(), newNodePodNetCommand(), newWorkspaceCommand(), newClusterCommand(), newCheckHostCommand(), newInstallDepsCommand())
 	return root
 }
 

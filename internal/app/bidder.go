@@ -30,6 +30,10 @@ func localBidderDir(root string) string     { return filepath.Join(root, "bidder
 func localNodeBidderDir(root string) string { return filepath.Join(root, "node-bidder") }
 func guestsDir(bidderDir string) string     { return filepath.Join(bidderDir, "guests") }
 
+// LocalNodeStateDir is the state dir of the nodes of up's local node bidder in the data dir
+// root.
+func LocalNodeStateDir(root string) string { return guestsDir(localNodeBidderDir(root)) }
+
 // startLocalBidder runs the local default bidder (deno guests, free bids) until ctx ends:
 // its own account on srv (handle and DID in DATA_DIR/bidder/account.json; it acts in-process
 // and keeps no password) and its guests' state in DATA_DIR/bidder/guests. Without a Deno
@@ -77,6 +81,15 @@ func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ..
 	}
 	if err != nil {
 		return nil, err
+	}
+	// Before the bidder adopts its guests: nodes that died with an earlier up leave no
+	// host state (docs/nodes.md).
+	swept, err := sub.Sweep(context.Background(), false)
+	for _, sw := range swept {
+		phase("local node bidder: %s", sw)
+	}
+	if err != nil {
+		phase("local node bidder: sweeping dead nodes: %v", err)
 	}
 	flavour, why := sub.Flavour()
 	phase("local node bidder runs %s nodes: %s", flavour, why)
