@@ -130,6 +130,8 @@ func startUpWith(t *testing.T, dir string, with func(*exec.Cmd), args ...string)
 		}
 		p.done <- cmd.Wait()
 	}()
+	// Once up is stopped: the nodes it rented outlive it, and the test gives them up.
+	t.Cleanup(func() { releaseUpNodes(t, dir) })
 	t.Cleanup(func() { p.stop(t) })
 	select {
 	case line := <-ready:
