@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -296,7 +295,8 @@ func (n *nodeUp) guestProcs(only ...string) []int {
 }
 
 // waitGuestsGone waits until the guests (all seen so far without ids) have no process left
-// and checks they left no run dir, network namespace or mount.
+// and checks they left no run dir, network namespace, veth, iptables chain or rule, cgroup
+// or mount.
 func (n *nodeUp) waitGuestsGone(timeout time.Duration, ids ...string) {
 	t := n.t
 	t.Helper()
@@ -308,14 +308,8 @@ func (n *nodeUp) waitGuestsGone(timeout time.Duration, ids ...string) {
 		if len(ids) > 0 && !slices.Contains(ids, id) {
 			continue
 		}
-		if _, err := os.Stat("/run/swnode/" + tag); !os.IsNotExist(err) {
-			t.Errorf("run dir /run/swnode/%s left: %v", tag, err)
-		}
-		if _, err := os.Stat(filepath.Join("/run/netns", "swnode-"+tag)); !os.IsNotExist(err) {
-			t.Errorf("network namespace swnode-%s left: %v", tag, err)
-		}
-		if out, _ := exec.Command("ip", "link", "show", "swn"+tag).Output(); len(out) != 0 {
-			t.Errorf("veth swn%s left: %s", tag, out)
+		if left := hostStateOf(tag); len(left) != 0 {
+			t.Errorf("node guest %s left on the host: %s", id, strings.Join(left, ", "))
 		}
 		if m := mountsUnder(id); len(m) != 0 {
 			t.Errorf("mounts left: %v", m)
