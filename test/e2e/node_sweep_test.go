@@ -137,8 +137,13 @@ func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 	if left := hostStateOf(tag); len(left) != 0 {
 		t.Errorf("the dead node's host state left after the restart: %s", strings.Join(left, ", "))
 	}
-	if now := hostStateOf(otherTag); !slices.Equal(now, otherLeft) {
-		t.Errorf("the other data dir's node's host state is %v, was %v", now, otherLeft)
+	// Its agent may have made more since (a cgroup of one more hierarchy): none of what it
+	// had may be gone.
+	now := hostStateOf(otherTag)
+	for _, h := range otherLeft {
+		if !slices.Contains(now, h) {
+			t.Errorf("the other data dir's node lost its %s (now %v)", h, now)
+		}
 	}
 	if st, err := other.Status(context.Background(), "o1"); err != nil || st.Phase != substrate.Running {
 		t.Errorf("the other data dir's node: %s %v, want Running", st.Phase, err)
