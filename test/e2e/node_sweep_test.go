@@ -150,7 +150,10 @@ func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 	}
 
 	// The cluster gets a node again; it runs when the row ends, and the row's cleanup
-	// (releaseUpNodes) gives it up and finds nothing of it left.
+	// (releaseUpNodes) gives it up and finds nothing of it left. The core listens on a
+	// port of the new up's.
+	n.c = coreClient(t, n.dir)
+	kc = mint(t, n.dir, waitPhase(t, n.c, client.ObjectKey{Namespace: "default", Name: "c1"}, v1alpha1.ClusterReady, 60*time.Second))
 	testenv.Eventually(t, 180*time.Second, "a new node claimed, Running, and keeper Running on it", func() (bool, error) {
 		cs := n.claims("c1")
 		if _, old := cs[claim.Spec.NodeName]; old || len(cs) != 1 {
