@@ -112,6 +112,13 @@ func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 		return len(otherLeft) >= 6, fmt.Errorf("%v", otherLeft)
 	})
 
+	// Cordoned, so that the keeper's pod needs a node of the cluster's own again after the
+	// crash.
+	testenv.Eventually(t, 60*time.Second, "the other data dir's node cordoned", func() (bool, error) {
+		out, err := tkubectlErr(kc, "cordon", "other-1")
+		return err == nil, fmt.Errorf("%v: %s", err, out)
+	})
+
 	// The crash: up, then every process of its node.
 	var rec guestproc.Record
 	if err := guestproc.ReadJSON(filepath.Join(guest, guestproc.PidFile), &rec); err != nil || rec.PID <= 0 {
