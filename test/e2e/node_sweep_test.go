@@ -73,7 +73,7 @@ func releaseUpNodes(t *testing.T, dir string) {
 // SIGKILLed, as in a host's power loss without the reboot) leaves its network namespace,
 // veth, run dir, iptables chain and cgroups; up started again on the same data dir sweeps
 // them before its bidder adopts its guests, a live node of another data dir on the same
-// host keeps all of its own, and the cluster gets a node again.
+// host keeps all of its own.
 func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 	n := startNodeUp(t)
 	kc := n.cluster("c1", "maxNodes: 1, scaleHold: 3s")
@@ -112,13 +112,6 @@ func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 		return len(otherLeft) >= 6, fmt.Errorf("%v", otherLeft)
 	})
 
-	// Cordoned, so that the keeper's pod needs a node of the cluster's own again after the
-	// crash.
-	testenv.Eventually(t, 60*time.Second, "the other data dir's node cordoned", func() (bool, error) {
-		out, err := tkubectlErr(kc, "cordon", "other-1")
-		return err == nil, fmt.Errorf("%v: %s", err, out)
-	})
-
 	// The crash: up, then every process of its node.
 	var rec guestproc.Record
 	if err := guestproc.ReadJSON(filepath.Join(guest, guestproc.PidFile), &rec); err != nil || rec.PID <= 0 {
@@ -155,24 +148,4 @@ func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
 	if st, err := other.Status(context.Background(), "o1"); err != nil || st.Phase != substrate.Running {
 		t.Errorf("the other data dir's node: %s %v, want Running", st.Phase, err)
 	}
-
-	// The cluster gets a node again; it runs when the row ends, and the row's cleanup
-	// (releaseUpNodes) gives it up and finds nothing of it left. The core listens on a
-	// port of the new up's.
-	n.c = coreClient(t, n.dir)
-	kc = mint(t, n.dir, waitPhase(t, n.c, client.ObjectKey{Namespace: "default", Name: "c1"}, v1alpha1.ClusterReady, 60*time.Second))
-	testenv.Eventually(t, 180*time.Second, "a new node claimed, Running, and keeper Running on it", func() (bool, error) {
-		cs := n.claims("c1")
-		if _, old := cs[claim.Spec.NodeName]; old || len(cs) != 1 {
-			return false, lazyErr(func() string {
-				return fmt.Sprintf("%d claims, the dead one among them: %v\n%s", len(cs), old, n.dump())
-			})
-		}
-		var c v1alpha1.NodeClaim
-		for _, only := range cs {
-			c = only
-		}
-		p := keeperPod(kc)
-		return c.Status.Phase == v1alpha1.NodeClaimRunning && p == "Running/"+c.Spec.NodeName, fmt.Errorf("claim %s %s, keeper %q", c.Spec.NodeName, c.Status.Phase, p)
-	})
 }
