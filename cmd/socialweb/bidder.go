@@ -166,13 +166,7 @@ func newSubstrate(kind, stateDir string, nodes node.Config) (substrate.Substrate
 		}
 		// Before the bidder adopts its guests: nodes that died with an earlier run leave
 		// no host state (docs/nodes.md).
-		swept, err := s.Sweep(context.Background(), false)
-		for _, sw := range swept {
-			fmt.Fprintln(os.Stderr, "bidder:", sw)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bidder: sweeping dead nodes:", err)
-		}
+		s.SweepDead(context.Background(), func(line string) { fmt.Fprintln(os.Stderr, "bidder:", line) })
 		return s, nil
 	}
 	return nil, &UnknownSubstrateError{Kind: kind}

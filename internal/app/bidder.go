@@ -84,13 +84,7 @@ func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ..
 	}
 	// Before the bidder adopts its guests: nodes that died with an earlier up leave no
 	// host state (docs/nodes.md).
-	swept, err := sub.Sweep(context.Background(), false)
-	for _, sw := range swept {
-		phase("local node bidder: %s", sw)
-	}
-	if err != nil {
-		phase("local node bidder: sweeping dead nodes: %v", err)
-	}
+	sub.SweepDead(context.Background(), func(line string) { phase("local node bidder: %s", line) })
 	flavour, why := sub.Flavour()
 	phase("local node bidder runs %s nodes: %s", flavour, why)
 	if rtDir, rtWhy, _ := sub.Runtime(); flavour == node.FlavourNamespace {

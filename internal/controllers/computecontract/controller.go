@@ -206,10 +206,15 @@ const (
 	keyRFPAgain
 )
 
+// keyOf is the record key n of obj's records.
+func keyOf(obj *v1alpha1.ComputeContract, n int) string {
+	return feed.DerivedTID(string(obj.UID), obj.CreationTimestamp.Time, n)
+}
+
 // isKey reports whether uri is the record of obj's that key n names.
 func isKey(obj *v1alpha1.ComputeContract, uri string, n int) bool {
 	u, err := infra.ParseATURI(uri)
-	return err == nil && u.Rkey.String() == feed.DerivedTID(string(obj.UID), obj.CreationTimestamp.Time, n)
+	return err == nil && u.Rkey.String() == keyOf(obj, n)
 }
 
 func put(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, n int, coll string, v any) (*repos.Record, error) {
@@ -217,7 +222,7 @@ func put(ctx context.Context, repo repos.Repo, obj *v1alpha1.ComputeContract, n 
 	if err != nil {
 		return nil, err
 	}
-	return feed.PutOnce(ctx, repo, coll, feed.DerivedTID(string(obj.UID), obj.CreationTimestamp.Time, n), raw)
+	return feed.PutOnce(ctx, repo, coll, keyOf(obj, n), raw)
 }
 
 func fetchOwn(ctx context.Context, repo repos.Repo, uri string) (*repos.Record, error) {

@@ -221,6 +221,7 @@ func drain(ctx context.Context, w *tenantWatch, node string) (drained, error) {
 		err := w.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
+			delete(w.blocked, p.Namespace+"/"+p.Name) // it goes: nothing more to say of it
 		case apierrors.IsTooManyRequests(err):
 			// A PodDisruptionBudget allows no disruption now.
 			why := evictionRefusal(err)

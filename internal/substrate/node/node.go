@@ -804,10 +804,11 @@ func (s *Substrate) Remove(ctx context.Context, id string) error {
 	if !st.Phase.Ended() {
 		return substrate.Errorf(Kind, "remove", id, substrate.ErrRunning, "stop it first")
 	}
-	if err := teardownHost(nodeStateFor(s.store.Dir(id))); err != nil {
+	dir := s.store.Dir(id)
+	if err := teardownHost(nodeStateFor(dir)); err != nil {
 		return &substrate.Error{Kind: Kind, Op: "remove", ID: id, Err: err}
 	}
-	return substrate.RemoveEnded(ctx, Kind, id, s.store.Dir(id), s.Status)
+	return os.RemoveAll(dir)
 }
 
 // List implements substrate.Substrate.

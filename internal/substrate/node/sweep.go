@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,14 +101,17 @@ func (s *Substrate) Sweep(ctx context.Context, release bool) ([]Swept, error) {
 	}
 	host := readSweepHost()
 	facts := make([]sweepFacts, 0, len(ids))
-	states := map[string]nodeState{}
+	type known struct {
+		state nodeState
+		left  []string
+	}
+	byID := map[string]known{}
 	for _, id := range ids {
 		dir := s.store.Dir(id)
 		f := sweepFacts{ID: id}
 		var ns nodeState
 		if guestproc.ReadJSON(filepath.Join(dir, nodeFile), &ns) == nil && ns.Dir != "" {
 			f.Known = true
-			states[id] = ns
 			var rec guestproc.Record
 			_ = guestproc.ReadJSON(filepath.Join(dir, guestproc.PidFile), &rec)
 			// A supervisor killed alone leaves its agent running: the node is alive.
@@ -115,14 +119,11 @@ func (s *Substrate) Sweep(ctx context.Context, release bool) ([]Swept, error) {
 			if !f.Alive {
 				f.Left = host.left(ns)
 			}
+			byID[id] = known{state: ns, left: f.Left}
 		}
 		facts = append(facts, f)
 	}
 	stop, sweep := sweepPlan(facts, release)
-	left := map[string][]string{}
-	for _, f := range facts {
-		left[f.ID] = f.Left
-	}
 	var out []Swept
 	var errs []error
 	for _, id := range stop {
@@ -134,14 +135,28 @@ func (s *Substrate) Sweep(ctx context.Context, release bool) ([]Swept, error) {
 		out = append(out, sw)
 	}
 	for _, id := range sweep {
-		sw := Swept{ID: id, Left: left[id]}
-		if err := teardownHost(states[id]); err != nil {
+		k := byID[id]
+		sw := Swept{ID: id, Left: k.left}
+		if err := teardownHost(k.state); err != nil {
 			sw.Err = fmt.Errorf("sweep node %s: %w", id, err)
 			errs = append(errs, sw.Err)
 		}
 		out = append(out, sw)
 	}
 	return out, errors.Join(errs...)
+}
+
+// SweepDead is Sweep at a start, before the bidder adopts its guests: each node swept is
+// said as a line, and a failure too (it does not stop the start: the nodes left are swept
+// at the next).
+func (s *Substrate) SweepDead(ctx context.Context, say func(line string)) {
+	swept, err := s.Sweep(ctx, false)
+	for _, sw := range swept {
+		say(sw.String())
+	}
+	if err != nil {
+		say("sweeping dead nodes: " + err.Error())
+	}
 }
 
 // SweepStateDir is Sweep of the node substrate whose state dir is stateDir, without the
@@ -167,10 +182,10 @@ type sweepHost struct {
 
 func readSweepHost() sweepHost {
 	var h sweepHost
-	self := os.Getpid()
+	self := strconv.Itoa(os.Getpid())
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		if e.Name() == fmt.Sprint(self) {
+		if e.Name() == self {
 			continue
 		}
 		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(b) > 0 {
