@@ -21,8 +21,7 @@ func TestMain(m *testing.M) {
 	if bin := os.Getenv("SOCIALWEB_TEST_BIN"); bin != "" {
 		socialwebBin = bin
 		code := m.Run()
-		removeCrashBin()
-		removeRelayBin()
+		removeBuilt()
 		os.Exit(code)
 	}
 	dir, err := os.MkdirTemp("", "socialweb-e2e-bin-")
@@ -52,8 +51,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	removeCrashBin()
-	removeRelayBin()
+	removeBuilt()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

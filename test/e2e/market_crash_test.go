@@ -26,40 +26,26 @@ import (
 
 // crashBin is a socialweb binary built with the crashpoints tag, so that SOCIALWEB_CRASH_AT
 // kills it at a named step: the binary under test when it was built so, else one built once
-// for the run (dir is removed at its end).
-var crashBin struct {
-	once      sync.Once
-	path, dir string
-	err       error
-}
+// for the run.
+var crashBin = builtOnce{prefix: "socialweb-e2e-crashbin-"}
 
 func crashpointBinary(t *testing.T) string {
 	t.Helper()
-	crashBin.once.Do(func() {
+	return crashBin.get(t, func(dir string) (string, error) {
 		if out, err := exec.Command("go", "version", "-m", socialwebBin).Output(); err == nil && strings.Contains(string(out), "-tags=crashpoints") {
-			crashBin.path = socialwebBin
-			return
+			return socialwebBin, nil
 		}
-		dir, err := os.MkdirTemp("", "socialweb-e2e-crashbin-")
-		if err != nil {
-			crashBin.err = err
-			return
-		}
-		crashBin.dir, crashBin.path = dir, filepath.Join(dir, "socialweb")
+		path := filepath.Join(dir, "socialweb")
 		ldflags, err := exec.Command("bash", "../../hack/kube-ldflags.sh").Output()
 		if err != nil {
-			crashBin.err = fmt.Errorf("hack/kube-ldflags.sh: %w", err)
-			return
+			return "", fmt.Errorf("hack/kube-ldflags.sh: %w", err)
 		}
-		out, err := exec.Command("go", "build", "-tags", "crashpoints", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", crashBin.path, "socialweb.computer/cmd/socialweb").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "crashpoints", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", path, "socialweb.computer/cmd/socialweb").CombinedOutput()
 		if err != nil {
-			crashBin.err = fmt.Errorf("building socialweb with -tags crashpoints: %v\n%s", err, out)
+			return "", fmt.Errorf("building socialweb with -tags crashpoints: %v\n%s", err, out)
 		}
+		return path, nil
 	})
-	if crashBin.err != nil {
-		t.Fatal(crashBin.err)
-	}
-	return crashBin.path
 }
 
 // A `socialweb bidder` killed (exit 137, nothing run after) at each step of a guest start
@@ -220,8 +206,3 @@ func crashDuringStart(t *testing.T, env *testenv.Env, bin, name, point, action s
 }
 
 // removeCrashBin removes the binary crashpointBinary built, if it built one.
-func removeCrashBin() {
-	if crashBin.dir != "" {
-		os.RemoveAll(crashBin.dir)
-	}
-}

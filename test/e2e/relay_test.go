@@ -29,58 +29,37 @@ import (
 )
 
 // relayBin is indigo's relay (cmd/relay), built once per run at the indigo version go.mod
-// requires (dir is removed at the run's end).
-var relayBin struct {
-	once      sync.Once
-	path, dir string
-	err       error
-}
+// requires.
+var relayBin = builtOnce{prefix: "socialweb-e2e-relay-"}
 
 // relayBinary builds github.com/bluesky-social/indigo/cmd/relay in a module of its own that
 // requires indigo at this module's version: the relay is built with the dependency versions
 // indigo names (unmodified), and this module's go.mod and go.sum are left as they are.
 func relayBinary(t *testing.T) string {
 	t.Helper()
-	relayBin.once.Do(func() {
+	return relayBin.get(t, func(dir string) (string, error) {
 		out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/bluesky-social/indigo").Output()
 		if err != nil {
-			relayBin.err = fmt.Errorf("the indigo version in go.mod: %w", err)
-			return
+			return "", fmt.Errorf("the indigo version in go.mod: %w", err)
 		}
 		version := strings.TrimSpace(string(out))
 		goVersion, err := exec.Command("go", "list", "-m", "-f", "{{.GoVersion}}").Output()
 		if err != nil {
-			relayBin.err = fmt.Errorf("the go version in go.mod: %w", err)
-			return
+			return "", fmt.Errorf("the go version in go.mod: %w", err)
 		}
-		dir, err := os.MkdirTemp("", "socialweb-e2e-relay-")
-		if err != nil {
-			relayBin.err = err
-			return
-		}
-		relayBin.dir, relayBin.path = dir, filepath.Join(dir, "relay")
 		mod := fmt.Sprintf("module relaybuild\n\ngo %s\n\nrequire github.com/bluesky-social/indigo %s\n", strings.TrimSpace(string(goVersion)), version)
 		if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
-			relayBin.err = err
-			return
+			return "", err
 		}
-		build := exec.Command("go", "build", "-o", relayBin.path, "github.com/bluesky-social/indigo/cmd/relay")
+		path := filepath.Join(dir, "relay")
+		build := exec.Command("go", "build", "-o", path, "github.com/bluesky-social/indigo/cmd/relay")
 		build.Dir = dir
 		build.Env = append(os.Environ(), "GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off")
 		if out, err := build.CombinedOutput(); err != nil {
-			relayBin.err = fmt.Errorf("building indigo's relay %s: %v\n%s", version, err, out)
+			return "", fmt.Errorf("building indigo's relay %s: %v\n%s", version, err, out)
 		}
+		return path, nil
 	})
-	if relayBin.err != nil {
-		t.Fatal(relayBin.err)
-	}
-	return relayBin.path
-}
-
-func removeRelayBin() {
-	if relayBin.dir != "" {
-		os.RemoveAll(relayBin.dir)
-	}
 }
 
 // Addresses inside a relay test namespace. The relay dials only public addresses
