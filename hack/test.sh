@@ -30,7 +30,14 @@ export SOCIALWEB_INTEROP=1
 # Screenshots of the browser rows (the console) are kept here, one directory per row.
 export SOCIALWEB_TEST_ARTIFACTS="$PWD/.cache/test-artifacts"
 rm -rf "$SOCIALWEB_TEST_ARTIFACTS"
-go test -count=1 -timeout 40m ./...
+# gotestsum (a tool of the module) runs `go test` and prints what it prints; it also keeps the
+# event stream, from which the slowest rows are listed whether or not the run passed.
+mkdir -p .cache
+rc=0
+go tool gotestsum --format standard-quiet --jsonfile .cache/test-events.json -- -count=1 -timeout 40m ./... || rc=$?
+echo "== slowest tests (over 30s)"
+go tool gotestsum tool slowest --jsonfile .cache/test-events.json --threshold 30s
+[ "$rc" -eq 0 ] || exit "$rc"
 
 echo "== fuzz targets, briefly"
 # Every FuzzXxx(f *testing.F) in the module's test files, found rather than listed, so that a

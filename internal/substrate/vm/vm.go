@@ -252,8 +252,14 @@ func (s *Substrate) qemuArgv(accel, serial, initrd, appendLine string, cpus, mem
 }
 
 func (s *Substrate) machineArgv(accel, serial, initrd, appendLine string, cpus, memMiB int, devices []string) []string {
+	accelArg := accel
+	if accel == TCG {
+		// One host thread runs every vCPU in turn: multi-threaded TCG has left a
+		// loaded host's two-vCPU guest with both CPUs in soft lockup for minutes.
+		accelArg = "tcg,thread=single"
+	}
 	argv := []string{s.cfg.QEMU,
-		"-M", "microvm", "-accel", accel, "-cpu", "max",
+		"-M", "microvm", "-accel", accelArg, "-cpu", "max",
 		"-m", strconv.Itoa(memMiB) + "M", "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		// qemu runs untrusted guest code: a seccomp filter (no spawning,
