@@ -198,16 +198,27 @@ type claims struct {
 // Verify checks token for a call of the lexicon method lxm ("" accepts any lxm, including
 // none) and records its jti. The token is accepted at most once.
 func (v *Verifier) Verify(ctx context.Context, token, lxm string) (*Claims, error) {
-	c, err := v.check(ctx, token, lxm, false)
-	if err != nil {
-		var sigErr *Error
-		if errors.As(err, &sigErr) && sigErr.Name == "BadJwtSignature" {
-			// The key may have rotated since the directory cached it: look it up afresh, once
-			// and only if the refetch bound allows it (else the refusal stands).
-			if iss := unverifiedIssuer(token); iss != "" && v.mayRefetch(iss) {
-				_ = v.cfg.Directory.Purge(ctx, iss.AtIdentifier())
-				c, err = v.check(ctx, token, lxm, true)
-			}
+	if strings.Count(token, ".") != 2 || len(token) > 8192 {
+		return nil, refuse("BadJwt", "poorly formatted jwt")
+	}
+	// Read once without verifying: the header's type, and the issuer whose key a bad
+	// signature makes look up afresh.
+	var unverified claims
+	t, _, err := jwt.NewParser().ParseUnverified(token, &unverified)
+	if err == nil {
+		// Session and proof tokens are never service-auth tokens, whatever they carry (the
+		// reference refuses these types by name before anything else).
+		if typ, _ := t.Header["typ"].(string); typ == "at+jwt" || typ == "refresh+jwt" || typ == "dpop+jwt" {
+			return nil, refuse("BadJwtType", "Invalid jwt type %q", typ)
+		}
+	}
+	c, err := v.check(ctx, token, lxm)
+	if sigErr := (*Error)(nil); errors.As(err, &sigErr) && sigErr.Name == "BadJwtSignature" {
+		// The key may have rotated since the directory cached it: look it up afresh, once
+		// and only if the refetch bound allows it (else the refusal stands).
+		if iss, perr := syntax.ParseDID(unverified.Issuer); perr == nil && v.mayRefetch(iss) {
+			_ = v.cfg.Directory.Purge(ctx, iss.AtIdentifier())
+			c, err = v.check(ctx, token, lxm)
 		}
 	}
 	if err != nil {
@@ -232,30 +243,8 @@ func (v *Verifier) Verify(ctx context.Context, token, lxm string) (*Claims, erro
 	return c, nil
 }
 
-func unverifiedIssuer(token string) syntax.DID {
-	var cl claims
-	if _, _, err := jwt.NewParser().ParseUnverified(token, &cl); err != nil {
-		return ""
-	}
-	did, err := syntax.ParseDID(cl.Issuer)
-	if err != nil {
-		return ""
-	}
-	return did
-}
-
-func (v *Verifier) check(ctx context.Context, token, lxm string, _ bool) (*Claims, error) {
-	if strings.Count(token, ".") != 2 || len(token) > 8192 {
-		return nil, refuse("BadJwt", "poorly formatted jwt")
-	}
-	// Session and proof tokens are never service-auth tokens, whatever they carry (the
-	// reference refuses these types by name before anything else).
-	var hdr claims
-	if t, _, err := jwt.NewParser().ParseUnverified(token, &hdr); err == nil {
-		if typ, _ := t.Header["typ"].(string); typ == "at+jwt" || typ == "refresh+jwt" || typ == "dpop+jwt" {
-			return nil, refuse("BadJwtType", "Invalid jwt type %q", typ)
-		}
-	}
+// check verifies token's signature, times, audience and lexicon method.
+func (v *Verifier) check(ctx context.Context, token, lxm string) (*Claims, error) {
 	var cl claims
 	parser := jwt.NewParser(
 		jwt.WithValidMethods([]string{"ES256K", "ES256"}),
