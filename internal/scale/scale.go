@@ -59,6 +59,8 @@ type Pod struct {
 	Job bool
 	// Requests are what the scheduler places the pod by (its effective requests).
 	Requests Resources
+	// Nominated is status.nominatedNodeName: the node the scheduler is to try first.
+	Nominated string
 	// NoNewNode says why no new node could run the pod whatever its size (its nodeSelector
 	// or required node affinity matches no node of the kind this cluster rents); "" when
 	// one could, or when that is not known yet.
@@ -142,6 +144,12 @@ type Simulation struct {
 	// FitsExisting are the pods that fit a node the cluster has or a claim in flight
 	// brings: they wait for the scheduler, not for a node.
 	FitsExisting []string
+	// OnNodes is the node (existing, or a claim's in flight) each pod of FitsExisting was
+	// placed on.
+	OnNodes map[string]string
+	// NewNodePods are the pods placed on each new node, one list per node of NewNodes: the
+	// pods it is rented for.
+	NewNodePods [][]string
 	// NewNodeSizes are the sizes of the new nodes, one per node of NewNodes: each the
 	// smallest that holds the pods the simulation packed onto it. Missing entries are
 	// the smallest size the cluster rents.
@@ -198,6 +206,10 @@ type Decision struct {
 	// Sizes are the sizes of the nodes to add, in order, when a simulation sized them
 	// (Input.Simulated); a node without an entry is rented at the cluster's smallest size.
 	Sizes []Size
+	// NewNodePods are the pods the simulation placed on each node to add, in the order of
+	// Sizes: nominated to the node once it is claimed, so that the scheduler places them
+	// where the simulation did rather than spreading them by its scores.
+	NewNodePods [][]string
 	// Release are the nodes whose claims to delete (Action Release), sorted.
 	Release []string
 	// ReleaseClaims are the claims of Release, in the same order.
@@ -393,6 +405,7 @@ func Decide(in Input) Decision {
 		d.Action, d.Provision = Provision, need
 		if in.Simulated != nil {
 			d.Sizes = in.Simulated.NewNodeSizes[:min(need, len(in.Simulated.NewNodeSizes))]
+			d.NewNodePods = in.Simulated.NewNodePods[:min(need, len(in.Simulated.NewNodePods))]
 		}
 		d.Reason = ReasonIntentBeyond
 		if total == 0 {

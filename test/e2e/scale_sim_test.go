@@ -293,3 +293,39 @@ func webPodsRunOn(kc string, claims map[string]v1alpha1.NodeClaim) (bool, error)
 	}
 	return len(f) == 2, fmt.Errorf("pods %q", out)
 }
+
+// Mixed requests are packed as simulated and the scheduler agrees: two pods of 600m and two
+// of 1200m (created smaller first) fit two 2-CPU nodes only as 1200m+600m on each, which is
+// how the simulation packs them (first-fit decreasing). maxNodes 2 leaves no room for a
+// third node, so every pod runs only if the scheduler puts each where the simulation did.
+// Left to its scores it does not: the first node to register takes both 600m pods (they are
+// first in its queue), and one 1200m pod is left with no room. The node host nominates each
+// pod to the node the simulation chose, and the scheduler tries that node first.
+func TestScale_MixedRequestsRunWhereSimulated(t *testing.T) {
+	n := startNodeUp(t)
+	kc := n.cluster("mix", "maxNodes: 2, podsPerNode: 10, scaleHold: 60s")
+
+	t0 := time.Now()
+	var manifest []string
+	for _, p := range [][3]string{{"small-1", "600m"}, {"small-2", "600m"}, {"large-1", "1200m"}, {"large-2", "1200m"}} {
+		manifest = append(manifest, sizedPod(p[0], p[1], "64Mi"))
+	}
+	tkubectl(t, kc, strings.Join(manifest, "---\n"), "apply", "-f", "-")
+	claims := n.waitClaimsRunning("mix", 2, 240*time.Second)
+	for _, c := range claims {
+		if c.Spec.CPUs != 2 {
+			t.Errorf("claim %s asks %d CPUs, want 2 (1200m + 600m)", c.Name, c.Spec.CPUs)
+		}
+	}
+	on := map[string][]string{}
+	for _, p := range []string{"small-1", "small-2", "large-1", "large-2"} {
+		nodeName := waitPod(t, kc, p, "Running", "", 120*time.Second)
+		on[nodeName] = append(on[nodeName], p)
+	}
+	t.Logf("four pods Running in %.2fs: %v", time.Since(t0).Seconds(), on)
+	for nodeName, pods := range on {
+		if len(pods) != 2 {
+			t.Errorf("node %s runs %v, want one pod of each size", nodeName, pods)
+		}
+	}
+}

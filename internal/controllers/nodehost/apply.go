@@ -27,11 +27,18 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 	if n := len(d.Unfittable); n > 0 {
 		counts += fmt.Sprintf("; %d pod(s) no new node can run get no node: %s", n, unfittable(d))
 	}
+	var provisioned []string
 	switch d.Action {
 	case scale.Provision:
-		names, err := r.provision(ctx, p, d.Provision, sizesOf(d, SettingsOf(p.cluster).SizeRange()))
+		sizes := sizesOf(d, SettingsOf(p.cluster).SizeRange())
+		var err error
+		provisioned, err = r.provision(ctx, p, d.Provision, sizes)
 		if err != nil {
 			return err
+		}
+		names := make([]string, len(provisioned))
+		for i, node := range provisioned {
+			names[i] = fmt.Sprintf("%s (%s)", node, sizes[i])
 		}
 		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
 			message: fmt.Sprintf("provisioning %d node(s) (%s): %s; %s", d.Provision, strings.Join(names, ", "), d.Reason, counts)}
@@ -74,6 +81,9 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 			message += fmt.Sprintf(" (%s: %s)", strings.Join(names, ", "), left)
 		}
 		p.outcome = outcome{reason: ConditionReason(d.Reason), message: message + "; " + counts}
+	}
+	if w != nil {
+		r.nominate(ctx, p, w, Nominations(in, d, provisioned))
 	}
 	return nil
 }
@@ -160,7 +170,7 @@ func sizesOf(d scale.Decision, r scale.SizeRange) []scale.Size {
 }
 
 // provision creates n NodeClaims for the Cluster, each with a fresh node name and the size
-// of sizes (one per node).
+// of sizes (one per node), and returns the node names, in order.
 func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scale.Size) ([]string, error) {
 	taken := map[string]bool{}
 	for _, c := range p.claims {
@@ -188,7 +198,7 @@ func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scal
 		if err := r.Client.Create(ctx, claim); err != nil {
 			return names, fmt.Errorf("creating NodeClaim %s: %w", claim.Name, err)
 		}
-		names = append(names, fmt.Sprintf("%s (%s)", node, sizes[i]))
+		names = append(names, node)
 	}
 	return names, nil
 }

@@ -26,7 +26,7 @@ const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 //   - Daemon: controlled by a DaemonSet, or a mirror pod.
 //   - Job: controlled by a Job.
 func PodOf(p *corev1.Pod) scale.Pod {
-	out := scale.Pod{Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName}
+	out := scale.Pod{Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName, Nominated: p.Status.NominatedNodeName}
 	// What the scheduler places it by: containers, init containers, overhead.
 	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	out.Requests = scale.Resources{MilliCPU: req.Cpu().MilliValue(), MemBytes: req.Memory().Value()}

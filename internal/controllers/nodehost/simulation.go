@@ -184,7 +184,7 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduling simulation: %w", err)
 	}
-	sim := &scale.Simulation{NewNodes: res.NewNodes}
+	sim := &scale.Simulation{NewNodes: res.NewNodes, NewNodePods: make([][]string, res.NewNodes)}
 	for _, l := range res.NewNodeLoads {
 		// The load fits the template, the largest size less the overhead, so it fits.
 		size, _ := pi.Sizes.Fit(scale.Resources{MilliCPU: l.MilliCPU + pi.Overhead.MilliCPU, MemBytes: l.MemBytes + pi.Overhead.MemBytes})
@@ -194,7 +194,13 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 		switch {
 		case pl.Node != "":
 			sim.FitsExisting = append(sim.FitsExisting, pl.Pod)
-		case pl.NewNode > 0, pl.Reason == simulate.ReasonNoRoom:
+			if sim.OnNodes == nil {
+				sim.OnNodes = map[string]string{}
+			}
+			sim.OnNodes[pl.Pod] = pl.Node
+		case pl.NewNode > 0:
+			sim.NewNodePods[pl.NewNode-1] = append(sim.NewNodePods[pl.NewNode-1], pl.Pod)
+		case pl.Reason == simulate.ReasonNoRoom:
 		default:
 			if sim.Unplaced == nil {
 				sim.Unplaced = map[string]string{}

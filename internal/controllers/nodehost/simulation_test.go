@@ -171,8 +171,9 @@ func TestSimulationOf(t *testing.T) {
 	slices.Sort(sim.FitsExisting)
 	// n2 (in flight, the default 1 CPU) takes no 1.5-CPU pod: x on the one new node maxNodes
 	// leaves, sized 2 CPUs for it, y and z no room, fits on n1.
-	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits"},
-		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}, NewNodeSizes: []scale.Size{{CPUs: 2, MemMiB: 256}}}
+	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits"}, OnNodes: map[string]string{"default/fits": "n1"},
+		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}, NewNodeSizes: []scale.Size{{CPUs: 2, MemMiB: 256}},
+		NewNodePods: [][]string{{"default/x"}}}
 	if d := cmp.Diff(want, sim); d != "" {
 		t.Errorf("(-want +got)\n%s", d)
 	}
