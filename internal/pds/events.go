@@ -191,6 +191,14 @@ func (s *Server) Subscribe(ctx context.Context, cursor *int64, fn func(*firehose
 	})
 }
 
+// LastSeq is the seq of the newest event committed (0: none yet). A subscriber from the
+// start has replayed everything committed before it asked once it has handled this seq.
+func (s *Server) LastSeq() int64 {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.last
+}
+
 // lastSeq reads the newest stored seq.
 func lastSeq(tx *bolt.Tx) int64 {
 	k, _ := tx.Bucket(bEvents).Cursor().Last()

@@ -102,6 +102,9 @@ func (l localEvents) Subscribe(ctx context.Context, cursor *int64, fn func(Event
 	return l.srv.Subscribe(ctx, cursor, func(ev *firehose.Event) error { return fn(fromFirehose(ev)) })
 }
 
+// Head is the seq of the embedded PDS's newest event.
+func (l localEvents) Head(context.Context) (int64, error) { return l.srv.LastSeq(), nil }
+
 func localSwap(s *string) *pds.Swap {
 	if s == nil {
 		return nil

@@ -99,6 +99,14 @@ type EventSource interface {
 	Subscribe(ctx context.Context, cursor *int64, fn func(Event) error) error
 }
 
+// HeadSource is an EventSource that can say the seq of its newest event (0: none), so that a
+// follower replaying from the start knows exactly when it has caught up rather than waiting
+// for the replay to fall quiet. The embedded PDS's firehose is one; a remote firehose offers
+// no such call.
+type HeadSource interface {
+	Head(ctx context.Context) (int64, error)
+}
+
 // fromFirehose reduces a decoded firehose event. What a PDS sends is checked here, where it
 // enters: an event whose repo is not a DID carries only its Seq, and an op whose path is not
 // <collection>/<rkey> is dropped (its parts go into at-uris and record reads).

@@ -47,9 +47,11 @@ type seenEvent struct {
 // catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
 const catchUpQuiet = 250 * time.Millisecond
 
-// follower is one PDS followed. It is caught up once it has handled an event committed
-// after it started, or once the replay has been quiet for catchUpQuiet: until then what the
-// index holds may miss records, and no contract decides on it.
+// follower is one PDS followed. It is caught up once it has handled the event that was the
+// newest when it started, where the firehose can say which (repos.HeadSource: the embedded
+// PDS's); else once it has handled an event committed after it started, or once the replay
+// has been quiet for catchUpQuiet. Until then what the index holds may miss records, and no
+// contract decides on it.
 type follower struct {
 	start time.Time
 	ready chan struct{}
@@ -77,16 +79,26 @@ func (x *Index) Follow(ctx context.Context, src feed.Source) {
 		return
 	}
 	f := &follower{start: time.Now(), ready: make(chan struct{})}
-	f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
+	head, exact := feed.HeadOf(ctx, src.Events)
+	switch {
+	case exact && head == 0:
+		f.markReady() // nothing to replay
+	case !exact:
+		f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
+	}
 	x.following[src.Endpoint] = f
 	go feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
 		x.handle(ctx, src.Fetch, ev)
-		if !f.isReady() {
-			if ev.Time.After(f.start) {
+		switch {
+		case f.isReady():
+		case exact:
+			if ev.Seq >= head {
 				f.markReady()
-			} else {
-				f.timer.Reset(catchUpQuiet)
 			}
+		case ev.Time.After(f.start):
+			f.markReady()
+		default:
+			f.timer.Reset(catchUpQuiet)
 		}
 	})
 }

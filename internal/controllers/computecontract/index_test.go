@@ -6,9 +6,11 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market"
+	"socialweb.computer/internal/market/feed"
 	"socialweb.computer/internal/repos"
 )
 
@@ -83,5 +85,64 @@ func TestStatedIsolation(t *testing.T) {
 	x.onOffering(context.Background(), fetch, "did:plc:vm", "at://did:plc:vm/"+mk.OfferingNSID+"/self", "delete")
 	if got := x.Stated("deno"); got["did:plc:vm"] != market.BoundaryNone {
 		t.Errorf("after the vm bidder's offering was deleted: %v", got)
+	}
+}
+
+// pausedSource is a firehose of seqs 1..n that falls silent for pause after seq pauseAfter;
+// headed, it says its newest seq (repos.HeadSource) as the embedded PDS's does.
+type pausedSource struct {
+	n, pauseAfter int64
+	pause         time.Duration
+}
+
+func (s pausedSource) Subscribe(ctx context.Context, cursor *int64, fn func(repos.Event) error) error {
+	for seq := int64(1); seq <= s.n; seq++ {
+		if cursor != nil && seq <= *cursor {
+			continue
+		}
+		// Committed before the follower started: only the newest seq or the quiet end it.
+		if err := fn(repos.Event{Seq: seq, DID: "did:plc:someone", Time: time.Now().Add(-time.Hour)}); err != nil {
+			return err
+		}
+		if seq == s.pauseAfter {
+			time.Sleep(s.pause)
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+type headedPausedSource struct{ pausedSource }
+
+func (s headedPausedSource) Head(context.Context) (int64, error) { return s.n, nil }
+
+// A follower is caught up once it has handled the newest seq where its firehose can say it,
+// however long the replay falls silent on the way; else once the replay is quiet.
+func TestFollowerCatchUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	paused := pausedSource{n: 3, pauseAfter: 2, pause: 4 * catchUpQuiet}
+	var empty repos.EventSource = headedPausedSource{pausedSource{n: 0}}
+	for _, tc := range []struct {
+		name            string
+		src             repos.EventSource
+		midway, settled bool // caught up 2 quiet periods into the pause; after it
+	}{
+		{"newest seq known", headedPausedSource{paused}, false, true},
+		{"newest seq known, nothing to replay", empty, true, true},
+		{"no newest seq: the quiet ends the replay", paused, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := &Index{}
+			x.Follow(ctx, feed.Source{Endpoint: tc.name, Events: tc.src})
+			time.Sleep(2 * catchUpQuiet)
+			if got := x.CaughtUp(tc.name); got != tc.midway {
+				t.Errorf("caught up during the pause: %v, want %v", got, tc.midway)
+			}
+			time.Sleep(3 * catchUpQuiet)
+			if got := x.CaughtUp(tc.name); got != tc.settled {
+				t.Errorf("caught up after the last event: %v, want %v", got, tc.settled)
+			}
+		})
 	}
 }

@@ -222,10 +222,12 @@ const (
 // replay is one firehose's backfill: the events committed before the bidder started. Its
 // rfps wait in queued until it is over, because the requester's accept of an rfp comes
 // after the rfp in the stream: decided as they come, a bidder starting late would bid on
-// every rfp accepted in the last window. It is over at the first event committed after the
-// start, once the stream was silent for replayQuiet after an event of
-// the backfill, or after replayMax. Silent means no event arriving: the time an event takes
-// to handle (reads, the other firehoses' turns) does not count, nor the connection's.
+// every rfp accepted in the last window. It is over once the event that was the newest when
+// the bidder started is handled, where the firehose can say which (the embedded PDS's:
+// repos.HeadSource); else at the first event committed after the start, once the stream was
+// silent for replayQuiet after an event of the backfill, or after replayMax. Silent means no
+// event arriving: the time an event takes to handle (reads, the other firehoses' turns) does
+// not count, nor the connection's.
 type replay struct {
 	start  time.Time
 	live   atomic.Bool
@@ -237,6 +239,10 @@ func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(
 	r := &replay{start: time.Now()}
 	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })
 	defer most.Stop()
+	head, exact := feed.HeadOf(ctx, src)
+	if exact && head == 0 {
+		b.goLive(ctx, r) // nothing to replay
+	}
 	var quiet *time.Timer // armed after each event of the backfill
 	defer func() {
 		if quiet != nil {
@@ -257,7 +263,11 @@ func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(
 			b.goLive(ctx, r)
 		}
 		b.handleFrom(ctx, ev, r)
-		if backfill && !r.live.Load() {
+		switch {
+		case exact && ev.Seq >= head:
+			b.goLive(ctx, r)
+		case exact:
+		case backfill && !r.live.Load():
 			if quiet == nil {
 				quiet = time.AfterFunc(replayQuiet, func() { b.goLive(ctx, r) })
 			} else {

@@ -189,6 +189,38 @@ func (s replaySource) Subscribe(ctx context.Context, cursor *int64, fn func(repo
 	return ctx.Err()
 }
 
+// headedRepo is a replayRepo whose firehose says its newest seq, as the embedded PDS's does
+// (repos.HeadSource), and falls silent for pause after the event of seq pauseAfter.
+type headedRepo struct {
+	replayRepo
+	pauseAfter int64
+	pause      time.Duration
+}
+
+func (r headedRepo) Events() repos.EventSource { return headedSource(r) }
+
+type headedSource headedRepo
+
+func (s headedSource) Head(context.Context) (int64, error) {
+	return s.events[len(s.events)-1].Seq, nil
+}
+
+func (s headedSource) Subscribe(ctx context.Context, cursor *int64, fn func(repos.Event) error) error {
+	for _, ev := range s.events {
+		if cursor != nil && ev.Seq <= *cursor {
+			continue
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if ev.Seq == s.pauseAfter {
+			time.Sleep(s.pause)
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
 func (quietSource) Subscribe(ctx context.Context, _ *int64, _ func(repos.Event) error) error {
 	<-ctx.Done()
 	return ctx.Err()
@@ -935,13 +967,20 @@ func TestAcceptsForgotten(t *testing.T) {
 // its firehose's backfill it answers the accept of its bid (written while it was down) and
 // bids on the rfp still open, but not on one accepted later in the same backfill, nor on one
 // whose window passed; those hold no place (capacity 3: the guest, the open bid, one free).
+//
+// Where the firehose says its newest seq, the backfill ends at that event, not when the
+// stream falls quiet: a pause of twice replayQuiet before the later accept does not make the
+// bidder bid on the rfp it accepts.
 func TestBackfill(t *testing.T) {
 	for _, connect := range []time.Duration{0, 2 * replayQuiet} {
-		t.Run(fmt.Sprintf("connected in %s", connect), func(t *testing.T) { testBackfill(t, connect) })
+		t.Run(fmt.Sprintf("connected in %s", connect), func(t *testing.T) { testBackfill(t, connect, 0) })
 	}
+	t.Run("newest seq known, silent mid-replay", func(t *testing.T) { testBackfill(t, 0, 2*replayQuiet) })
 }
 
-func testBackfill(t *testing.T, connect time.Duration) {
+// testBackfill runs the backfill row; pause > 0 replays through a firehose that says its
+// newest seq and falls silent for pause after the rfp that is accepted later.
+func testBackfill(t *testing.T, connect, pause time.Duration) {
 	e := newEnv(t)
 	b, stop := e.start(3)
 	won := e.rfp(b)
@@ -969,7 +1008,12 @@ func testBackfill(t *testing.T, connect time.Duration) {
 		events = append(events, repos.Event{Seq: int64(i + 2), DID: u.DID.String(), Time: before,
 			Ops: []repos.Op{{Action: "create", Collection: u.Collection.String(), RKey: u.Rkey.String(), CID: ref.CID}}})
 	}
-	b, _ = e.startOn(3, replayRepo{Repo: e.repo, events: events, connect: connect})
+	var repo repos.Repo = replayRepo{Repo: e.repo, events: events, connect: connect}
+	if pause > 0 {
+		// Seq 5 is the rfp accepted later (events[4]).
+		repo = headedRepo{replayRepo: replayRepo{Repo: e.repo, events: events}, pauseAfter: 5, pause: pause}
+	}
+	b, _ = e.startOn(3, repo)
 	eventually(t, "a bid on the open rfp", func() bool { _, ok := e.bidOn(open); return ok })
 	if _, ok := e.receiptOf(acceptWon); !ok {
 		t.Fatal("no receipt of the accept of its bid")

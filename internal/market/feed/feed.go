@@ -80,6 +80,17 @@ func Follow(ctx context.Context, src repos.EventSource, cursor int64, fn func(re
 	}
 }
 
+// HeadOf is the seq of src's newest event when src can say it (repos.HeadSource); ok is
+// false when it cannot, and a follower falls back on its replay falling quiet.
+func HeadOf(ctx context.Context, src repos.EventSource) (head int64, ok bool) {
+	hs, can := src.(repos.HeadSource)
+	if !can {
+		return 0, false
+	}
+	h, err := hs.Head(ctx)
+	return h, err == nil
+}
+
 // DerivedTID is a record key of the tid kind that is the same every time it is asked for with
 // the same seed, time and n: the requester's keys for one contract (seed: the object's UID,
 // at: its creation), so that writing a record again after a crash or a stale read finds the
