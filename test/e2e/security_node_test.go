@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,8 +81,12 @@ spec:
 // hostListeningPorts are the TCP ports something on the host listens on (any address).
 func hostListeningPorts(t *testing.T) []int {
 	t.Helper()
+	// This thread's view, not /proc/net (the process's first thread's, which a row that
+	// entered a namespace may have left there).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	seen := map[int]bool{}
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
