@@ -298,9 +298,11 @@ func webPodsRunOn(kc string, claims map[string]v1alpha1.NodeClaim) (bool, error)
 // of 1200m (created smaller first) fit two 2-CPU nodes only as 1200m+600m on each, which is
 // how the simulation packs them (first-fit decreasing). maxNodes 2 leaves no room for a
 // third node, so every pod runs only if the scheduler puts each where the simulation did.
-// Left to its scores it does not: the first node to register takes both 600m pods (they are
-// first in its queue), and one 1200m pod is left with no room. The node host nominates each
-// pod to the node the simulation chose, and the scheduler tries that node first.
+// Left to its scores it does not always: when one node registers well before the other, it
+// takes both 600m pods (they are first in the scheduler's queue), and one 1200m pod is left
+// with no room (seen in one of two runs of a binary that does not nominate). The node host
+// nominates each pod to the node the simulation chose, and the scheduler tries that node
+// first and keeps its room for the pods nominated to it.
 func TestScale_MixedRequestsRunWhereSimulated(t *testing.T) {
 	n := startNodeUp(t)
 	kc := n.cluster("mix", "maxNodes: 2, podsPerNode: 10, scaleHold: 60s")
