@@ -429,11 +429,37 @@ func killGroup(ctx context.Context, pgid int, grace time.Duration, direct bool) 
 		}
 	}
 	// Members orphaned by a SIGKILL are reaped by init; give it a moment so
-	// the group is gone from /proc, zombies included, when we return.
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && len(GroupMembers(pgid, true)) > 0; {
+	// the group is gone from /proc, zombies included, when we return. Not for
+	// a zombie whose parent is neither this process nor a member: a guest
+	// adopted from a process that died (a bidder restarted after a crash) is
+	// reaped by init on init's schedule, which can be seconds, and a zombie is
+	// dead already.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && awaitedZombies(pgid) > 0; {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil
+}
+
+// awaitedZombies counts the members of group pgid still in /proc that this
+// process or another member will reap: every live member, and each zombie
+// whose parent is this process or in the group.
+func awaitedZombies(pgid int) int {
+	members := GroupMembers(pgid, true)
+	in := make(map[int]bool, len(members))
+	for _, p := range members {
+		in[p] = true
+	}
+	self, n := os.Getpid(), 0
+	for _, p := range members {
+		st, err := ReadStat(p)
+		if err != nil {
+			continue
+		}
+		if (st.State != 'Z' && st.State != 'X') || st.PPID == self || in[st.PPID] {
+			n++
+		}
+	}
+	return n
 }
 
 // Stop ends the guest in dir: records the stop unless the guest already

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -259,4 +260,49 @@ func TestReapStale(t *testing.T) {
 	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
 		t.Fatalf("pid file kept: %v", err)
 	}
+}
+
+// A group left with only a zombie that another process (not this one, not a member) would
+// have to reap, as a guest adopted from a bidder that died is reaped by init: the zombie is
+// dead, and KillGroup does not wait for a reaping that may take seconds.
+func TestKillGroupDoesNotWaitForAnotherParentsZombie(t *testing.T) {
+	// The parent starts a child in a session (and group) of its own, then becomes a sleep
+	// that never reaps it.
+	parent := exec.Command("/bin/sh", "-c", `setsid /bin/sh -c 'exit 0' & exec sleep 30`)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	var zombie int
+	for end := time.Now().Add(5 * time.Second); zombie == 0; {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent.Process.Pid, parent.Process.Pid))
+		for _, f := range strings.Fields(string(b)) {
+			if st, err := ReadStat(atoi(t, f)); err == nil && st.State == 'Z' && st.PGID == st.PID {
+				zombie = st.PID
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no zombie child of %d in a group of its own: %q", parent.Process.Pid, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if err := KillGroup(context.Background(), zombie, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("KillGroup took %s for a group whose only member is another parent's zombie", d)
+	}
+	if len(GroupMembers(zombie, true)) != 1 {
+		t.Fatalf("the zombie is gone: the row proves nothing")
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
