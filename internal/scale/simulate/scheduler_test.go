@@ -87,6 +87,15 @@ func startRealScheduler(ctx context.Context, t testing.TB, nodes []*corev1.Node,
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	// The informers' caches are synced; the scheduler's own cache is filled by their event
+	// handlers, which may not have run yet: a pod tried before would find no node at all.
+	for sched.Cache.NodeCount() < len(nodes) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kube-scheduler's cache holds %d of %d nodes: %v", sched.Cache.NodeCount(), len(nodes), ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 	go sched.Run(ctx)
 	return &realScheduler{cs: cs, sched: sched}
 }
@@ -257,12 +266,8 @@ func describe(s scene, res Result, nodes []*corev1.Node) string {
 	}
 	where := map[string]string{}
 	for _, pl := range res.Placements {
-		switch {
-		case pl.Node != "":
-			where[pl.Pod] = pl.Node
-		case pl.NewNode > 0:
-			where[pl.Pod] = fmt.Sprintf("new-%d", pl.NewNode)
-		default:
+		where[pl.Pod] = plannedNode(pl)
+		if where[pl.Pod] == "" {
 			where[pl.Pod] = "nowhere (" + pl.Reason + ")"
 		}
 	}
@@ -473,17 +478,24 @@ func TestPlanUnderKubeSchedulersOwnChoice(t *testing.T) {
 	}
 }
 
+// plannedNode is the node a placement names: an existing node, new-k for new node k (as
+// newNodes names it), "" for none.
+func plannedNode(pl Placement) string {
+	switch {
+	case pl.Node != "":
+		return pl.Node
+	case pl.NewNode > 0:
+		return fmt.Sprintf("new-%d", pl.NewNode)
+	}
+	return ""
+}
+
 // nominated are copies of pending with status.nominatedNodeName set to the node the plan
 // placed each on (new node k is new-k, as newNodes names it).
 func nominated(pending []*corev1.Pod, res Result) []*corev1.Pod {
 	at := map[string]string{}
 	for _, pl := range res.Placements {
-		switch {
-		case pl.Node != "":
-			at[pl.Pod] = pl.Node
-		case pl.NewNode > 0:
-			at[pl.Pod] = fmt.Sprintf("new-%d", pl.NewNode)
-		}
+		at[pl.Pod] = plannedNode(pl)
 	}
 	out := make([]*corev1.Pod, len(pending))
 	for i, p := range pending {
