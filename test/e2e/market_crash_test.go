@@ -204,5 +204,3 @@ func crashDuringStart(t *testing.T, env *testenv.Env, bin, name, point, action s
 	waitContract(t, env, name, v1alpha1.ComputeContractReleased)
 	waitNoProcs(t, guests)
 }
-
-// removeCrashBin removes the binary crashpointBinary built, if it built one.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/gorilla/websocket"
-	"golang.org/x/sys/unix"
 
 	"socialweb.computer/internal/app"
 	"socialweb.computer/internal/atclient"
@@ -125,47 +123,18 @@ func newRelayNet(t *testing.T, addrs []string, hosts map[string]string) *relayNe
 	}
 }
 
-// dialInNetns dials from a thread inside the namespace at path; the socket stays there. The
-// thread goes back to the namespace it came from before it runs anything else; one that
-// cannot stays locked and ends with its goroutine. (Left in the namespace, a thread that
-// happened to be the process's first would make /proc/self/net, which is that thread's,
-// show the namespace's sockets to every later row.)
+// dialInNetns dials from a thread inside the namespace at path (substratetest.InNetns); the
+// socket stays there.
 func dialInNetns(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
+		var c net.Conn
+		var derr error
+		if err := substratetest.InNetns(path, func() {
+			c, derr = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		}); err != nil {
+			return nil, err
 		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			orig, err := os.Open("/proc/thread-self/ns/net")
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, err}
-				return
-			}
-			defer orig.Close()
-			f, err := os.Open(path)
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, err}
-				return
-			}
-			defer f.Close()
-			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, fmt.Errorf("setns %s: %w", path, err)}
-				return
-			}
-			c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
-			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+		return c, derr
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -17,11 +16,11 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/substrate/node"
+	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -334,26 +333,13 @@ func internetDNS(t *testing.T, name, addr string) string {
 	return "203.0.113.153:53"
 }
 
-// listenUDPInNetns opens a UDP socket inside the network namespace at nsPath.
+// listenUDPInNetns opens a UDP socket inside the network namespace at nsPath
+// (substratetest.InNetns).
 func listenUDPInNetns(nsPath, addr string) (net.PacketConn, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
+	var pc net.PacketConn
+	var lerr error
+	if err := substratetest.InNetns(nsPath, func() { pc, lerr = net.ListenPacket("udp", addr) }); err != nil {
 		return nil, err
-	}
-	defer orig.Close()
-	target, err := os.Open(nsPath)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, err
-	}
-	pc, lerr := net.ListenPacket("udp", addr)
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		panic(fmt.Sprintf("setns back: %v", err)) // the thread would serve the test from the wrong namespace
 	}
 	return pc, lerr
 }

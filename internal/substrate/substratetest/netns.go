@@ -49,40 +49,51 @@ func MustIP(t testing.TB, args ...string) {
 	}
 }
 
-// In runs f on a thread inside namespace n (the thread is retired afterwards if it cannot
-// return). Sockets f opens stay in n.
+// In runs f on a thread inside namespace n (InNetns), failing the test when the thread
+// cannot enter it. Sockets f opens stay in n.
 func (n Netns) In(t testing.TB, f func()) {
 	t.Helper()
+	if err := InNetns(n.Path(), f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// InNetns runs f on a goroutine of its own whose thread has entered the network namespace
+// at path, and waits for it. The thread goes back to its own namespace before it runs
+// anything else; one that cannot stays locked and ends with the goroutine. (A thread left in
+// the namespace that happened to be the process's first would make /proc/self/net, which is
+// that thread's view, show the namespace's sockets from then on.) Sockets f opens stay in
+// the namespace. The error is entering it.
+func InNetns(path string, f func()) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
+			runtime.UnlockOSThread()
 			done <- err
 			return
 		}
 		defer orig.Close()
-		target, err := os.Open(n.Path())
+		target, err := os.Open(path)
 		if err != nil {
+			runtime.UnlockOSThread()
 			done <- err
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("setns %s: %w", n.Name, err)
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("setns %s: %w", path, err)
 			return
 		}
 		f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- nil // the thread stays locked and ends with this goroutine
-			return
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
 		}
-		runtime.UnlockOSThread()
 		done <- nil
 	}()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	return <-done
 }
 
 // Sysctl writes value to /proc/sys/<key> inside namespace n (a net.* key).
