@@ -141,11 +141,8 @@ type Simulation struct {
 	// Unplaced are the pods no node can run, existing or new, with the scheduler's reason
 	// ("Insufficient cpu"). A pod a new node could run but for maxNodes is not one of them.
 	Unplaced map[string]string
-	// FitsExisting are the pods that fit a node the cluster has or a claim in flight
-	// brings: they wait for the scheduler, not for a node.
-	FitsExisting []string
-	// OnNodes is the node (existing, or a claim's in flight) each pod of FitsExisting was
-	// placed on.
+	// OnNodes are the pods that fit a node the cluster has or a claim in flight brings,
+	// each with that node: they wait for the scheduler, not for a node.
 	OnNodes map[string]string
 	// NewNodePods are the pods placed on each new node, one list per node of NewNodes: the
 	// pods it is rented for.
@@ -243,7 +240,7 @@ type Decision struct {
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
 //     the closing time.
 //  2. With a simulation: when every pending pod fits a node the cluster has or a claim in
-//     flight brings (Simulated.FitsExisting), it waits for the scheduler: Hold
+//     flight brings (Simulated.OnNodes), it waits for the scheduler: Hold
 //     (ReasonFitsExisting). Otherwise Simulated.NewNodes are needed, bounded as below.
 //     Without one, capacity is PodsPerNode for each claim in flight (not deleting, its node not joined
 //     yet) plus the free slots of each node that is not being released and has been Ready
@@ -368,13 +365,9 @@ func Decide(in Input) Decision {
 		}
 		var need int
 		if sim := in.Simulated; sim != nil {
-			fits := map[string]bool{}
-			for _, name := range sim.FitsExisting {
-				fits[name] = true
-			}
 			waiting := 0
 			for _, p := range pending {
-				if fits[p.Name] {
+				if _, fits := sim.OnNodes[p.Name]; fits {
 					waiting++
 				}
 			}

@@ -260,7 +260,7 @@ func TestDecide(t *testing.T) {
 			name: "simulated: a pod that fits a settled node waits for the scheduler and rents nothing",
 			in: Input{Now: t0, Pods: []Pod{pending("a", time.Minute)},
 				Nodes: []Node{{Name: "n1", ReadySince: t0.Add(-time.Hour)}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}},
-				MaxNodes: 3, PodsPerNode: 1, Hold: hold, Simulated: &Simulation{FitsExisting: []string{"a"}}},
+				MaxNodes: 3, PodsPerNode: 1, Hold: hold, Simulated: &Simulation{OnNodes: map[string]string{"a": "n1"}}},
 			want: Decision{Action: Hold, Reason: ReasonFitsExisting},
 		},
 		{
@@ -268,13 +268,13 @@ func TestDecide(t *testing.T) {
 			in: Input{Now: t0, Pods: []Pod{pending("a", time.Minute)},
 				Nodes: []Node{{Name: "n1"}}, Claims: []Claim{{Name: "c1", NodeName: "n1"}}, MaxNodes: 3, PodsPerNode: 1, Hold: hold,
 				State:     State{EmptySince: map[string]time.Time{"n1": t0.Add(-time.Hour)}},
-				Simulated: &Simulation{FitsExisting: []string{"a"}}},
+				Simulated: &Simulation{OnNodes: map[string]string{"a": "n1"}}},
 			want: Decision{Action: Hold, Reason: ReasonFitsExisting},
 		},
 		{
 			name: "simulated: pods a new node could run but maxNodes leaves no room",
 			in: Input{Now: t0, Pods: []Pod{pending("a", time.Minute), pending("b", time.Minute)},
-				Nodes: []Node{{Name: "n1"}}, MaxNodes: 1, PodsPerNode: 1, Hold: hold, Simulated: &Simulation{FitsExisting: []string{"a"}}},
+				Nodes: []Node{{Name: "n1"}}, MaxNodes: 1, PodsPerNode: 1, Hold: hold, Simulated: &Simulation{OnNodes: map[string]string{"a": "n1"}}},
 			want: Decision{Action: Hold, Reason: ReasonAtMax},
 		},
 		{
@@ -573,7 +573,7 @@ func TestDecideSimulatedProperties(t *testing.T) {
 	counts := map[Action]int{}
 	for i := 0; i < 20000; i++ {
 		in := randomInput(r)
-		sim := &Simulation{Unplaced: map[string]string{}}
+		sim := &Simulation{Unplaced: map[string]string{}, OnNodes: map[string]string{}}
 		var unplaced []string
 		asking, waiting := 0, 0 // pending pods that ask for a new node, that fit an existing one
 		for _, p := range in.Pods {
@@ -585,7 +585,7 @@ func TestDecideSimulatedProperties(t *testing.T) {
 				sim.Unplaced[p.Name] = "Insufficient cpu"
 				unplaced = append(unplaced, p.Name)
 			case 1:
-				sim.FitsExisting = append(sim.FitsExisting, p.Name)
+				sim.OnNodes[p.Name] = "n1"
 				waiting++
 			default:
 				asking++

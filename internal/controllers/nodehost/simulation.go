@@ -193,7 +193,6 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 	for _, pl := range res.Placements {
 		switch {
 		case pl.Node != "":
-			sim.FitsExisting = append(sim.FitsExisting, pl.Pod)
 			if sim.OnNodes == nil {
 				sim.OnNodes = map[string]string{}
 			}

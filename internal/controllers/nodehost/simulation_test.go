@@ -168,10 +168,9 @@ func TestSimulationOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(sim.FitsExisting)
 	// n2 (in flight, the default 1 CPU) takes no 1.5-CPU pod: x on the one new node maxNodes
 	// leaves, sized 2 CPUs for it, y and z no room, fits on n1.
-	want := &scale.Simulation{NewNodes: 1, FitsExisting: []string{"default/fits"}, OnNodes: map[string]string{"default/fits": "n1"},
+	want := &scale.Simulation{NewNodes: 1, OnNodes: map[string]string{"default/fits": "n1"},
 		Unplaced: map[string]string{"default/huge": "Insufficient cpu"}, NewNodeSizes: []scale.Size{{CPUs: 2, MemMiB: 256}},
 		NewNodePods: [][]string{{"default/x"}}}
 	if d := cmp.Diff(want, sim); d != "" {
@@ -180,7 +179,7 @@ func TestSimulationOf(t *testing.T) {
 
 	// podsPerNode bounds a node as it bounds the slot counting: n1 holds its one pod.
 	pi = PlanInputOf(pods[:2], []*corev1.Node{n1}, claims[:1], Settings{MaxNodes: 3, PodsPerNode: 1})
-	if sim, _ := SimulationOf(pi); sim.NewNodes != 1 || len(sim.FitsExisting) != 0 {
+	if sim, _ := SimulationOf(pi); sim.NewNodes != 1 || len(sim.OnNodes) != 0 {
 		t.Errorf("podsPerNode 1, n1 busy: %+v, want a new node", sim)
 	}
 }
