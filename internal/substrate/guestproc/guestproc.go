@@ -332,26 +332,33 @@ func (r Record) Alive() bool {
 // GroupMembers lists the pids of processes in process group pgid that are
 // not zombies (withZombies: those too).
 func GroupMembers(pgid int, withZombies bool) []int {
+	var pids []int
+	for _, st := range groupStats(pgid) {
+		if !withZombies && (st.State == 'Z' || st.State == 'X') {
+			continue
+		}
+		pids = append(pids, st.PID)
+	}
+	return pids
+}
+
+// groupStats are the stats of the processes of group pgid, zombies included.
+func groupStats(pgid int) []Stat {
 	if pgid <= 1 {
 		return nil
 	}
 	ents, _ := os.ReadDir("/proc")
-	var pids []int
+	var out []Stat
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		st, err := ReadStat(pid)
-		if err != nil || st.PGID != pgid {
-			continue
+		if st, err := ReadStat(pid); err == nil && st.PGID == pgid {
+			out = append(out, st)
 		}
-		if !withZombies && (st.State == 'Z' || st.State == 'X') {
-			continue
-		}
-		pids = append(pids, pid)
 	}
-	return pids
+	return out
 }
 
 // GroupCPU is the user+system CPU time used so far by the processes of group pgid (a guest
@@ -444,17 +451,13 @@ func killGroup(ctx context.Context, pgid int, grace time.Duration, direct bool) 
 // process or another member will reap: every live member, and each zombie
 // whose parent is this process or in the group.
 func awaitedZombies(pgid int) int {
-	members := GroupMembers(pgid, true)
+	members := groupStats(pgid)
 	in := make(map[int]bool, len(members))
-	for _, p := range members {
-		in[p] = true
+	for _, st := range members {
+		in[st.PID] = true
 	}
 	self, n := os.Getpid(), 0
-	for _, p := range members {
-		st, err := ReadStat(p)
-		if err != nil {
-			continue
-		}
+	for _, st := range members {
 		if (st.State != 'Z' && st.State != 'X') || st.PPID == self || in[st.PPID] {
 			n++
 		}
