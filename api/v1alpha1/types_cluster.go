@@ -5,7 +5,7 @@ import (
 )
 
 // ClusterPhase is the phase of a tenant cluster's control plane.
-// +kubebuilder:validation:Enum=Unavailable;Initializing;Ready;Draining
+// +kubebuilder:validation:Enum=Unavailable;Initializing;Ready;Sleeping;Draining
 type ClusterPhase string
 
 const (
@@ -15,6 +15,9 @@ const (
 	ClusterInitializing ClusterPhase = "Initializing"
 	// ClusterReady: the control plane serves.
 	ClusterReady ClusterPhase = "Ready"
+	// ClusterSleeping: the control plane was stopped for want of use (spec.sleepAfter); its
+	// store is kept and the first request through the gate or the gateway wakes it.
+	ClusterSleeping ClusterPhase = "Sleeping"
 	// ClusterDraining: the cluster is stopping and its nodes are being released.
 	ClusterDraining ClusterPhase = "Draining"
 )
@@ -102,6 +105,16 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^((100|[0-9]{1,2})%|[0-9]+)$`
 	DisruptionBudget string `json:"disruptionBudget,omitempty"`
+
+	// sleepAfter, when set, stops the control plane once the cluster has had no node, no
+	// node claim, no pod waiting for a node and no client connection for this long
+	// (phase Sleeping; the store is kept and the control plane takes no memory). The first
+	// request through the cluster's server URL (kubectl) or the gateway wakes it and is held,
+	// not refused, until the control plane answers. While asleep nothing in the cluster
+	// runs: a CronJob does not fire. Unset: never sleeps.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="sleepAfter must be at least 10s"
+	SleepAfter *metav1.Duration `json:"sleepAfter,omitempty"`
 
 	// publishInfra publishes the cluster's node deployments as records in the owner's repo.
 	// +optional

@@ -417,6 +417,11 @@ func (in *ClusterSpec) DeepCopyInto(out *ClusterSpec) {
 		*out = new(NodePrice)
 		**out = **in
 	}
+	if in.SleepAfter != nil {
+		in, out := &in.SleepAfter, &out.SleepAfter
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Members != nil {
 		in, out := &in.Members, &out.Members
 		*out = make([]ClusterMember, len(*in))

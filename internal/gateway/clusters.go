@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -123,6 +124,12 @@ func (s *Server) setRunning(ctx context.Context, c *v1alpha1.Cluster, running bo
 	switch {
 	case running && c.Status.Phase == v1alpha1.ClusterReady:
 		return string(v1alpha1.ClusterReady), nil
+	case running && c.Status.Phase == v1alpha1.ClusterSleeping:
+		// Up means serving: a connection to the asleep gate is what wakes it.
+		if err := wake(c.Status.Server); err != nil {
+			return "", notReady("cluster %q is asleep and its gate does not answer: %v", c.Spec.Name, err)
+		}
+		return string(v1alpha1.ClusterInitializing), nil
 	case running:
 		return string(v1alpha1.ClusterInitializing), nil
 	}
@@ -352,4 +359,18 @@ func (s *Server) setPublishInfra(ctx context.Context, account string, in []byte)
 		}
 	}
 	return cluster.SetPublishInfraOutput{Name: v.Name, Publish: *v.Publish}, nil
+}
+
+// wake opens (and closes) a connection to an asleep cluster's gate (server is its https
+// URL): the gate asks for a wake on the first connection of a sleep.
+func wake(server string) error {
+	u, err := url.Parse(server)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }

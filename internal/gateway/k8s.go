@@ -52,7 +52,7 @@ func (s *Server) k8sMethods() map[string]method {
 	}
 }
 
-// onBehalfOf is a rest.Config for the caller's Ready cluster that acts as the caller's own
+// onBehalfOf is a rest.Config for the caller's Ready (or Sleeping) cluster that acts as the caller's own
 // ServiceAccount (the cluster's admin identity impersonating it), through the cluster's gate:
 // what the gateway does for a caller is bounded by the RBAC the caller's ServiceAccount has.
 func (s *Server) onBehalfOf(ctx context.Context, account, name string) (*rest.Config, error) {
@@ -66,7 +66,9 @@ func (s *Server) onBehalfOf(ctx context.Context, account, name string) (*rest.Co
 	if err := revoked(c, account); err != nil {
 		return nil, err
 	}
-	if !c.DeletionTimestamp.IsZero() || c.Status.Phase != v1alpha1.ClusterReady || c.Status.Server == "" {
+	// A Sleeping cluster's gate holds the request and wakes it: the call is late, not refused.
+	awake := c.Status.Phase == v1alpha1.ClusterReady || c.Status.Phase == v1alpha1.ClusterSleeping
+	if !c.DeletionTimestamp.IsZero() || !awake || c.Status.Server == "" {
 		return nil, notReady("cluster %q is %s, not Ready", name, phaseOf(c))
 	}
 	p := &tenant.PKI{Dir: tenant.LayoutFor(s.cfg.TenantsRoot, c.Namespace, c.Name).PKI()}

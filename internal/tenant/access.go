@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"socialweb.computer/internal/certs"
+	"socialweb.computer/internal/tenant/gate"
 )
 
 // DefaultNamespaces are the namespaces a Ready cluster lists.
@@ -57,9 +58,14 @@ func (m *Manager) awaitReady(ctx context.Context, in *instance, pid int) {
 	for ctx.Err() == nil {
 		if ready(ctx, cs) {
 			in.mu.Lock()
-			if in.status.PID == pid {
+			current := in.status.PID == pid
+			if current {
 				in.status.State = StateReady
 				in.status.ReadyAt = time.Now()
+				if !in.asleep && in.gate.Mode() == gate.Asleep {
+					// Woken: the held clients go through now.
+					in.gate.Set(gate.Serving, "")
+				}
 			}
 			in.mu.Unlock()
 			m.notify(in.key)

@@ -187,6 +187,8 @@ type instance struct {
 
 	mu      sync.Mutex
 	status  Status
+	asleep  bool          // stopped by Sleep, not started since (sleep.go)
+	wake    bool          // a client came through the asleep gate since
 	stop    chan struct{} // closed to ask the supervisor to stop
 	stopped chan struct{} // closed when the supervisor has reaped its child
 }
@@ -215,10 +217,14 @@ func (m *Manager) Start(k Key, o StartOptions) (Status, error) {
 		in.mu.Unlock()
 	}
 	in.mu.Lock()
+	woken := in.asleep
+	in.asleep, in.wake = false, false
 	if in.stop == nil {
 		in.stop, in.stopped = make(chan struct{}), make(chan struct{})
 		in.status.State = StateStarting
-		in.gate.Set(gate.Serving, "")
+		if !woken || in.gate.Mode() != gate.Asleep {
+			in.gate.Set(gate.Serving, "")
+		} // else the gate holds its clients until the apiserver is ready (awaitReady)
 		go m.supervise(in, in.stop, in.stopped)
 	}
 	in.mu.Unlock()
@@ -289,6 +295,7 @@ func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 		g.Close()
 		return nil, err
 	}
+	m.wakeOnRequest(in)
 	m.clusters[k] = in
 	return in, nil
 }

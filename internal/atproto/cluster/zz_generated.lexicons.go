@@ -26,24 +26,28 @@ const (
 	ControlPlaneDownOutputPhaseUnavailable  = "Unavailable"
 	ControlPlaneDownOutputPhaseInitializing = "Initializing"
 	ControlPlaneDownOutputPhaseReady        = "Ready"
+	ControlPlaneDownOutputPhaseSleeping     = "Sleeping"
 	ControlPlaneDownOutputPhaseDraining     = "Draining"
 	// ControlPlaneUpNSID is the NSID of the ControlPlaneUp procedure.
 	ControlPlaneUpNSID                    = "com.publicdomainrelay.temp.cluster.controlPlaneUp"
 	ControlPlaneUpOutputPhaseUnavailable  = "Unavailable"
 	ControlPlaneUpOutputPhaseInitializing = "Initializing"
 	ControlPlaneUpOutputPhaseReady        = "Ready"
+	ControlPlaneUpOutputPhaseSleeping     = "Sleeping"
 	ControlPlaneUpOutputPhaseDraining     = "Draining"
 	// CreateClusterNSID is the NSID of the CreateCluster procedure.
 	CreateClusterNSID                    = "com.publicdomainrelay.temp.cluster.createCluster"
 	CreateClusterOutputPhaseUnavailable  = "Unavailable"
 	CreateClusterOutputPhaseInitializing = "Initializing"
 	CreateClusterOutputPhaseReady        = "Ready"
+	CreateClusterOutputPhaseSleeping     = "Sleeping"
 	CreateClusterOutputPhaseDraining     = "Draining"
 	// DeleteClusterNSID is the NSID of the DeleteCluster procedure.
 	DeleteClusterNSID                    = "com.publicdomainrelay.temp.cluster.deleteCluster"
 	DeleteClusterOutputPhaseUnavailable  = "Unavailable"
 	DeleteClusterOutputPhaseInitializing = "Initializing"
 	DeleteClusterOutputPhaseReady        = "Ready"
+	DeleteClusterOutputPhaseSleeping     = "Sleeping"
 	DeleteClusterOutputPhaseDraining     = "Draining"
 	// GetKubeconfigNSID is the NSID of the GetKubeconfig procedure.
 	GetKubeconfigNSID                   = "com.publicdomainrelay.temp.cluster.getKubeconfig"
@@ -53,6 +57,7 @@ const (
 	ListClustersClusterViewPhaseUnavailable  = "Unavailable"
 	ListClustersClusterViewPhaseInitializing = "Initializing"
 	ListClustersClusterViewPhaseReady        = "Ready"
+	ListClustersClusterViewPhaseSleeping     = "Sleeping"
 	ListClustersClusterViewPhaseDraining     = "Draining"
 	// RevokeIdentityNSID is the NSID of the RevokeIdentity procedure.
 	RevokeIdentityNSID                = "com.publicdomainrelay.temp.cluster.revokeIdentity"
@@ -64,6 +69,7 @@ const (
 	SubscribeClustersClusterPhaseUnavailable  = "Unavailable"
 	SubscribeClustersClusterPhaseInitializing = "Initializing"
 	SubscribeClustersClusterPhaseReady        = "Ready"
+	SubscribeClustersClusterPhaseSleeping     = "Sleeping"
 	SubscribeClustersClusterPhaseDraining     = "Draining"
 	SubscribeClustersInfoNameSnapshotComplete = "SnapshotComplete"
 	SubscribeClustersMemberStateGranted       = "Granted"
@@ -96,7 +102,7 @@ type ControlPlaneDownInput struct {
 // com.publicdomainrelay.temp.cluster.controlPlaneDown (application/json).
 type ControlPlaneDownOutput struct {
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase string `json:"phase"`
 }
 
@@ -113,7 +119,7 @@ type ControlPlaneUpInput struct {
 // com.publicdomainrelay.temp.cluster.controlPlaneUp (application/json).
 type ControlPlaneUpOutput struct {
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase string `json:"phase"`
 }
 
@@ -130,7 +136,7 @@ type CreateClusterInput struct {
 // com.publicdomainrelay.temp.cluster.createCluster (application/json).
 type CreateClusterOutput struct {
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase string `json:"phase"`
 }
 
@@ -148,7 +154,7 @@ type DeleteClusterInput struct {
 // com.publicdomainrelay.temp.cluster.deleteCluster (application/json).
 type DeleteClusterOutput struct {
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase string `json:"phase"`
 }
 
@@ -192,7 +198,7 @@ type ListClustersClusterView struct {
 	// The cluster name, a DNS-1123 label. (Required; at most 63 bytes)
 	Name string `json:"name"`
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase string `json:"phase"`
 	// The desired state.
 	Running *bool `json:"running,omitempty"`
@@ -268,7 +274,7 @@ type SubscribeClustersCluster struct {
 	// The cluster name, a DNS-1123 label. (Required; at most 63 bytes)
 	Name string `json:"name"`
 	// (Required; at most 32 bytes; known values Unavailable, Initializing, Ready,
-	// Draining)
+	// Sleeping, Draining)
 	Phase   string `json:"phase"`
 	Running *bool  `json:"running,omitempty"`
 	// (format uri)

@@ -1,8 +1,10 @@
 // Package cluster is the Cluster controller: it runs each running Cluster's control plane
 // through a tenant.Manager and reports its phase. Unavailable (stopped, store kept) ->
 // Initializing (the child process is starting) -> Ready (/readyz 200 and the default
-// namespaces list, with zero nodes) -> Draining (deleted: the gate answers 503, then the
-// processes stop, then the store is removed, then the finalizer goes).
+// namespaces list, with zero nodes) <-> Sleeping (spec.sleepAfter without use: stopped,
+// store kept, the gate holding the first request and asking for the wake, sleep.go) ->
+// Draining (deleted: the gate answers 503, then the processes stop, then the store is
+// removed, then the finalizer goes).
 package cluster
 
 import (
@@ -40,6 +42,7 @@ const (
 	ReasonCrashed     = "Crashed"
 	ReasonStopped     = "Stopped"
 	ReasonDraining    = "Draining"
+	ReasonAsleep      = "Asleep"
 	ReasonUnsupported = "NoTenantControlPlanes"
 )
 
@@ -54,7 +57,8 @@ type Reconciler struct {
 	NodesRefresh time.Duration
 
 	mu           sync.Mutex
-	bootstrapped map[tenant.Key]string // instance (and revoked identities) that was bootstrapped
+	bootstrapped map[tenant.Key]string    // instance (and revoked identities) that was bootstrapped
+	lastBusy     map[tenant.Key]time.Time // when a node, claim or demand for one was last seen (sleep.go)
 }
 
 // Setup registers the Cluster controller with m. tenants may be nil (then every Cluster
@@ -119,11 +123,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Status.Phase, c.Status.Server, c.Status.Instance = v1alpha1.ClusterUnavailable, s.Server, ""
 		setReady(&c, metav1.ConditionFalse, ReasonStopped, "the control plane is stopped (spec.running is false); its store is kept")
 
+	case c.Status.Phase == v1alpha1.ClusterSleeping && sleepAfter(&c) > 0 && !r.Tenants.WakeRequested(key):
+		// Asleep, and no client came: stay so (a restarted gateway puts the gate back, asleep).
+		if err := r.Tenants.Sleep(key, startOptions(&c)); err != nil {
+			return reconcile.Result{}, err
+		}
+		c.Status.Server, c.Status.Instance = r.Tenants.Status(key).Server, ""
+		if cond := meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionReady)); cond == nil || cond.Reason != ReasonAsleep {
+			setAsleep(&c, "asleep before this controller started")
+		}
+
 	default:
 		// A revoked identity's tokens stop working before anything else runs: its tokens
 		// are denied and the signing key rotated, restarting a running control plane
 		// (tenant.Manager.ApplyRevocations); then the bootstrap removes what it made.
-		start := tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity), PodUserNamespaces: tenant.PodUserNamespaces(c.Spec.PodUserNamespaces)}
+		start := startOptions(&c)
 		if _, err := r.Tenants.ApplyRevocations(key, c.Spec.RevokedDids(), start); err != nil {
 			c.Status.Phase = v1alpha1.ClusterInitializing
 			setReady(&c, metav1.ConditionFalse, ReasonCrashed, "could not apply the revocations: "+err.Error())
@@ -161,6 +175,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 			setReady(&c, metav1.ConditionTrue, ReasonServing, msg)
 			result.RequeueAfter = r.nodesRefresh()
+			d, err := r.sleepDecision(ctx, key, &c, s, n)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if d.Sleep {
+				if err := r.Tenants.Sleep(key, start); err != nil {
+					return reconcile.Result{}, err
+				}
+				setAsleep(&c, d.Why)
+				c.Status.Instance = ""
+			} else if d.RecheckAfter > 0 {
+				result.RequeueAfter = min(result.RequeueAfter, d.RecheckAfter)
+			}
 		case tenant.StateCrashed:
 			c.Status.Phase = v1alpha1.ClusterInitializing
 			setReady(&c, metav1.ConditionFalse, ReasonCrashed, fmt.Sprintf("the control plane exited (%d restarts so far, restarting with backoff): %s", s.Restarts, s.LastExit))
@@ -177,6 +204,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcilekit.Settle(ctx, err)
 	}
 	return result, nil
+}
+
+func startOptions(c *v1alpha1.Cluster) tenant.StartOptions {
+	return tenant.StartOptions{PodSecurity: tenant.PodSecurityLevel(c.Spec.PodSecurity), PodUserNamespaces: tenant.PodUserNamespaces(c.Spec.PodUserNamespaces)}
 }
 
 // teardown: Draining is written first, then the gate answers 503 and the process group is

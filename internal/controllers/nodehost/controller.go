@@ -184,6 +184,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.releaseAll(ctx, p); err != nil {
 			return reconcile.Result{}, err
 		}
+	case c.Status.Phase == v1alpha1.ClusterSleeping:
+		// No node, no claim, no pod waiting for one: nothing to watch until it wakes.
+		r.watches.stop(key)
+		p.outcome = outcome{reason: ReasonAsleep, message: "the control plane is asleep; nothing to decide until a request wakes it"}
 	case c.Status.Phase != v1alpha1.ClusterReady || c.Status.Instance == "":
 		p.outcome = outcome{reason: ReasonControlPlaneNotReady, message: "waiting for the control plane to be Ready before deciding"}
 	default:
@@ -213,6 +217,7 @@ const (
 	ReasonStopped              = "Stopped"
 	ReasonDeleting             = "Deleting"
 	ReasonControlPlaneNotReady = "ControlPlaneNotReady"
+	ReasonAsleep               = "Asleep"
 	ReasonReadingTenant        = "ReadingTenant"
 )
 

@@ -4,7 +4,9 @@
 // certificate, watches, exec and port-forward all work); otherwise it answers for the
 // cluster itself, over TLS with the cluster's serving certificate, with a Kubernetes Status:
 // 503 while the cluster is stopped or draining, 502 once its processes are reaped or when
-// the apiserver does not answer.
+// the apiserver does not answer. While the cluster sleeps it answers nothing yet: it holds
+// each new connection, asks for a wake (OnWake), and passes the connections on once the
+// cluster serves again, so a client's first request after a sleep is late, not refused.
 //
 // A connection whose TLS handshake names the tunnel protocol (SetTunnel) is a node's tunnel
 // instead: the gate reads the ClientHello without answering it, and serves that connection
@@ -39,11 +41,23 @@ const (
 	Draining
 	// Reaped answers 502: the cluster's processes are gone.
 	Reaped
+	// Asleep holds new connections (up to MaxHeld, each up to HoldTimeout) and asks for a
+	// wake: the cluster's processes are stopped until a client comes.
+	Asleep
 )
 
 func (m Mode) String() string {
-	return [...]string{"Serving", "Unavailable", "Draining", "Reaped"}[m]
+	return [...]string{"Serving", "Unavailable", "Draining", "Reaped", "Asleep"}[m]
 }
+
+// Bounds of what an asleep gate holds: a client (or many) cannot make it keep more.
+const (
+	// MaxHeld is the most connections held at once; more are answered 503 at once.
+	MaxHeld = 256
+	// HoldTimeout is how long a held connection waits for the cluster to serve before the
+	// gate answers it 503 itself.
+	HoldTimeout = 30 * time.Second
+)
 
 // Gate is one listening proxy.
 type Gate struct {
@@ -57,6 +71,13 @@ type Gate struct {
 	message string
 	conns   map[net.Conn]struct{}
 	closed  bool
+	// held are the connections waiting for an asleep cluster; closing a channel releases
+	// its connection to whatever the mode then is.
+	held      map[net.Conn]chan struct{}
+	onWake    func()
+	wakeAsked bool // onWake was called in this sleep
+	// lastActive is when a client connection last opened or closed (tunnels aside).
+	lastActive time.Time
 
 	tunnelALPN string
 	tunnel     *chanListener // served by tunnelSrv
@@ -86,7 +107,8 @@ func Listen(addr, backend string, cert tls.Certificate) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gate{ln: ln, backend: backend, mode: Unavailable, message: "the cluster is not running", conns: map[net.Conn]struct{}{}}
+	g := &Gate{ln: ln, backend: backend, mode: Unavailable, message: "the cluster is not running",
+		conns: map[net.Conn]struct{}{}, held: map[net.Conn]chan struct{}{}, lastActive: time.Now()}
 	g.local = &chanListener{c: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
 	g.srv = &http.Server{
 		Handler:           http.HandlerFunc(g.answer),
@@ -113,8 +135,26 @@ func (g *Gate) Mode() Mode {
 	return g.mode
 }
 
+// OnWake sets what an asleep gate calls, on a goroutine of its own, when a connection
+// comes: once per sleep (the first connection), until the mode changes.
+func (g *Gate) OnWake(f func()) {
+	g.mu.Lock()
+	g.onWake = f
+	g.mu.Unlock()
+}
+
+// Activity is how many client connections are open (served, answered or held; a node's
+// tunnel is not a client's) and when one last opened or closed.
+func (g *Gate) Activity() (open int, last time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.conns) + len(g.held), g.lastActive
+}
+
 // Set switches the mode and closes every open connection, so that the next request of
-// every client meets the new mode rather than a connection made under the old one.
+// every client meets the new mode rather than a connection made under the old one. Held
+// connections are not closed: leaving Asleep releases them to the new mode (passed
+// through when it is Serving, answered by the gate otherwise).
 func (g *Gate) Set(m Mode, message string) {
 	g.mu.Lock()
 	if g.mode == m && g.message == message {
@@ -124,9 +164,20 @@ func (g *Gate) Set(m Mode, message string) {
 	g.mode, g.message = m, message
 	conns := g.conns
 	g.conns = map[net.Conn]struct{}{}
+	var release []chan struct{}
+	if m != Asleep {
+		for c, ch := range g.held {
+			release = append(release, ch)
+			delete(g.held, c)
+		}
+	}
+	g.wakeAsked = false
 	g.mu.Unlock()
 	for c := range conns {
 		c.Close()
+	}
+	for _, ch := range release {
+		close(ch)
 	}
 }
 
@@ -136,11 +187,17 @@ func (g *Gate) Close() {
 	g.closed = true
 	conns := g.conns
 	g.conns = map[net.Conn]struct{}{}
+	held := g.held
+	g.held = map[net.Conn]chan struct{}{}
 	tunnel, tunnelSrv := g.tunnel, g.tunnelSrv
 	g.mu.Unlock()
 	g.ln.Close()
 	g.local.Close()
 	for c := range conns {
+		c.Close()
+	}
+	for c, ch := range held {
+		close(ch) // its handler finds the gate closed and drops it
 		c.Close()
 	}
 	_ = g.srv.Close()
@@ -157,12 +214,49 @@ func (g *Gate) track(c net.Conn) bool {
 		return false
 	}
 	g.conns[c] = struct{}{}
+	g.lastActive = time.Now()
 	return true
 }
 
 func (g *Gate) untrack(c net.Conn) {
 	g.mu.Lock()
 	delete(g.conns, c)
+	g.lastActive = time.Now()
+	g.mu.Unlock()
+}
+
+// hold keeps c while the gate is asleep, until the mode changes or HoldTimeout passes; it
+// asks for a wake on the first connection of a sleep. It returns at once when the gate is
+// not asleep or holds MaxHeld already.
+func (g *Gate) hold(c net.Conn) {
+	g.mu.Lock()
+	if g.mode != Asleep || g.closed || len(g.held) >= MaxHeld {
+		g.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	g.held[c] = ch
+	g.lastActive = time.Now()
+	var wake func()
+	if !g.wakeAsked {
+		g.wakeAsked, wake = true, g.onWake
+	}
+	g.mu.Unlock()
+	if wake != nil {
+		go wake()
+	}
+	t := time.NewTimer(HoldTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return
+	case <-t.C:
+	}
+	g.mu.Lock()
+	if _, ok := g.held[c]; ok {
+		delete(g.held, c)
+		g.lastActive = time.Now()
+	}
 	g.mu.Unlock()
 }
 
@@ -192,6 +286,7 @@ func (g *Gate) handle(c net.Conn) {
 			return
 		}
 	}
+	g.hold(c)
 	if !g.track(c) {
 		c.Close()
 		return
@@ -232,6 +327,9 @@ func (g *Gate) answer(w http.ResponseWriter, r *http.Request) {
 	mode, msg := g.mode, g.message
 	g.mu.Unlock()
 	code, reason := http.StatusServiceUnavailable, "ServiceUnavailable"
+	if mode == Asleep {
+		msg = "the cluster is waking up; try again shortly"
+	}
 	switch mode {
 	case Reaped, Serving:
 		// Serving reaches here only when the apiserver did not answer the dial.

@@ -87,3 +87,126 @@ func TestGateModeChangeClosesConnections(t *testing.T) {
 }
 
 func deadline() time.Time { return time.Now().Add(2 * time.Second) }
+
+// An asleep gate holds a request, asks for one wake however many requests come, and
+// passes the held requests through once the cluster serves: they are late, not refused.
+func TestGateAsleepHoldsAndWakes(t *testing.T) {
+	srv, clientTLS := backend(t)
+	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	wakes := make(chan struct{}, 8)
+	g.OnWake(func() { wakes <- struct{}{} })
+	g.Set(Asleep, "")
+
+	type answer struct {
+		code int
+		at   time.Time
+		err  error
+	}
+	answers := make(chan answer, 3)
+	for range 3 {
+		go func() {
+			code, _, err := Probe(g.URL(), clientTLS)
+			answers <- answer{code, time.Now(), err}
+		}()
+	}
+	select {
+	case <-wakes:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no wake was asked for")
+	}
+	// Wait until all three are held, then a while more: none is answered meanwhile.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		if open, _ := g.Activity(); open == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			open, _ := g.Activity()
+			t.Fatalf("%d connections held, want 3", open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("a request was answered while asleep: %d %v", a.code, a.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if len(wakes) != 0 {
+		t.Fatalf("%d more wakes asked for; one per sleep", len(wakes))
+	}
+	served := time.Now()
+	g.Set(Serving, "")
+	for range 3 {
+		a := <-answers
+		if a.err != nil || a.code != 401 || a.at.Before(served) {
+			t.Fatalf("held request: %d %v at %v (served from %v); want the backend's 401 after the wake", a.code, a.err, a.at, served)
+		}
+	}
+	if open, last := g.Activity(); open != 0 || last.Before(served) {
+		t.Errorf("activity after the answers: %d open, last %v; want 0 open, last after %v", open, last, served)
+	}
+
+	// A second sleep asks for a wake again; leaving it for Unavailable answers 503.
+	g.Set(Asleep, "")
+	go func() {
+		code, b, err := Probe(g.URL(), clientTLS)
+		if err == nil && !strings.Contains(b, "stopped for good") {
+			code = -code
+		}
+		answers <- answer{code: code, err: err}
+	}()
+	select {
+	case <-wakes:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no wake was asked for in the second sleep")
+	}
+	g.Set(Unavailable, "stopped for good")
+	if a := <-answers; a.err != nil || a.code != 503 {
+		t.Fatalf("held request after the switch to Unavailable: %d %v; want 503 with the new message", a.code, a.err)
+	}
+}
+
+// The gate holds at most MaxHeld connections; more are answered at once, not kept.
+func TestGateAsleepHoldsBoundedly(t *testing.T) {
+	srv, clientTLS := backend(t)
+	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.Set(Asleep, "")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range MaxHeld {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if open, _ := g.Activity(); open == MaxHeld {
+			break
+		}
+		if time.Now().After(deadline) {
+			open, _ := g.Activity()
+			t.Fatalf("%d held, want %d", open, MaxHeld)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	code, b, err := Probe(g.URL(), clientTLS)
+	if err != nil || code != 503 || !strings.Contains(b, "waking up") {
+		t.Fatalf("request past MaxHeld: %d %q %v; want 503 waking up", code, b, err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("request past MaxHeld answered after %v; want at once", d)
+	}
+}
