@@ -28,7 +28,7 @@ func newBenchCommand() *cobra.Command {
 	var to bench.TenantOptions
 	tenant := &cobra.Command{
 		Use:   "tenant",
-		Short: "tenant clusters: created to Ready, controlPlaneUp to Ready, idle RSS (needs root: network namespace)",
+		Short: "tenant clusters: created to Ready, controlPlaneUp to Ready, idle RSS, wake from sleep (needs root: network namespace)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			to.Progress = func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "... "+format+"\n", a...) }
@@ -37,6 +37,7 @@ func newBenchCommand() *cobra.Command {
 	}
 	tenant.Flags().IntVar(&to.Clusters, "clusters", 5, "clusters created one after another (median reported)")
 	tenant.Flags().DurationVar(&to.Idle, "idle", 30*time.Second, "idle time before reading RSS")
+	tenant.Flags().IntVar(&to.Wakes, "wakes", 10, "sleep and wake cycles of one cluster (10 s of sleepAfter each; 0 skips)")
 	cmd.AddCommand(core, tenant)
 	return cmd
 }

@@ -6,7 +6,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -42,4 +44,14 @@ func (p Printer) Line(name, value, target string) {
 		target = "  (target " + target + ")"
 	}
 	fmt.Fprintf(p.W, "%-52s %s%s\n", name, value, target)
+}
+
+// LoadAvg is the 1-minute load average: the machine's other work skews wall times.
+func LoadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }

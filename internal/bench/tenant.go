@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,12 +13,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	ctrlmanager "socialweb.computer/internal/controllers/manager"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/tenant"
 )
 
 // TenantOptions size the tenant cluster benchmark.
@@ -25,6 +29,9 @@ type TenantOptions struct {
 	Binary   string
 	Clusters int           // clusters created one after another (median reported)
 	Idle     time.Duration // idle time before reading RSS
+	// Wakes are the sleep-and-wake cycles of one cluster (spec.sleepAfter 10 s): the first
+	// request's answer after each wake is timed.
+	Wakes    int
 	Progress func(format string, a ...any)
 }
 
@@ -76,7 +83,11 @@ func Tenant(ctx context.Context, p Printer, o TenantOptions) error {
 			if err := c.Get(ctx, key, &got); err == nil && got.Status.Phase == phase && got.Status.ObservedGeneration == got.Generation {
 				return &got, nil
 			}
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 		return nil, fmt.Errorf("cluster %s not %s within 2m (see %s)", key, phase, filepath.Join(dir, "tenants", key.Namespace, key.Name, "controlplane.log"))
 	}
@@ -114,7 +125,7 @@ func Tenant(ctx context.Context, p Printer, o TenantOptions) error {
 				fmt.Sprintf("%.0f MiB; anon %.0f MiB, PSS %.0f MiB", r, statusMiB(pids[0], "RssAnon:"), pssMiB(pids[0])), "< 250 MiB")
 		}
 	}
-	p.Line(fmt.Sprintf("Cluster created -> Ready, zero nodes (median of %d)", o.Clusters), fmt.Sprintf("%.2f s (min %.2f, max %.2f; load %s)", Median(create).Seconds(), minD(create).Seconds(), maxD(create).Seconds(), loadAvg()), "< 2 s")
+	p.Line(fmt.Sprintf("Cluster created -> Ready, zero nodes (median of %d)", o.Clusters), fmt.Sprintf("%.2f s (min %.2f, max %.2f; load %s)", Median(create).Seconds(), minD(create).Seconds(), maxD(create).Seconds(), LoadAvg()), "< 2 s")
 	p.Line("  CPU time of the control plane until Ready (median)", fmt.Sprintf("%.2f s", Median(createCPU).Seconds()), "")
 
 	say("idle for %s with %d clusters", o.Idle, o.Clusters)
@@ -175,9 +186,15 @@ func Tenant(ctx context.Context, p Printer, o TenantOptions) error {
 			upCPU = append(upCPU, cpuTime(instancePID(got.Status.Instance)))
 		}
 	}
-	p.Line(fmt.Sprintf("controlPlaneUp of a stopped cluster -> Ready (median of %d)", o.Clusters), fmt.Sprintf("%.2f s (min %.2f, max %.2f; load %s)", Median(upAgain).Seconds(), minD(upAgain).Seconds(), maxD(upAgain).Seconds(), loadAvg()), "< 1.5 s")
+	p.Line(fmt.Sprintf("controlPlaneUp of a stopped cluster -> Ready (median of %d)", o.Clusters), fmt.Sprintf("%.2f s (min %.2f, max %.2f; load %s)", Median(upAgain).Seconds(), minD(upAgain).Seconds(), maxD(upAgain).Seconds(), LoadAvg()), "< 1.5 s")
 	if len(upCPU) > 0 {
 		p.Line("  CPU time of the control plane until Ready (median)", fmt.Sprintf("%.2f s", Median(upCPU).Seconds()), "")
+	}
+
+	if o.Wakes > 0 {
+		if err := benchWake(ctx, p, c, dir, client.ObjectKey{Namespace: "default", Name: "bench0"}, o.Wakes, waitPhase, say); err != nil {
+			return err
+		}
 	}
 
 	say("deleting the clusters")
@@ -201,6 +218,83 @@ func Tenant(ctx context.Context, p Printer, o TenantOptions) error {
 	}
 	p.Line(fmt.Sprintf("Cluster deleted -> gone, store removed (median of %d)", o.Clusters), fmt.Sprintf("%.2f s", Median(del).Seconds()), "")
 	return up.stop()
+}
+
+// benchWake lets one cluster fall asleep (sleepAfter 10 s) and wakes it with a list of
+// configmaps through its gate, n times: the figures are that request's time to its answer
+// and what the control plane holds in memory while asleep.
+func benchWake(ctx context.Context, p Printer, c client.Client, dir string, key client.ObjectKey, n int,
+	waitPhase func(client.ObjectKey, v1alpha1.ClusterPhase) (*v1alpha1.Cluster, error), say func(string, ...any)) error {
+	var cl v1alpha1.Cluster
+	if err := c.Get(ctx, key, &cl); err != nil {
+		return err
+	}
+	pki := tenant.PKI{Dir: tenant.LayoutFor(filepath.Join(dir, "tenants"), key.Namespace, key.Name).PKI()}
+	tlsConfig, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAFile: pki.Cert("ca"), CertFile: pki.Cert("admin"), KeyFile: pki.Key("admin")}})
+	if err != nil {
+		return err
+	}
+	// A connection of its own per request, closed after it, as each kubectl run's is: an
+	// idle connection kept in a pool is a client the gate counts, and keeps the cluster
+	// awake until the pool drops it.
+	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}
+	list := func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.Status.Server+"/api/v1/namespaces/default/configmaps", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("list configmaps: %s", resp.Status)
+		}
+		return nil
+	}
+	if err := c.Patch(ctx, &cl, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"sleepAfter":"10s"}}`))); err != nil {
+		return err
+	}
+	var wake []time.Duration
+	var asleepRSS float64
+	left := 0
+	for i := range n {
+		say("cluster %s: sleep and wake %d of %d", key.Name, i+1, n)
+		awake, err := waitPhase(key, v1alpha1.ClusterReady)
+		if err != nil {
+			return err
+		}
+		pid := instancePID(awake.Status.Instance)
+		if _, err := waitPhase(key, v1alpha1.ClusterSleeping); err != nil {
+			return err
+		}
+		// Whatever of the control plane is left: its process, were it still there.
+		if r, err := rssMiB(pid); err == nil && pidAlive(pid) {
+			asleepRSS, left = max(asleepRSS, r), left+1
+		}
+		t0 := time.Now()
+		if err := list(); err != nil {
+			return fmt.Errorf("the request that wakes %s: %w", key, err)
+		}
+		wake = append(wake, time.Since(t0))
+	}
+	if err := c.Patch(ctx, &cl, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"sleepAfter":null}}`))); err != nil {
+		return err
+	}
+	p.Line(fmt.Sprintf("wake from sleep -> first answer (kubectl-like list through the gate, %d wakes)", n),
+		fmt.Sprintf("median %.2f s, p99 %.2f s (min %.2f; load %s)", Median(wake).Seconds(), Percentile(wake, 99).Seconds(), minD(wake).Seconds(), LoadAvg()), "< 1.5 s")
+	p.Line("RSS of a sleeping cluster's control plane (most over the sleeps)", fmt.Sprintf("%.0f MiB (its process left in %d of %d sleeps)", asleepRSS, left, n), "0")
+	return nil
+}
+
+// pidAlive: the process exists and is not a zombie.
+func pidAlive(pid int) bool {
+	st, err := guestproc.ReadStat(pid)
+	return err == nil && st.State != 'Z'
 }
 
 func instancePID(instance string) int {
@@ -244,16 +338,6 @@ func statusMiB(pid int, field string) float64 {
 		}
 	}
 	return 0
-}
-
-// loadAvg is the 1-minute load average: the machine's other work skews wall times.
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }
 
 func minD(ds []time.Duration) time.Duration {

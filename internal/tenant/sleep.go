@@ -105,6 +105,18 @@ func (m *Manager) WakeRequested(k Key) bool {
 	return in.wake
 }
 
+// Running says whether the cluster's control plane is started (starting, ready, crashed
+// and restarting, or stopping), not stopped or asleep.
+func (m *Manager) Running(k Key) bool {
+	in := m.get(k)
+	if in == nil {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stop != nil
+}
+
 // Activity is how many client connections the cluster's gate has open and when one last
 // opened or closed; zero when the manager does not run the cluster.
 func (m *Manager) Activity(k Key) (open int, last time.Time) {

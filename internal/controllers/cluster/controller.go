@@ -123,8 +123,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Status.Phase, c.Status.Server, c.Status.Instance = v1alpha1.ClusterUnavailable, s.Server, ""
 		setReady(&c, metav1.ConditionFalse, ReasonStopped, "the control plane is stopped (spec.running is false); its store is kept")
 
-	case c.Status.Phase == v1alpha1.ClusterSleeping && sleepAfter(&c) > 0 && !r.Tenants.WakeRequested(key):
-		// Asleep, and no client came: stay so (a restarted gateway puts the gate back, asleep).
+	case c.Status.Phase == v1alpha1.ClusterSleeping && sleepAfter(&c) > 0 && !r.Tenants.WakeRequested(key) && !r.Tenants.Running(key):
+		// Asleep, and no client came: stay so (a restarted gateway puts the gate back,
+		// asleep). A control plane running under a status still Sleeping is a wake whose
+		// status is not written yet: it goes on below.
 		if err := r.Tenants.Sleep(key, startOptions(&c)); err != nil {
 			return reconcile.Result{}, err
 		}
