@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,8 @@ import (
 
 	"socialweb.computer/internal/denodist"
 	"socialweb.computer/internal/substrate/deno"
+	"socialweb.computer/internal/substrate/jail"
+	"socialweb.computer/internal/substrate/substratetest"
 )
 
 // npmRegistry serves the pinned Deno's platform package on loopback, as the npm registry
@@ -132,6 +136,15 @@ func TestFirstHour_InstallDepsThenUpFromAnEmptyHome(t *testing.T) {
 	up.kubectl(t, "", "wait", "--for=jsonpath={.status.phase}=Deployed", "--timeout=120s", "infra/web")
 	port := strings.TrimSpace(up.kubectl(t, "", "get", "cc", "infra-web-api", "-o", "jsonpath={.status.guest.ports[0].hostPort}"))
 	waitGuestAnswers(t, "http://127.0.0.1:"+port+"/", 30*time.Second)
+	// Its jail's init (the PID 1 of the guest's PID namespace) is the small one beside the
+	// binary, not socialweb re-executed.
+	small := filepath.Join(filepath.Dir(socialwebBin), jail.InitBinary)
+	if !slices.ContainsFunc(substratetest.Procs(filepath.Join(dir, "bidder")), func(pid int) bool {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return exe == small
+	}) {
+		t.Errorf("no process of the guest runs %s", small)
+	}
 }
 
 // TestFirstHour_UpFetchesDenoItself: without install-deps, up fetches the pinned Deno itself

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"socialweb.computer/internal/substrate/jail"
@@ -30,24 +29,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	socialwebBin = filepath.Join(dir, "socialweb")
-	// Built once per run, with the Kubernetes version stamped in as hack/build.sh does (the
-	// tenant rows check it): the first build compiles k8s.io/kubernetes (minutes, cached after).
-	ldflags, err := exec.Command("bash", "../../hack/kube-ldflags.sh").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hack/kube-ldflags.sh:", err)
-		os.Exit(1)
-	}
-	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", socialwebBin, "socialweb.computer/cmd/socialweb")
+	// Built once per run as hack/build.sh builds it: the Kubernetes version stamped in (the
+	// tenant rows check it), the deno guests' small jail init and the node runtime (containerd
+	// v2, runc) beside it, where they are looked for first. The first build compiles
+	// k8s.io/kubernetes (minutes, cached after).
+	build := exec.Command("bash", "../../hack/build.sh", socialwebBin)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building socialweb:", err)
-		os.Exit(1)
-	}
-	// The node runtime (containerd v2, runc) beside it, where nodes look for it first.
-	rt := exec.Command("bash", "../../hack/build-node-runtime.sh", filepath.Join(dir, "node-runtime"))
-	rt.Stdout, rt.Stderr = os.Stderr, os.Stderr
-	if err := rt.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the node runtime:", err)
+		fmt.Fprintln(os.Stderr, "hack/build.sh:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -65,8 +65,9 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL
 	// (default 2s).
 	StopGrace time.Duration
-	// Init is the binary that runs the jail's init when given jail.Command (socialweb, or a
-	// test binary whose TestMain calls jail.MaybeRun); empty means this process's own.
+	// Init is the binary that runs the jail's init when given jail.Command (socialweb, its
+	// small socialweb-guest-jail, or a test binary whose TestMain calls jail.MaybeRun); empty
+	// means the small one beside this process's binary, else this binary.
 	Init string
 	// UIDs is where guests' uids come from; zero means jail.DefaultUIDs.
 	UIDs jail.UIDs
@@ -74,6 +75,11 @@ type Config struct {
 	Pids int
 	// CgroupRoot is where the cgroup file system is mounted (default /sys/fs/cgroup).
 	CgroupRoot string
+	// Unjailed runs deno with its permission flags alone, as this process's uid, with no
+	// namespaces or cgroups: the baseline that containment's cost is measured against (the
+	// containment benchmark). No command of socialweb sets it; a guest so run can import
+	// every JSON file its bidder can read.
+	Unjailed bool
 }
 
 // Substrate runs deno guests.
@@ -128,14 +134,20 @@ func New(cfg Config) (*Substrate, error) {
 		return unavailable("deno guests run jailed (namespaces, cgroups, a uid of their own), which needs root: run the bidder as root")
 	}
 	if cfg.Init == "" {
-		if !jail.Answers() {
-			return unavailable("this binary is not a jail init (it does not call jail.MaybeRun first in main or TestMain) and Config.Init names none")
-		}
 		self, err := os.Executable()
 		if err != nil {
 			return unavailable("the jail's init is this binary, which cannot be found: %v", err)
 		}
-		cfg.Init = self
+		// The small init beside this binary starts each guest about 80 ms sooner than
+		// socialweb itself would (hack/build.sh builds both).
+		switch small := jail.InitBeside(self); {
+		case small != "":
+			cfg.Init = small
+		case jail.Answers():
+			cfg.Init = self
+		default:
+			return unavailable("this binary is not a jail init (it does not call jail.MaybeRun first in main or TestMain), Config.Init names none and no %s is beside it", jail.InitBinary)
+		}
 	}
 	unshare, err := jail.Unshare()
 	if err != nil {
@@ -374,36 +386,48 @@ func (s *Substrate) start(dir string, spec substrate.GuestSpec, uid int, cgroups
 	argv = append(argv, prog)
 	sort.Strings(env)
 
-	cg, err := s.cgroups.Create(fmt.Sprintf("deno-%d", uid), jail.Limits{CPUs: spec.CPUs, MemMiB: spec.MemMiB, Pids: s.cfg.Pids})
-	*cgroups = cg
-	if err != nil {
-		return substrate.GuestStatus{}, fmt.Errorf("cgroups: %v", err)
+	launch := argv
+	if !s.cfg.Unjailed {
+		var err error
+		if launch, err = s.jail(dir, spec, uid, argv, work, cgroups); err != nil {
+			return substrate.GuestStatus{}, err
+		}
 	}
-	root := filepath.Join(dir, rootDir)
-	if err := os.Mkdir(root, 0o700); err != nil {
-		return substrate.GuestStatus{}, err
-	}
-	jc := jail.Config{Root: root, Mounts: s.mounts(dir, spec), Cgroups: cg, UID: uid, GID: uid,
-		Argv: argv, Cwd: work, Hostname: "guest"}
-	if err := jc.Validate(); err != nil {
-		return substrate.GuestStatus{}, err
-	}
-	jailPath := filepath.Join(dir, jailFile)
-	if err := guestproc.WriteJSON(jailPath, jc); err != nil {
-		return substrate.GuestStatus{}, err
-	}
-
 	startedAt := time.Now().UTC()
-	gs := guestState{Spec: spec, Ports: ports, Argv: argv, StartedAt: startedAt, UID: uid, Cgroups: cg}
+	gs := guestState{Spec: spec, Ports: ports, Argv: argv, StartedAt: startedAt, UID: uid, Cgroups: *cgroups}
 	gs.Spec.UserData, gs.Spec.Secrets = nil, nil
 	if err := guestproc.WriteJSON(filepath.Join(dir, guestFile), gs); err != nil {
 		return substrate.GuestStatus{}, err
 	}
-	rec, err := guestproc.Start(guestproc.StartOptions{Dir: dir, Argv: jail.Argv(s.unshare, s.cfg.Init, jailPath), Env: env, Cwd: work, Cleanup: cleanup})
+	rec, err := guestproc.Start(guestproc.StartOptions{Dir: dir, Argv: launch, Env: env, Cwd: work, Cleanup: cleanup})
 	if err != nil {
 		return substrate.GuestStatus{}, err
 	}
 	return s.status(spec.ID, dir, gs, rec), nil
+}
+
+// jail makes the guest's cgroups (into *cgroups) and its jail's config, and returns the
+// command line that runs argv in that jail.
+func (s *Substrate) jail(dir string, spec substrate.GuestSpec, uid int, argv []string, work string, cgroups *[]string) ([]string, error) {
+	cg, err := s.cgroups.Create(fmt.Sprintf("deno-%d", uid), jail.Limits{CPUs: spec.CPUs, MemMiB: spec.MemMiB, Pids: s.cfg.Pids})
+	*cgroups = cg
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %v", err)
+	}
+	root := filepath.Join(dir, rootDir)
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return nil, err
+	}
+	jc := jail.Config{Root: root, Mounts: s.mounts(dir, spec), Cgroups: cg, UID: uid, GID: uid,
+		Argv: argv, Cwd: work, Hostname: "guest"}
+	if err := jc.Validate(); err != nil {
+		return nil, err
+	}
+	jailPath := filepath.Join(dir, jailFile)
+	if err := guestproc.WriteJSON(jailPath, jc); err != nil {
+		return nil, err
+	}
+	return jail.Argv(s.unshare, s.cfg.Init, jailPath), nil
 }
 
 // devices are the device nodes a guest sees (Deno opens /dev/null for the standard

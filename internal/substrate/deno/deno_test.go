@@ -18,14 +18,22 @@ import (
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/jail"
 	"socialweb.computer/internal/substrate/substratetest"
 )
 
 func newSub(t *testing.T) (*Substrate, string) {
 	t.Helper()
+	return newSubWith(t, Config{})
+}
+
+// newSubWith is a substrate of cfg with a state dir of the test's.
+func newSubWith(t *testing.T, cfg Config) (*Substrate, string) {
+	t.Helper()
 	substratetest.Require(t, DefaultBinary() != "", "deno", "run hack/install-deno.sh")
 	dir := t.TempDir()
-	s, err := New(Config{StateDir: dir})
+	cfg.StateDir = dir
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,18 +372,42 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// BenchmarkBootToFirstOutput: Boot to the guest's first line of output, unjailed (deno's
+// flags alone: the baseline) and jailed under each init: the small socialweb-guest-jail (what
+// a bidder built by hack/build.sh runs), this test binary, and the socialweb binary at
+// $SOCIALWEB_TEST_BIN when set. The sub-benchmarks take turns when run with -count.
 func BenchmarkBootToFirstOutput(b *testing.B) {
-	bin := DefaultBinary()
-	if bin == "" {
+	if DefaultBinary() == "" {
 		b.Skip("no deno")
 	}
-	dir := b.TempDir()
-	// SOCIALWEB_JAIL_INIT measures with another binary as the jail's init (socialweb: a
-	// larger binary starts slower than this test binary).
-	s, err := New(Config{StateDir: dir, Init: os.Getenv("SOCIALWEB_JAIL_INIT")})
-	if err != nil {
-		b.Fatal(err)
+	cases := []struct {
+		name string
+		cfg  func(b *testing.B) Config
+	}{
+		{"unjailed", func(*testing.B) Config { return Config{Unjailed: true} }},
+		{"init=" + jail.InitBinary, func(b *testing.B) Config { return Config{Init: smallInit(b)} }},
+		{"init=test-binary", func(*testing.B) Config { return Config{} }},
 	}
+	if bin := os.Getenv("SOCIALWEB_TEST_BIN"); bin != "" {
+		cases = append(cases, struct {
+			name string
+			cfg  func(b *testing.B) Config
+		}{"init=socialweb", func(*testing.B) Config { return Config{Init: bin} }})
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := tc.cfg(b)
+			cfg.StateDir = b.TempDir()
+			s, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bootToFirstOutput(b, s)
+		})
+	}
+}
+
+func bootToFirstOutput(b *testing.B, s *Substrate) {
 	ctx := context.Background()
 	var total time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -396,7 +428,7 @@ func BenchmarkBootToFirstOutput(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/first-output")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/first-output")
 }
 
 // TestHelperBoot is not a test: TestGuestsOutliveTheirProcess runs the test

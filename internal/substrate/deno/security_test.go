@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"
+	"socialweb.computer/internal/substrate/jail"
 	"socialweb.computer/internal/substrate/substratetest"
 )
 
@@ -66,8 +68,43 @@ console.log("ATTEMPTS DONE");
 // TestGuestCannotReachTheHost: a guest tries dynamic JSON and JS imports of a host file, reads,
 // writes, a subprocess, FFI, the host's environment and a host loopback port. Each must fail,
 // the marker must never reach the guest's output, and its write must not land.
+// It runs under both inits: this test binary (as socialweb is its own) and the small
+// socialweb-guest-jail that hack/build.sh puts beside socialweb.
 func TestGuestCannotReachTheHost(t *testing.T) {
-	s, _ := newSub(t)
+	t.Run("init=self", func(t *testing.T) {
+		s, _ := newSub(t)
+		attackTheHost(t, s)
+	})
+	t.Run("init="+jail.InitBinary, func(t *testing.T) {
+		init := smallInit(t)
+		s, _ := newSubWith(t, Config{Init: init})
+		// The guest's PID 1, deno's parent, is that binary.
+		ctx := ctxT(t, 30*time.Second)
+		if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "idle", UserData: []byte(`setInterval(() => {}, 1 << 30);`)}); err != nil {
+			t.Fatal(err)
+		}
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", ppidOf(denoProc(t, s, "idle")))); exe != init {
+			t.Fatalf("the guest's init runs %q, want %s", exe, init)
+		}
+		attackTheHost(t, s)
+	})
+}
+
+// smallInit builds cmd/socialweb-guest-jail as hack/build.sh does.
+func smallInit(t testing.TB) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	substratetest.Require(t, err == nil, "go", "the Go toolchain builds the small jail init")
+	out := filepath.Join(t.TempDir(), jail.InitBinary)
+	cmd := exec.Command(goBin, "build", "-o", out, "socialweb.computer/cmd/socialweb-guest-jail")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", jail.InitBinary, err, b)
+	}
+	return out
+}
+
+func attackTheHost(t *testing.T, s *Substrate) {
 	ctx := ctxT(t, 60*time.Second)
 	dir, marker := hostMarker(t)
 	const hostVar = "SOCIALWEB_TEST_HOST_SECRET"
@@ -299,5 +336,25 @@ for (let i = 0; ; i++) {
 	}
 	if st, err := substrate.WaitEnded(ctx, s, "after"); err != nil || st.ExitCode != 0 {
 		t.Fatalf("the next guest: %+v %v", st, err)
+	}
+}
+
+// TestUnjailedBaselineReadsTheHost: the attack of TestGuestStaticImportsOfHostFiles is real.
+// Under deno's permission flags alone (Config.Unjailed, the containment benchmark's
+// baseline) a static import of a host JSON file prints the marker, so the jailed rows'
+// refusals are the jail's doing.
+func TestUnjailedBaselineReadsTheHost(t *testing.T) {
+	s, _ := newSubWith(t, Config{Unjailed: true})
+	ctx := ctxT(t, 60*time.Second)
+	dir, marker := hostMarker(t)
+	prog := fmt.Sprintf(`import x from %q with { type: "json" }; console.log("GOT " + JSON.stringify(x));`, dir+"/secret.json")
+	if _, err := s.Boot(ctx, substrate.GuestSpec{ID: "baseline", UserData: []byte(prog)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := substrate.WaitEnded(ctx, s, "baseline"); err != nil {
+		t.Fatal(err)
+	}
+	if logs, _ := s.Logs(ctx, "baseline", 0); !strings.Contains(string(logs), marker) {
+		t.Fatalf("unjailed, the static import did not read the host file: %s", logs)
 	}
 }

@@ -321,3 +321,27 @@ func dropPrivileges() error {
 func Unshare() (string, error) {
 	return exec.LookPath("unshare")
 }
+
+// InitBinary is the name of the init's own small binary (cmd/socialweb-guest-jail), looked
+// for beside the binary that starts guests.
+const InitBinary = "socialweb-guest-jail"
+
+// InitBeside returns the InitBinary in self's directory when one is there to be trusted with
+// root: a regular executable file, owned by root or by self's owner, that neither group nor
+// others may write (as self itself must be). "" otherwise: the caller is its own init.
+func InitBeside(self string) string {
+	selfInfo, err := os.Stat(self)
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(self), InitBinary)
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 || fi.Mode()&0o022 != 0 {
+		return ""
+	}
+	owner, selfOwner := fi.Sys().(*syscall.Stat_t).Uid, selfInfo.Sys().(*syscall.Stat_t).Uid
+	if owner != 0 && owner != selfOwner {
+		return ""
+	}
+	return p
+}
