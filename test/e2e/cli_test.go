@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/substrate/deno"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -130,8 +131,9 @@ func startUpWith(t *testing.T, dir string, with func(*exec.Cmd), args ...string)
 		}
 		p.done <- cmd.Wait()
 	}()
-	// Once up is stopped: the nodes it rented outlive it, and the test gives them up.
-	t.Cleanup(func() { releaseUpNodes(t, dir) })
+	// Once up is stopped: the nodes it rented and its deno bidder's guests outlive it (a
+	// restarted up adopts them), and the test gives them up.
+	t.Cleanup(func() { releaseUpNodes(t, dir); stopUpGuests(t, dir) })
 	t.Cleanup(func() { p.stop(t) })
 	select {
 	case line := <-ready:
@@ -443,4 +445,36 @@ func kubeconfigOf(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// stopUpGuests stops and removes the deno guests up's bidder left in dir, as that bidder
+// would on a release, so that no row leaves a process (or its cgroups and uid) behind.
+func stopUpGuests(t *testing.T, dir string) {
+	t.Helper()
+	guests := filepath.Join(dir, "bidder", "guests")
+	if _, err := os.Stat(guests); err != nil {
+		return
+	}
+	ctx := context.Background()
+	cfg := deno.Config{StateDir: guests}
+	if deno.DefaultBinary() == "" {
+		cfg.Deno = "/bin/true" // up found a deno this process does not; Stop and Remove run none
+	}
+	sub, err := deno.New(cfg)
+	if err != nil {
+		t.Errorf("the guests up left in %s: %v", guests, err)
+		return
+	}
+	gs, err := sub.List(ctx)
+	if err != nil {
+		t.Errorf("the guests up left in %s: %v", guests, err)
+	}
+	for _, g := range gs {
+		if err := sub.Stop(ctx, g.ID); err != nil {
+			t.Errorf("stop guest %s that up left: %v", g.ID, err)
+		}
+		if err := sub.Remove(ctx, g.ID); err != nil {
+			t.Errorf("remove guest %s that up left: %v", g.ID, err)
+		}
+	}
 }
