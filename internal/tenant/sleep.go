@@ -105,8 +105,8 @@ func (m *Manager) WakeRequested(k Key) bool {
 	return in.wake
 }
 
-// Running says whether the cluster's control plane is started (starting, ready, crashed
-// and restarting, or stopping), not stopped or asleep.
+// Running says whether the cluster's control plane is started and not asked to stop
+// (starting, ready, or crashed and restarting): not stopped, asleep, or being stopped.
 func (m *Manager) Running(k Key) bool {
 	in := m.get(k)
 	if in == nil {

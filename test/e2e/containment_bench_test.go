@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,26 +38,13 @@ func TestBench_Containment(t *testing.T) {
 			initName = init
 		}
 	}
-	start := func(handle string, cfg deno.Config) *runningBidder {
-		if _, err := env.PDS.CreateAccount(ctx, handle, "pw-"+handle); err != nil {
-			t.Fatal(err)
-		}
-		cfg.StateDir = filepath.Join(t.TempDir(), "guests")
-		sub, err := deno.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := runBidderOn(t, env, handle, 5, sub, cfg.StateDir)
-		substratetest.Cleanup(t, sub, cfg.StateDir)
-		return b
-	}
 	sides := []struct {
 		name         string
 		b            *runningBidder
 		held, output []time.Duration
 	}{
-		{name: "jailed (init " + initName + ")", b: start("jailed.test", deno.Config{Init: init})},
-		{name: "unjailed (deno's flags alone)", b: start("unjailed.test", deno.Config{Unjailed: true})},
+		{name: "jailed (init " + initName + ")", b: startBidderWith(t, env, "jailed.test", 5, deno.Config{Init: init})},
+		{name: "unjailed (deno's flags alone)", b: startBidderWith(t, env, "unjailed.test", 5, deno.Config{Unjailed: true})},
 	}
 	const n = 20
 	for i := range n {

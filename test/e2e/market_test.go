@@ -43,10 +43,17 @@ type runningBidder struct {
 // its own state dir; at cleanup it stops and no guest process of that dir may be left.
 func startBidder(t *testing.T, env *testenv.Env, handle string, cost int64) *runningBidder {
 	t.Helper()
+	return startBidderWith(t, env, handle, cost, deno.Config{})
+}
+
+// startBidderWith is startBidder with the substrate's config (its StateDir is the test's).
+func startBidderWith(t *testing.T, env *testenv.Env, handle string, cost int64, cfg deno.Config) *runningBidder {
+	t.Helper()
 	if _, err := env.PDS.CreateAccount(context.Background(), handle, "pw-"+handle); err != nil {
 		t.Fatalf("account %s: %v", handle, err)
 	}
-	b := runBidder(t, env, handle, cost, filepath.Join(t.TempDir(), "guests"))
+	cfg.StateDir = filepath.Join(t.TempDir(), "guests")
+	b := runBidderWith(t, env, handle, cost, cfg)
 	substratetest.Cleanup(t, b.sub, b.stateDir)
 	return b
 }
@@ -54,11 +61,17 @@ func startBidder(t *testing.T, env *testenv.Env, handle string, cost int64) *run
 // runBidder runs a bidder for an existing account over stateDir until stop (or cleanup).
 func runBidder(t *testing.T, env *testenv.Env, handle string, cost int64, dir string) *runningBidder {
 	t.Helper()
-	sub, err := deno.New(deno.Config{StateDir: dir})
+	return runBidderWith(t, env, handle, cost, deno.Config{StateDir: dir})
+}
+
+// runBidderWith is runBidder with the substrate's config.
+func runBidderWith(t *testing.T, env *testenv.Env, handle string, cost int64, cfg deno.Config) *runningBidder {
+	t.Helper()
+	sub, err := deno.New(cfg)
 	if err != nil || sub.Binary() == "" {
 		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
 	}
-	return runBidderOn(t, env, handle, cost, sub, dir)
+	return runBidderOn(t, env, handle, cost, sub, cfg.StateDir)
 }
 
 // bidderCapacity is the capacity of the bidders the tests start.
