@@ -250,6 +250,16 @@ spec:
 	// The guest's log, hostile markup and all, shown as text.
 	b.waitJS("the guest's log", `[...document.querySelectorAll('article.deployment[data-name="web"] pre.log')].some(e => e.textContent.includes("guest says <img src=x onerror=\"window.pwned = 'log'\"> hello"))`, 30*time.Second)
 	b.shot("deployed")
+	// A change after the reader opened the market, whatever the market's pace: a deployment
+	// declared now must appear without closing what is open.
+	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
+kind: Infra
+metadata: {name: notes, namespace: default}
+spec:
+  record: {repoRef: {name: me}}
+  contracts: [{name: db, computeKind: deno}]
+`, "apply", "-f", "-")
+	b.waitJS("notes Staged", deploymentPhase("notes", "Staged"), 30*time.Second)
 	if n := evalJS[int](b, `document.querySelectorAll('#view img').length`); n != 0 {
 		t.Errorf("%d img elements in the page: the guest's log was not shown as text", n)
 	}
