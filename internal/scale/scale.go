@@ -11,6 +11,10 @@ import (
 const (
 	BatchIdle = time.Second
 	BatchMax  = 10 * time.Second
+	// SettledIdle replaces BatchIdle when every pending pod's controller is settled
+	// (Pod.OwnerSettled): none of them has a pod on its way, so the batch waits only for
+	// what other objects of the same apply may still bring.
+	SettledIdle = 250 * time.Millisecond
 )
 
 // DrainRetry is how often a draining node's evictions are asked again (a
@@ -47,8 +51,8 @@ type Pod struct {
 	// Unschedulable is true for a Pending pod whose PodScheduled condition is False with
 	// reason Unschedulable: the scheduler found no node for it.
 	Unschedulable bool
-	// PendingSince is when it became unschedulable (the condition's lastTransitionTime);
-	// zero means now.
+	// PendingSince is when it became unschedulable (from the condition's
+	// lastTransitionTime, which is to the second); zero means now.
 	PendingSince time.Time
 	// Finished is true for a pod that Succeeded or Failed: it holds no node.
 	Finished bool
@@ -65,6 +69,10 @@ type Pod struct {
 	// or required node affinity matches no node of the kind this cluster rents); "" when
 	// one could, or when that is not known yet.
 	NoNewNode string
+	// OwnerSettled is true when the pod's controller (a ReplicaSet, Job or StatefulSet)
+	// has every pod it wants now and the scheduler has tried each of them: no pod of that
+	// controller is on its way.
+	OwnerSettled bool
 }
 
 // Node is one Node of the tenant cluster.
@@ -238,7 +246,9 @@ type Decision struct {
 //  1. Pending pods: the non-daemon, unbound, Unschedulable pods. While any exists nothing
 //     is released. Their batch closes BatchIdle after the newest one and at most BatchMax
 //     after the oldest (Input.BatchIdle and Input.BatchMax override both); before that the decision is Hold (ReasonBatching) with RequeueAfter
-//     the closing time.
+//     the closing time. When every pending pod's controller is settled (Pod.OwnerSettled),
+//     SettledIdle (or a shorter BatchIdle) replaces BatchIdle: Karpenter waits its idle
+//     second because more pods may be coming, and these controllers say none are.
 //  2. With a simulation: when every pending pod fits a node the cluster has or a claim in
 //     flight brings (Simulated.OnNodes), it waits for the scheduler: Hold
 //     (ReasonFitsExisting). Otherwise Simulated.NewNodes are needed, bounded as below.
@@ -351,6 +361,9 @@ func Decide(in Input) Decision {
 		idle, most := in.BatchIdle, in.BatchMax
 		if idle <= 0 {
 			idle = BatchIdle
+		}
+		if settled(pending) {
+			idle = min(idle, SettledIdle)
 		}
 		if most <= 0 {
 			most = BatchMax
@@ -528,4 +541,14 @@ func slotsNeeded(in Input, pending []Pod, perNode, inFlight int, claimOf map[str
 		return 0, settles
 	}
 	return (rest + perNode - 1) / perNode, settles
+}
+
+// settled says whether every pod's controller has all its pods and none on its way.
+func settled(pods []Pod) bool {
+	for _, p := range pods {
+		if !p.OwnerSettled {
+			return false
+		}
+	}
+	return len(pods) > 0
 }

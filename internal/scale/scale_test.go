@@ -46,6 +46,30 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
 		},
 		{
+			name: "every pending pod's controller settled: the batch closes SettledIdle after the newest",
+			in: Input{Now: t0, Pods: []Pod{settledPod(pending("a", 2*time.Second)), settledPod(pending("b", 300*time.Millisecond))},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
+		},
+		{
+			name: "settled, but the newest pod is younger than SettledIdle",
+			in: Input{Now: t0, Pods: []Pod{settledPod(pending("a", 2*time.Second)), settledPod(pending("b", 100*time.Millisecond))},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonBatching, RequeueAfter: 150 * time.Millisecond},
+		},
+		{
+			name: "one pending pod's controller not settled: the idle second holds for all",
+			in: Input{Now: t0, Pods: []Pod{settledPod(pending("a", 2*time.Second)), pending("b", 300*time.Millisecond)},
+				MaxNodes: 3, PodsPerNode: 2, Hold: hold},
+			want: Decision{Action: Hold, Reason: ReasonBatching, RequeueAfter: 700 * time.Millisecond},
+		},
+		{
+			name: "settled, and a shorter BatchIdle still applies",
+			in: Input{Now: t0, Pods: []Pod{settledPod(pending("a", 100*time.Millisecond))}, MaxNodes: 3, PodsPerNode: 2, Hold: hold,
+				BatchIdle: 50 * time.Millisecond},
+			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentNoNode},
+		},
+		{
 			name: "a longer BatchIdle keeps the batch open",
 			in: Input{Now: t0, Pods: []Pod{pending("a", 2*time.Second)}, MaxNodes: 3, PodsPerNode: 2, Hold: hold,
 				BatchIdle: 5 * time.Second},
@@ -653,3 +677,5 @@ func TestDecideSimulatedProperties(t *testing.T) {
 	}
 	t.Logf("actions over 20000 random clusters: %v", counts)
 }
+
+func settledPod(p Pod) Pod { p.OwnerSettled = true; return p }

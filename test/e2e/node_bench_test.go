@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -169,12 +170,7 @@ func benchNodeScaleUp(t *testing.T, args ...string) string {
 // the pods deleted, for the cluster to go back to zero claims and nodes, and what is left
 // (nodes, guest processes). SOCIALWEB_BENCH=1 runs it.
 func TestBench_NodeScaleThreeAndBack(t *testing.T) {
-	if os.Getenv("SOCIALWEB_BENCH") == "" {
-		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
-	}
-	n := startNodeUp(t, "--node-bid-window", "1s")
-	kc := n.cluster("b3", "maxNodes: 3, podsPerNode: 1, scaleHold: 1s")
-	ts := tenantClient(t, kc)
+	n, kc, ts := startNodeBench(t, "b3", "maxNodes: 3, podsPerNode: 1, scaleHold: 1s")
 	t0 := time.Now()
 	tkubectl(t, kc, spreadPod("x1")+"---\n"+spreadPod("x2")+"---\n"+spreadPod("x3"), "apply", "-f", "-")
 	n.waitClaimsRunning("b3", 3, 180*time.Second)
@@ -198,12 +194,7 @@ func TestBench_NodeScaleThreeAndBack(t *testing.T) {
 // cluster already has a node with room (the other half of the pending-pod figure: no rent),
 // median of 5; the image is already on the node. SOCIALWEB_BENCH=1 runs it.
 func TestBench_NodePodOnARunningNode(t *testing.T) {
-	if os.Getenv("SOCIALWEB_BENCH") == "" {
-		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
-	}
-	n := startNodeUp(t, "--node-bid-window", "1s")
-	kc := n.cluster("b2", "maxNodes: 1, scaleHold: 1h")
-	ts := tenantClient(t, kc)
+	n, kc, ts := startNodeBench(t, "b2", "maxNodes: 1, scaleHold: 1h")
 	running := func(pod string) {
 		t.Helper()
 		testenv.Eventually(t, 120*time.Second, pod+" Running", func() (bool, error) {
@@ -232,4 +223,69 @@ func TestBench_NodePodOnARunningNode(t *testing.T) {
 		t.Fatalf("nodes: %v %v, want the one node throughout", nodes, err)
 	}
 	t.Logf("pending pod -> Running with a node up (no rent), median of %d: %.2fs", runs, median(ds).Seconds())
+}
+
+// TestBench_NodeBatching prints what the batch of pending pods costs before a node is
+// asked for: from the apply of a Deployment of 3 replicas (no node yet) to its NodeClaim,
+// against what Karpenter's batching (1 s after the newest pending pod) gives on the same
+// run's pods: the moment this test saw the last of them Unschedulable, plus 1 s. The
+// ReplicaSet is settled once all three are tried, so the batch closes after
+// scale.SettledIdle. Median of 5; between runs the cluster goes back to zero nodes.
+// SOCIALWEB_BENCH=1 runs it.
+func TestBench_NodeBatching(t *testing.T) {
+	n, kc, ts := startNodeBench(t, "bb", "maxNodes: 1, scaleHold: 1s")
+	const runs = 5
+	var ours, karpenter []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("batch%d", i)
+		deployment := strings.NewReplacer("name: keeper", "name: "+name, "app: keeper", "app: "+name, "replicas: 1", "replicas: 3").Replace(keeperDeployment)
+		t0 := time.Now()
+		tkubectl(t, kc, deployment, "apply", "-f", "-")
+		var lastPending, claimAt time.Time
+		testenv.Eventually(t, 60*time.Second, name+": a NodeClaim", func() (bool, error) {
+			now := time.Now()
+			pods, err := ts.CoreV1().Pods("default").List(n.ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+			if err != nil {
+				return false, err
+			}
+			tried := 0
+			for _, p := range pods.Items {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+						tried++
+					}
+				}
+			}
+			if tried == 3 && lastPending.IsZero() {
+				lastPending = now
+			}
+			if len(n.claims("bb")) > 0 {
+				claimAt = now
+			}
+			return !claimAt.IsZero(), fmt.Errorf("%d of 3 pods Unschedulable", tried)
+		})
+		if lastPending.IsZero() { // seen only with the claim (between two polls)
+			lastPending = claimAt
+		}
+		ours, karpenter = append(ours, claimAt.Sub(t0)), append(karpenter, lastPending.Add(scale.BatchIdle).Sub(t0))
+		t.Logf("run %d: apply -> NodeClaim %.2fs; Karpenter's batch would close at %.2fs", i+1, claimAt.Sub(t0).Seconds(), lastPending.Add(scale.BatchIdle).Sub(t0).Seconds())
+		tkubectl(t, kc, "", "delete", "deployment", name, "--wait=false")
+		n.waitZeroNodes("bb", ts, 90*time.Second)
+	}
+	o, k := median(ours), median(karpenter)
+	t.Logf("Deployment of 3 -> NodeClaim, median of %d: ours %.2fs, Karpenter's batching (1 s idle) %.2fs on the same pods: %.2fx",
+		runs, o.Seconds(), k.Seconds(), o.Seconds()/k.Seconds())
+}
+
+// startNodeBench skips unless SOCIALWEB_BENCH is set, then starts up with a 1 s node bid
+// window and a tenant cluster of the given name and node settings: the kubeconfig and a
+// client of it.
+func startNodeBench(t *testing.T, cluster, settings string) (*nodeUp, string, kubernetes.Interface) {
+	t.Helper()
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	n := startNodeUp(t, "--node-bid-window", "1s")
+	kc := n.cluster(cluster, settings)
+	return n, kc, tenantClient(t, kc)
 }

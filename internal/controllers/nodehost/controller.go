@@ -265,6 +265,8 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	s := SettingsOf(p.cluster)
 	s.BatchIdle, s.BatchMax = r.BatchIdle, r.BatchMax
 	in := InputOf(r.now(), pods, nodes, p.claims, s, r.watches.stateOf(w))
+	r.watches.refinePending(w, in.Now, in.Pods)
+	r.settleOwners(ctx, p, w, pods, in.Pods)
 	in.Simulated = r.simulate(p, pods, nodes, s)
 	if in.Consolidatable, err = Consolidatable(pods, nodes, p.claims, s); err != nil {
 		r.Log.Error("nodehost_consolidation_failed", "cluster", p.key.String(), "error", err.Error())

@@ -21,7 +21,7 @@ const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 //
 //   - Unschedulable: Pending, not bound, and PodScheduled False with reason Unschedulable
 //     (the scheduler looked and found no node); PendingSince is that condition's
-//     lastTransitionTime.
+//     lastTransitionTime (to the second; RefinePendingSince narrows it).
 //   - Finished: Succeeded or Failed, or being deleted while unbound (it will not run).
 //   - Daemon: controlled by a DaemonSet, or a mirror pod.
 //   - Job: controlled by a Job.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,9 @@ type tenantWatch struct {
 	synced  []cache.InformerSynced
 	// state is what the last decision returned (when each node was first seen empty).
 	state scale.State
+	// pendingSeen is when each unschedulable pod (namespace/name) was first seen so
+	// (RefinePendingSince).
+	pendingSeen map[string]time.Time
 }
 
 func (w *tenantWatch) hasSynced() bool {
@@ -179,6 +183,14 @@ func (ws *watches) stateOf(w *tenantWatch) scale.State {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	return w.state
+}
+
+// refinePending sets the pods' PendingSince from when w first saw each unschedulable
+// (RefinePendingSince) and remembers the sights for the next decision.
+func (ws *watches) refinePending(w *tenantWatch, now time.Time, pods []scale.Pod) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.pendingSeen = RefinePendingSince(now, pods, w.pendingSeen)
 }
 
 func (ws *watches) setState(w *tenantWatch, st scale.State) {
