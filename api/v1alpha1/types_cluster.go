@@ -78,6 +78,18 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:Enum=vm;namespace
 	NodeIsolation IsolationBoundary `json:"nodeIsolation,omitempty"`
 
+	// nodeArch is the CPU architecture of each new node, as kubernetes.io/arch names it
+	// (amd64, arm64), a NodePool's requirement: bidders whose offering does not state it
+	// are not waited for and their bids are refused, and the scheduling simulation gives
+	// the nodes it would buy that label, so a pod that selects another architecture is
+	// reported, never rented for. Unset: any architecture, and the simulation takes a new
+	// node to be of the architecture of the cluster's first node (before any, of the host
+	// the node host runs on).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9]{1,31}$`
+	NodeArch string `json:"nodeArch,omitempty"`
+
 	// nodeMaxPrice is the most a new node's winning bid may cost: bids over it, or priced in
 	// another currency, are refused (a free bid always qualifies). It becomes each node
 	// contract's policyArgs maxCost and currency. Unset: any price.

@@ -97,6 +97,14 @@ type ComputeContractSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][a-z0-9-]*$`
 	RequireLayers []string `json:"requireLayers,omitempty"`
 
+	// requireArch is the CPU architecture the winner's offering must state, as
+	// kubernetes.io/arch names it (amd64, arm64). Bidders whose offering states another, or
+	// none, are not waited for and their bids are refused. Unset: any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9]{1,31}$`
+	RequireArch string `json:"requireArch,omitempty"`
+
 	// cpus is how many CPUs the guest gets, its size on the market (the payload's cpus); unset: 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

@@ -19,6 +19,7 @@ import (
 
 	"socialweb.computer/api/v1alpha1"
 	atinfra "socialweb.computer/internal/atproto/infra"
+	"socialweb.computer/internal/market"
 )
 
 // Kind is the kind of a deployment: Infra or EphemeralInfra.
@@ -238,6 +239,13 @@ func contractFromRecord(rc atinfra.InfraContract, path string) (v1alpha1.InfraCo
 	if len(rc.RequireLayers) > 16 {
 		return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".requireLayers", "%d layers, at most 16", len(rc.RequireLayers))
 	}
+	if rc.RequireArch != nil {
+		arch, err := market.ParseArch(*rc.RequireArch)
+		if err != nil {
+			return v1alpha1.InfraContract{}, invalid(InvalidBadField, path+".requireArch", "%q is not an architecture as kubernetes.io/arch names it (amd64, arm64)", *rc.RequireArch)
+		}
+		c.RequireArch = arch
+	}
 	if rc.ComputeKind != nil {
 		switch k := v1alpha1.ComputeKind(*rc.ComputeKind); k {
 		case v1alpha1.ComputeKindVM, v1alpha1.ComputeKindDeno, v1alpha1.ComputeKindNode:
@@ -352,6 +360,7 @@ func contractToRecord(c v1alpha1.InfraContract) atinfra.InfraContract {
 		ComputeKind:       ptrIf(string(c.ComputeKind)),
 		RequireIsolation:  ptrIf(string(c.RequireIsolation)),
 		RequireLayers:     copyStrings(c.RequireLayers),
+		RequireArch:       ptrIf(c.RequireArch),
 		BidderDids:        copyStrings(c.BidderDids),
 		DenyBidderDids:    copyStrings(c.DenyBidderDids),
 		SSHAuthorizedKeys: copyStrings(c.SSHAuthorizedKeys),
@@ -405,6 +414,7 @@ type canonicalContract struct {
 	PolicyArgs         map[string]string `json:"policyArgs,omitempty"`
 	Ports              []canonicalPort   `json:"ports,omitempty"`
 	ReleaseRequestedAt string            `json:"releaseRequestedAt,omitempty"`
+	RequireArch        string            `json:"requireArch,omitempty"`
 	RequireIsolation   string            `json:"requireIsolation,omitempty"`
 	RequireLayers      []string          `json:"requireLayers,omitempty"`
 	SSHAuthorizedKeys  []string          `json:"sshAuthorizedKeys,omitempty"`
@@ -434,7 +444,7 @@ func CanonicalJSON(d Declaration) []byte {
 		}
 		cc := canonicalContract{
 			BidderDids: c.BidderDids, ComputeKind: kind, CPUs: c.CPUs, DenyBidderDids: c.DenyBidderDids, MemMiB: c.MemMiB, Name: c.Name,
-			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), RequireLayers: c.RequireLayers, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
+			Policy: c.Policy, PolicyArgs: c.PolicyArgs, RequireIsolation: string(c.RequireIsolation), RequireArch: c.RequireArch, RequireLayers: c.RequireLayers, SSHAuthorizedKeys: c.SSHAuthorizedKeys,
 			State: StateToRecord(c.State), UserData: c.UserData, VMName: c.VMName, VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		}
 		if c.ReleaseRequestedAt != nil {

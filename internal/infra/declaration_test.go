@@ -81,6 +81,9 @@ func TestDeclarationFromRecord(t *testing.T) {
 		{name: "unknown isolation requirement", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireIsolation":"process"}]}`, reason: InvalidBadField},
 		{name: "a required layer is named", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["pod-user-namespaces"]}]}`,
 			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, RequireLayers: []string{"pod-user-namespaces"}}}}},
+		{name: "a required architecture", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireArch":"arm64"}]}`,
+			want: Declaration{Contracts: []v1alpha1.InfraContract{{Name: "a", State: v1alpha1.ContractStaged, RequireArch: "arm64"}}}},
+		{name: "a required architecture that is no name", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireArch":"x86_64"}]}`, reason: InvalidBadField},
 		{name: "a required layer that is no name", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["Pod User"]}]}`, reason: InvalidBadField},
 		{name: "a required layer twice", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","requireLayers":["seccomp","seccomp"]}]}`, reason: InvalidBadField},
 		{name: "timeout out of range", kind: KindInfra, in: infraHead + `"contracts":[{"name":"a","state":"staged","vmReadyTimeoutSec":0}]}`, reason: InvalidBadField},
@@ -148,8 +151,8 @@ func TestHash(t *testing.T) {
 }
 
 func TestCanonicalJSON(t *testing.T) {
-	d := Declaration{Description: "<x>", Contracts: []v1alpha1.InfraContract{{Name: "z", PolicyArgs: map[string]string{"b": "1", "a": "2"}, RequireIsolation: v1alpha1.IsolationVM, VMReadyTimeoutSec: i32(5)}, {Name: "a"}}}
-	want := `{"contracts":[{"computeKind":"vm","name":"a","state":"staged"},{"computeKind":"vm","name":"z","policyArgs":{"a":"2","b":"1"},"requireIsolation":"vm","state":"staged","vmReadyTimeoutSec":5}],"description":"<x>"}`
+	d := Declaration{Description: "<x>", Contracts: []v1alpha1.InfraContract{{Name: "z", PolicyArgs: map[string]string{"b": "1", "a": "2"}, RequireIsolation: v1alpha1.IsolationVM, RequireArch: "arm64", VMReadyTimeoutSec: i32(5)}, {Name: "a"}}}
+	want := `{"contracts":[{"computeKind":"vm","name":"a","state":"staged"},{"computeKind":"vm","name":"z","policyArgs":{"a":"2","b":"1"},"requireArch":"arm64","requireIsolation":"vm","state":"staged","vmReadyTimeoutSec":5}],"description":"<x>"}`
 	if d := cmp.Diff(want, string(CanonicalJSON(d))); d != "" {
 		t.Error(d)
 	}
@@ -171,6 +174,7 @@ func randomDeclaration(r *rand.Rand) Declaration {
 		// By name, not drawn from r: the sync property test replays this stream.
 		c.RequireIsolation = map[string]v1alpha1.IsolationBoundary{"web": v1alpha1.IsolationVM, "db": v1alpha1.IsolationNamespace}[n]
 		c.RequireLayers = map[string][]string{"web": {"pod-user-namespaces"}, "db": {"seccomp", "cgroup-limits"}}[n]
+		c.RequireArch = map[string]string{"db": "arm64"}[n]
 		if r.Intn(3) == 0 {
 			c.BidderDids = []string{pick("did:plc:a", "did:web:b.example")}
 		}

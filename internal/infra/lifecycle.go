@@ -355,6 +355,7 @@ func ContractSpec(c v1alpha1.InfraContract, secretRef *v1alpha1.SecretKeyRef, no
 		Policy:            c.Policy,
 		RequireIsolation:  c.RequireIsolation,
 		RequireLayers:     c.RequireLayers,
+		RequireArch:       c.RequireArch,
 		PolicyArgs:        c.PolicyArgs,
 		VMReadyTimeoutSec: c.VMReadyTimeoutSec,
 		Ports:             c.Ports,

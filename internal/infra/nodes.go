@@ -56,6 +56,9 @@ type NodeEntry struct {
 	// RequireIsolation is the weakest boundary the winner's offering must state (the
 	// Cluster's nodeIsolation); kept, as RequireLayers are.
 	RequireIsolation v1alpha1.IsolationBoundary
+	// RequireArch is the architecture the winner's offering must state (the Cluster's
+	// nodeArch); kept, as RequireLayers are.
+	RequireArch string
 	// CPUs and MemMiB are the node's size, what its contract asks the market for (0: the
 	// contract's default). An entry keeps the size it was first declared with.
 	CPUs, MemMiB int32
@@ -154,12 +157,13 @@ func ComposeNodeEntry(spec v1alpha1.InfraSpec, c ClusterInfra, entry string, wan
 
 // nodeContract is the entry's contract: computeKind node, its name, state, vmName and
 // requirements. A Released entry keeps the releaseRequestedAt it had; an entry declared
-// before keeps its required layers and isolation (its market flow may be under way).
+// before keeps its required layers, isolation and architecture (its market flow may be
+// under way).
 func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraContract {
-	layers, isolation := slices.Clone(want.RequireLayers), want.RequireIsolation
+	layers, isolation, arch := slices.Clone(want.RequireLayers), want.RequireIsolation, want.RequireArch
 	cpus, mem := want.CPUs, want.MemMiB
 	if prev.Name != "" {
-		layers, isolation = slices.Clone(prev.RequireLayers), prev.RequireIsolation
+		layers, isolation, arch = slices.Clone(prev.RequireLayers), prev.RequireIsolation, prev.RequireArch
 		cpus, mem = prev.CPUs, prev.MemMiB
 	}
 	return v1alpha1.InfraContract{
@@ -170,6 +174,7 @@ func nodeContract(prev v1alpha1.InfraContract, want *NodeEntry) v1alpha1.InfraCo
 		PolicyArgs:         maps.Clone(want.PolicyArgs),
 		RequireLayers:      layers,
 		RequireIsolation:   isolation,
+		RequireArch:        arch,
 		CPUs:               cpus,
 		MemMiB:             mem,
 		ReleaseRequestedAt: prev.ReleaseRequestedAt.DeepCopy(),
@@ -186,6 +191,7 @@ func NodeEntryOf(spec v1alpha1.InfraSpec, entry string) (*NodeEntry, bool) {
 			e.PolicyArgs = maps.Clone(c.PolicyArgs)
 			e.RequireLayers = slices.Clone(c.RequireLayers)
 			e.RequireIsolation = c.RequireIsolation
+			e.RequireArch = c.RequireArch
 			e.CPUs, e.MemMiB = c.CPUs, c.MemMiB
 		}
 	}

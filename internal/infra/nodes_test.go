@@ -88,21 +88,22 @@ func TestComposeNodeEntry(t *testing.T) {
 			t.Fatalf("nodes %+v secrets %+v", base.Nodes, base.Secrets)
 		}
 	})
-	t.Run("a new entry takes the required layers and isolation; a declared one keeps its own", func(t *testing.T) {
+	t.Run("a new entry takes the required layers, isolation and architecture; a declared one keeps its own", func(t *testing.T) {
 		want := nodeEntry("c", v1alpha1.ContractStaged)
 		want.RequireLayers = []string{"pod-user-namespaces"}
 		want.RequireIsolation = v1alpha1.IsolationVM
+		want.RequireArch = "arm64"
 		got := ComposeNodeEntry(base, c, "c", want)
-		if k := got.Contracts[2]; !slices.Equal(k.RequireLayers, []string{"pod-user-namespaces"}) || k.RequireIsolation != v1alpha1.IsolationVM {
-			t.Fatalf("new entry's layers %v, isolation %q", k.RequireLayers, k.RequireIsolation)
+		if k := got.Contracts[2]; !slices.Equal(k.RequireLayers, []string{"pod-user-namespaces"}) || k.RequireIsolation != v1alpha1.IsolationVM || k.RequireArch != "arm64" {
+			t.Fatalf("new entry's layers %v, isolation %q, arch %q", k.RequireLayers, k.RequireIsolation, k.RequireArch)
 		}
-		if e, _ := NodeEntryOf(got, "c"); !slices.Equal(e.RequireLayers, []string{"pod-user-namespaces"}) || e.RequireIsolation != v1alpha1.IsolationVM {
-			t.Fatalf("NodeEntryOf layers %v, isolation %q", e.RequireLayers, e.RequireIsolation)
+		if e, _ := NodeEntryOf(got, "c"); !slices.Equal(e.RequireLayers, []string{"pod-user-namespaces"}) || e.RequireIsolation != v1alpha1.IsolationVM || e.RequireArch != "arm64" {
+			t.Fatalf("NodeEntryOf layers %v, isolation %q, arch %q", e.RequireLayers, e.RequireIsolation, e.RequireArch)
 		}
 		again := nodeEntry("c", v1alpha1.ContractRequested) // the cluster's policy changed meanwhile
 		got = ComposeNodeEntry(got, c, "c", again)
-		if k := got.Contracts[2]; !slices.Equal(k.RequireLayers, []string{"pod-user-namespaces"}) || k.RequireIsolation != v1alpha1.IsolationVM {
-			t.Fatalf("a declared entry's requirements changed to %v, %q", k.RequireLayers, k.RequireIsolation)
+		if k := got.Contracts[2]; !slices.Equal(k.RequireLayers, []string{"pod-user-namespaces"}) || k.RequireIsolation != v1alpha1.IsolationVM || k.RequireArch != "arm64" {
+			t.Fatalf("a declared entry's requirements changed to %v, %q, %q", k.RequireLayers, k.RequireIsolation, k.RequireArch)
 		}
 	})
 	t.Run("replace changes only its entry and keeps the others and the record", func(t *testing.T) {

@@ -78,7 +78,7 @@ func TestBiddersIsolation(t *testing.T) {
 		{"none left", BoundaryVM, []string{"did:proc"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rule := IsolationRule{Require: c.require, Kind: "deno", Stated: stated}
+			rule := OfferingRule{Require: c.require, Kind: "deno", Stated: stated}
 			if got := Bidders(all, c.allow, nil, rule); !slices.Equal(got, c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
@@ -102,7 +102,7 @@ func TestChooseIsolation(t *testing.T) {
 		{"vm refuses all but vm", BoundaryVM, "did:c-vm", []string{"did:a-proc", "did:b-ns", "did:d-silent"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, ref := Choose(bids, nil, nil, open, IsolationRule{Require: c.require, Kind: "deno", Stated: stated})
+			w, ref := Choose(bids, nil, nil, open, OfferingRule{Require: c.require, Kind: "deno", Stated: stated})
 			got := ""
 			if w != nil {
 				got = w.Bidder
@@ -131,12 +131,12 @@ func TestNextIsolation(t *testing.T) {
 		Phase: v1alpha1.ComputeContractRequesting, RFPAt: t0, Window: 5 * time.Second, AnswerWait: time.Minute, ReadyTimeout: time.Minute,
 		Policy: Policy{NSID: PolicyOpen},
 	}
-	rule := IsolationRule{Require: BoundaryVM, Kind: "deno", Stated: map[string]Boundary{"did:deno": BoundaryProcess}}
+	rule := OfferingRule{Require: BoundaryVM, Kind: "deno", Stated: map[string]Boundary{"did:deno": BoundaryProcess}}
 
 	// The only bidder states less than vm: it is not waited for, so the window runs to its
 	// deadline although it bid, and the message says no known bidder meets the requirement.
 	s := base
-	s.Now, s.Isolation = t0.Add(time.Second), rule
+	s.Now, s.Offering = t0.Add(time.Second), rule
 	s.Bidders = Bidders([]string{"did:deno"}, nil, nil, rule)
 	s.Bids = []Bid{{URI: "at://did:deno/bid/1", Bidder: "did:deno", Free: true}}
 	d := Next(s)
@@ -161,7 +161,7 @@ func TestNextIsolation(t *testing.T) {
 	// Without the requirement the same bid wins.
 	s = base
 	s.Now = t0.Add(time.Second)
-	s.Bidders = Bidders([]string{"did:deno"}, nil, nil, IsolationRule{})
+	s.Bidders = Bidders([]string{"did:deno"}, nil, nil, OfferingRule{})
 	s.Bids = []Bid{{URI: "at://did:deno/bid/1", Bidder: "did:deno", Free: true}}
 	d = Next(s)
 	if d.Action != ActAccept || d.Winner == nil || d.Winner.Bidder != "did:deno" {
@@ -193,13 +193,13 @@ func TestLayersRule(t *testing.T) {
 		"did:b-userns": {"seccomp", "pod-user-namespaces"},
 		"did:a-plain":  {"seccomp"},
 	}
-	rule := IsolationRule{Layers: []string{"pod-user-namespaces"}, Kind: "node", StatedLayers: layers}
+	rule := OfferingRule{Layers: []string{"pod-user-namespaces"}, Kind: "node", StatedLayers: layers}
 	if got := Bidders([]string{"did:b-userns", "did:a-plain", "did:c-silent"}, nil, nil, rule); !slices.Equal(got, []string{"did:b-userns"}) {
 		t.Fatalf("bidders waited for: %v", got)
 	}
 	free := func(bidder string) Bid { return Bid{URI: "at://" + bidder + "/bid/1", Bidder: bidder, Free: true} }
 	// The plain bidder's DID sorts first: without the rule it would win.
-	w, refused := Choose([]Bid{free("did:b-userns"), free("did:a-plain")}, nil, nil, Policy{NSID: PolicyOpen}, IsolationRule{Kind: "node"})
+	w, refused := Choose([]Bid{free("did:b-userns"), free("did:a-plain")}, nil, nil, Policy{NSID: PolicyOpen}, OfferingRule{Kind: "node"})
 	if w == nil || w.Bidder != "did:a-plain" || len(refused) != 0 {
 		t.Fatalf("without the rule: %v %v", w, refused)
 	}
@@ -210,11 +210,11 @@ func TestLayersRule(t *testing.T) {
 	if len(refused) != 1 || refused[0].Bid.Bidder != "did:a-plain" || !strings.Contains(refused[0].Reason, "does not state pod-user-namespaces for node guests") {
 		t.Fatalf("refused %+v", refused)
 	}
-	both := IsolationRule{Require: BoundaryVM, Layers: []string{"kvm"}, Kind: "node"}
+	both := OfferingRule{Require: BoundaryVM, Layers: []string{"kvm"}, Kind: "node"}
 	if got := both.String(); got != "requireIsolation vm, requireLayers kvm" {
 		t.Errorf("String() = %q", got)
 	}
-	if (IsolationRule{}).Requires() || !rule.Requires() {
+	if (OfferingRule{}).Requires() || !rule.Requires() {
 		t.Error("Requires")
 	}
 }

@@ -110,8 +110,9 @@ func SecondsArg(args map[string]string, key string, def time.Duration) (time.Dur
 // Bidders is the set of bidders a requester waits for: the DIDs of the live offerings it has
 // seen plus spec.bidderDids, minus spec.denyBidderDids, sorted and without duplicates. When
 // bidderDids is set it is the whole set (offerings of others do not widen it). A bidder the
-// isolation rule does not allow is not waited for: its bid would be refused.
-func Bidders(offerings, bidderDids, denyBidderDids []string, rule IsolationRule) []string {
+// offering rule (isolation, layers, architecture) does not allow is not waited for: its bid
+// would be refused.
+func Bidders(offerings, bidderDids, denyBidderDids []string, rule OfferingRule) []string {
 	base := offerings
 	if len(bidderDids) > 0 {
 		base = bidderDids
@@ -183,9 +184,9 @@ type Refusal struct {
 // that the policy allows. Ties
 // go to the lexically smallest bidder DID, then bid URI, so every requester picks the same.
 // Bids of a currency other than the first allowed one's are refused (prices do not compare).
-// A bid whose bidder's offering does not state the isolation the rule requires is refused,
+// A bid whose bidder's offering does not state what the rule requires is refused,
 // the reason naming the requirement.
-func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule IsolationRule) (winner *Bid, refused []Refusal) {
+func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule OfferingRule) (winner *Bid, refused []Refusal) {
 	var ok []Bid
 	for _, b := range bids {
 		switch {
@@ -376,10 +377,10 @@ type State struct {
 	BidderDids   []string
 	Deny         []string
 	Policy       Policy
-	// Isolation is spec.requireIsolation and spec.requireLayers with what the offerings
-	// stated.
-	Isolation IsolationRule
-	Bids      []Bid
+	// Offering is spec.requireIsolation, spec.requireLayers and spec.requireArch with what
+	// the offerings stated.
+	Offering OfferingRule
+	Bids     []Bid
 
 	// Accept is our accept (zero: none yet), Winner its bidder, AcceptAt when we wrote it.
 	Accept   Ref
@@ -467,12 +468,12 @@ func nextBidding(s State) Decision {
 	closed, wait := WindowClose(now, s.RFPAt, s.Window, s.Bidders, answered)
 	if !closed {
 		msg := fmt.Sprintf("%d bid(s) from %d bidder(s) so far", len(s.Bids), len(s.Bidders))
-		if s.Isolation.Requires() {
-			msg += fmt.Sprintf("; %d known bidder(s) meet %s for %s guests", len(s.Bidders), s.Isolation, s.Isolation.Kind)
+		if s.Offering.Requires() {
+			msg += fmt.Sprintf("; %d known bidder(s) meet %s for %s guests", len(s.Bidders), s.Offering, s.Offering.Kind)
 		}
 		return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
 	}
-	w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Isolation)
+	w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Offering)
 	if w == nil {
 		if len(s.Bids) == 0 {
 			if !s.RFPAgain && s.RFPAt.Before(s.WatchingSince) {
@@ -481,8 +482,8 @@ func nextBidding(s State) Decision {
 					RequeueAfter: max(s.Window, time.Millisecond)}
 			}
 			req := ""
-			if s.Isolation.Requires() {
-				req = ", " + s.Isolation.String()
+			if s.Offering.Requires() {
+				req = ", " + s.Offering.String()
 			}
 			return fail(ReasonNoBids, "no bid within %s from %d known bidder(s) (policy %s%s)", s.Window, len(s.Bidders), shortPolicy(s.Policy.NSID), req)
 		}

@@ -23,7 +23,7 @@ func TestBidders(t *testing.T) {
 		{"empty", nil, nil, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Bidders(c.offers, c.allow, c.deny, IsolationRule{}); !slices.Equal(got, c.want) {
+			if got := Bidders(c.offers, c.allow, c.deny, OfferingRule{}); !slices.Equal(got, c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
 		})
@@ -89,7 +89,7 @@ func TestChoose(t *testing.T) {
 		{"maxCost 0: only free bids", []Bid{p("did:a", 1), {URI: "u", Bidder: "did:z", Free: true}}, nil, nil, capped(0, "USD"), "did:z", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, ref := Choose(c.bids, c.allow, c.deny, c.policy, IsolationRule{})
+			w, ref := Choose(c.bids, c.allow, c.deny, c.policy, OfferingRule{})
 			got := ""
 			if w != nil {
 				got = w.Bidder

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"time"
 
 	"socialweb.computer/internal/substrate/guestproc"
@@ -41,6 +42,22 @@ type Substrate interface {
 	// code applies it today: the bidder publishes it in its offering, and a requester may
 	// refuse a bidder whose boundary is weaker than it requires.
 	Isolation() Isolation
+}
+
+// Architected is a substrate whose guests run on a CPU architecture other than this host's
+// (the vm substrate's machines are x86_64 whatever the host).
+type Architected interface {
+	// Arch is the guests' architecture as kubernetes.io/arch names it.
+	Arch() string
+}
+
+// ArchOf is the CPU architecture s's guests run on, as kubernetes.io/arch names it: what s
+// says when it is Architected, else this host's.
+func ArchOf(s Substrate) string {
+	if a, ok := s.(Architected); ok {
+		return a.Arch()
+	}
+	return runtime.GOARCH
 }
 
 // Boundaries an Isolation states, strongest first. The offering lexicon's knownValues.

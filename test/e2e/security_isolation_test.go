@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +65,9 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		if got.Substrate != row.want.Substrate || got.Boundary != row.want.Boundary || !slices.Equal(got.Layers, row.want.Layers) {
 			t.Errorf("offering of %s states %+v, want %+v", row.bidder, got, row.want)
 		}
+		if !slices.Equal(off.Architectures, []string{runtime.GOARCH}) {
+			t.Errorf("offering of %s states architectures %v, want this host's [%s]", row.bidder, off.Architectures, runtime.GOARCH)
+		}
 	}
 
 	c := coreClient(t, dir)
@@ -72,9 +76,9 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 	if err := c.Create(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
-	contract := func(name string, require v1alpha1.IsolationBoundary) *v1alpha1.ComputeContract {
+	contract := func(name string, require v1alpha1.IsolationBoundary, arch string) *v1alpha1.ComputeContract {
 		cc := &v1alpha1.ComputeContract{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, RequireIsolation: require,
+			Spec: v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno, RequireIsolation: require, RequireArch: arch,
 				UserData: `console.log("up"); setInterval(() => {}, 1000);`, RepoRef: &v1alpha1.ObjectRef{Name: "owner"},
 				PolicyArgs: map[string]string{"bidWindowSec": "3", "answerTimeoutSec": "20"}}}
 		if err := c.Create(ctx, cc); err != nil {
@@ -108,7 +112,7 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 
 	// Required vm: the deno bidder states process for deno guests. It still bids (it does
 	// not read the requirement); the requester refuses the bid at the window's deadline.
-	strict := contract("strict", v1alpha1.IsolationVM)
+	strict := contract("strict", v1alpha1.IsolationVM, "")
 	got := wait(strict.Name, v1alpha1.ComputeContractFailed, v1alpha1.ComputeContractHeld, v1alpha1.ComputeContractReleased)
 	if got.Status.Phase != v1alpha1.ComputeContractFailed || got.Status.Winner != "" {
 		t.Fatalf("strict: phase %s winner %q message %q; want Failed with no winner", got.Status.Phase, got.Status.Winner, got.Status.Message)
@@ -134,13 +138,30 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 	}
 
 	// Without the requirement the same bidder wins and the guest runs.
-	plain := contract("plain", "")
+	plain := contract("plain", "", "")
 	got = wait(plain.Name, v1alpha1.ComputeContractHeld, v1alpha1.ComputeContractFailed, v1alpha1.ComputeContractReleased)
 	if got.Status.Phase != v1alpha1.ComputeContractHeld || got.Status.Winner != denoBidder {
 		t.Fatalf("plain: phase %s winner %q message %q; want Held by %s", got.Status.Phase, got.Status.Winner, got.Status.Message, denoBidder)
 	}
 	if len(substratetest.Procs(denoGuests)) == 0 {
 		t.Error("plain: Held but no guest process")
+	}
+
+	// Required another architecture than this host's: the bidder states its own, and its bid
+	// is refused as the isolation one was.
+	other := map[string]string{"amd64": "arm64"}[runtime.GOARCH]
+	if other == "" {
+		other = "amd64"
+	}
+	foreign := contract("foreign", "", other)
+	got = wait(foreign.Name, v1alpha1.ComputeContractFailed, v1alpha1.ComputeContractHeld, v1alpha1.ComputeContractReleased)
+	if got.Status.Phase != v1alpha1.ComputeContractFailed || !strings.Contains(got.Status.Message, "requireArch "+other) {
+		t.Errorf("foreign: phase %s winner %q message %q; want Failed naming requireArch %s", got.Status.Phase, got.Status.Winner, got.Status.Message, other)
+	}
+	for _, b := range got.Status.Bids {
+		if b.Bidder == denoBidder && !strings.Contains(b.Refused, "requireArch "+other+": the bidder's offering states "+runtime.GOARCH) {
+			t.Errorf("foreign: the deno bidder's bid is refused with %q; want the requirement and its stated architecture", b.Refused)
+		}
 	}
 
 	// A requirement the API does not know is refused at the door, not dropped.
@@ -168,7 +189,7 @@ func TestSecurity_IsolationInOfferings(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, cc := range []*v1alpha1.ComputeContract{strict, plain} {
+	for _, cc := range []*v1alpha1.ComputeContract{strict, plain, foreign} {
 		if err := c.Delete(ctx, cc); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}

@@ -23,6 +23,8 @@ const (
 	InfraNSID                                                = "computer.socialweb.infra"
 	InfraContractComputeKindVM                               = "vm"
 	InfraContractComputeKindDeno                             = "deno"
+	InfraContractRequireArchAmd64                            = "amd64"
+	InfraContractRequireArchArm64                            = "arm64"
 	InfraContractRequireIsolationVM                          = "vm"
 	InfraContractRequireIsolationNamespace                   = "namespace"
 	InfraContractStateStaged                                 = "staged"
@@ -210,6 +212,9 @@ type InfraContract struct {
 	// With state released: a newer time asks a failed release again. (format
 	// datetime)
 	ReleaseRequestedAt *string `json:"releaseRequestedAt,omitempty"`
+	// The CPU architecture the winner's offering must state, as kubernetes.io/arch
+	// names it. Absent: any. (at most 32 bytes; known values amd64, arm64)
+	RequireArch *string `json:"requireArch,omitempty"`
 	// The weakest isolation boundary the winner's offering must state for the
 	// contract's computeKind (vm is stronger than namespace). Absent: any bidder.
 	// (at most 64 bytes; known values vm, namespace)

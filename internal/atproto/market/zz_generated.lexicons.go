@@ -574,6 +574,10 @@ type Offering struct {
 	// NSIDs of the payloads the bidder bids on, e.g.
 	// com.publicdomainrelay.temp.market.compute.vm. (Required; at most 64 items)
 	AppliesTo []string `json:"appliesTo"`
+	// The CPU architectures its guests run on, as kubernetes.io/arch names them
+	// (amd64, arm64). Absent: the bidder states none, which meets no requirement
+	// of one. (at most 8 items)
+	Architectures []string `json:"architectures,omitzero"`
 	// (Required; format datetime)
 	CreatedAt string `json:"createdAt"`
 	// (Required; format uri; at most 2048 bytes)

@@ -31,6 +31,7 @@ type Index struct {
 	endpoints map[string]string                // DID -> its offering's endpointUrl
 	kinds     map[string][]string              // DID -> its offering's substrates (none: any)
 	isolation map[string][]market.Isolation    // DID -> its offering's isolation entries
+	archs     map[string][]string              // DID -> its offering's architectures
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
@@ -124,6 +125,7 @@ func (x *Index) init() {
 	if x.following == nil {
 		x.following, x.offerings, x.endpoints, x.kinds = map[string]*follower{}, map[string]bool{}, map[string]string{}, map[string][]string{}
 		x.isolation = map[string][]market.Isolation{}
+		x.archs = map[string][]string{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
 	}
@@ -170,10 +172,11 @@ func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, ac
 	live, endpoint := false, ""
 	var kinds []string
 	var iso []market.Isolation
+	var archs []string
 	if action != "delete" {
 		if rec, err := fetch.Get(ctx, uri); err == nil {
 			if o, err := mk.DecodeOffering(rec.Value); err == nil {
-				endpoint, kinds = o.EndpointURL, o.Substrates
+				endpoint, kinds, archs = o.EndpointURL, o.Substrates, o.Architectures
 				for _, e := range o.Isolation {
 					iso = append(iso, market.Isolation{Substrate: e.Substrate, Boundary: market.Boundary(e.Boundary), Layers: e.Layers})
 				}
@@ -188,6 +191,7 @@ func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, ac
 	x.endpoints[did] = endpoint
 	x.kinds[did] = kinds
 	x.isolation[did] = iso
+	x.archs[did] = archs
 	var keys []types.NamespacedName
 	for _, k := range x.owners { // the bidder set of every contract may have changed
 		keys = append(keys, k)
@@ -285,6 +289,19 @@ func (x *Index) StatedLayers(kind string) map[string][]string {
 	for d, live := range x.offerings {
 		if live {
 			out[d] = market.StatedLayers(x.isolation[d], kind)
+		}
+	}
+	return out
+}
+
+// StatedArchs are the architectures each live offering states.
+func (x *Index) StatedArchs() map[string][]string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[string][]string{}
+	for d, live := range x.offerings {
+		if live {
+			out[d] = slices.Clone(x.archs[d])
 		}
 	}
 	return out

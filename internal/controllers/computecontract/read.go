@@ -104,6 +104,9 @@ func specState(obj *v1alpha1.ComputeContract, now time.Time, deleting bool) (s m
 	if specErr == nil {
 		specErr = rerr
 	}
+	if _, aerr := market.ParseArch(obj.Spec.RequireArch); specErr == nil {
+		specErr = aerr
+	}
 	if specErr == nil && obj.Spec.RepoRef == nil {
 		specErr = fmt.Errorf("spec.repoRef names no AtprotoRepo")
 	}
@@ -141,15 +144,19 @@ func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 	}
 	// Only the bidders that boot this kind of guest are waited for: a deno bidder never
 	// answers a node contract, and waiting for it would hold every node rfp to its deadline.
-	// With requireIsolation or requireLayers, only those whose offering states them for the kind.
-	s.Isolation = market.IsolationRule{Require: rd.required, Layers: obj.Spec.RequireLayers, Kind: string(obj.Spec.ComputeKind)}
+	// With requireIsolation, requireLayers or requireArch, only those whose offering states
+	// them (the first two for the kind).
+	s.Offering = market.OfferingRule{Require: rd.required, Layers: obj.Spec.RequireLayers, Arch: obj.Spec.RequireArch, Kind: string(obj.Spec.ComputeKind)}
 	if rd.required != market.BoundaryNone {
-		s.Isolation.Stated = r.Index.Stated(string(obj.Spec.ComputeKind))
+		s.Offering.Stated = r.Index.Stated(string(obj.Spec.ComputeKind))
 	}
 	if len(obj.Spec.RequireLayers) > 0 {
-		s.Isolation.StatedLayers = r.Index.StatedLayers(string(obj.Spec.ComputeKind))
+		s.Offering.StatedLayers = r.Index.StatedLayers(string(obj.Spec.ComputeKind))
 	}
-	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Isolation)
+	if obj.Spec.RequireArch != "" {
+		s.Offering.StatedArchs = r.Index.StatedArchs()
+	}
+	s.Bidders = market.Bidders(r.Index.Offerings(string(obj.Spec.ComputeKind)), obj.Spec.BidderDids, obj.Spec.DenyBidderDids, s.Offering)
 	s.Winner = st.Winner
 	if err := r.observeReceipt(ctx, rd); err != nil {
 		return err

@@ -35,6 +35,7 @@ func TestSpecState(t *testing.T) {
 		{"bad answer wait", v1alpha1.ComputeContractSpec{RepoRef: repo, PolicyArgs: map[string]string{market.ArgAnswerWait: "soon"}}, false, nil, market.ArgAnswerWait},
 		{"unknown policy", v1alpha1.ComputeContractSpec{RepoRef: repo, Policy: "cheapest"}, false, nil, "unknown policy"},
 		{"bad isolation", v1alpha1.ComputeContractSpec{RepoRef: repo, RequireIsolation: "chroot"}, false, nil, "chroot"},
+		{"bad architecture", v1alpha1.ComputeContractSpec{RepoRef: repo, RequireArch: "x86_64"}, false, nil, "requireArch \"x86_64\""},
 		{"no repo", v1alpha1.ComputeContractSpec{}, false, nil, "spec.repoRef"},
 		{"the first fault is named", v1alpha1.ComputeContractSpec{Policy: "cheapest"}, false, nil, "unknown policy"},
 	} {

@@ -243,7 +243,7 @@ func entryState(inf *v1alpha1.Infra, entry string) v1alpha1.ContractState {
 func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 	r := newRig(t, false)
 	r.cluster("web", func(s *v1alpha1.ClusterSpec) {
-		s.NodeIsolation, s.NodeMaxPrice = v1alpha1.IsolationVM, &v1alpha1.NodePrice{Cost: 7, Currency: "USD"}
+		s.NodeIsolation, s.NodeMaxPrice, s.NodeArch = v1alpha1.IsolationVM, &v1alpha1.NodePrice{Cost: 7, Currency: "USD"}, "arm64"
 	})
 	a, b := r.sizedClaim("node-a", "web", 2, 1024), r.claim("node-b", "web")
 
@@ -292,8 +292,8 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 			t.Fatalf("%s size %d CPU %d MiB, want the claim's %v", name, cc.Spec.CPUs, cc.Spec.MemMiB, want)
 		}
 		// The cluster's node requirement is the contract's.
-		if cc.Spec.RequireIsolation != v1alpha1.IsolationVM {
-			t.Fatalf("%s requireIsolation %q, want the cluster's vm", name, cc.Spec.RequireIsolation)
+		if cc.Spec.RequireIsolation != v1alpha1.IsolationVM || cc.Spec.RequireArch != "arm64" {
+			t.Fatalf("%s requireIsolation %q, requireArch %q; want the cluster's vm, arm64", name, cc.Spec.RequireIsolation, cc.Spec.RequireArch)
 		}
 		if a := cc.Spec.PolicyArgs; a[market.ArgMaxCost] != "7" || a[market.ArgCurrency] != "USD" {
 			t.Fatalf("%s policyArgs %v, want the cluster's maxCost 7 USD", name, a)

@@ -70,6 +70,7 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 	e.RequireLayers = requiredLayers(p.cluster)
 	if p.cluster != nil {
 		e.RequireIsolation = p.cluster.Spec.NodeIsolation
+		e.RequireArch = p.cluster.Spec.NodeArch
 		if mp := p.cluster.Spec.NodeMaxPrice; mp != nil {
 			e.PolicyArgs[market.ArgMaxCost] = strconv.FormatInt(mp.Cost, 10)
 			e.PolicyArgs[market.ArgCurrency] = mp.Currency

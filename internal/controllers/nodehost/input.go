@@ -105,6 +105,9 @@ type Settings struct {
 	Consolidation v1alpha1.ConsolidationPolicy
 	// DisruptionBudget is the Cluster's spec.disruptionBudget ("" is DefaultDisruptionBudget).
 	DisruptionBudget string
+	// Arch is the Cluster's spec.nodeArch: every new node's kubernetes.io/arch ("": not
+	// required, a new node is taken to be like the nodes there are).
+	Arch string
 }
 
 // DefaultDisruptionBudget is the budget of a Cluster that states none, as Karpenter's.
@@ -155,7 +158,8 @@ func (s Settings) SizeRange() scale.SizeRange {
 // written elsewhere.
 func SettingsOf(c *v1alpha1.Cluster) Settings {
 	s := Settings{MaxNodes: int(c.Spec.MaxNodes), PodsPerNode: int(c.Spec.PodsPerNode), Hold: c.Spec.ScaleHold.Duration,
-		NodeSize: c.Spec.NodeSize.DeepCopy(), Consolidation: c.Spec.ConsolidationPolicy, DisruptionBudget: c.Spec.DisruptionBudget}
+		NodeSize: c.Spec.NodeSize.DeepCopy(), Consolidation: c.Spec.ConsolidationPolicy, DisruptionBudget: c.Spec.DisruptionBudget,
+		Arch: c.Spec.NodeArch}
 	if s.MaxNodes < 0 {
 		s.MaxNodes = 0
 	}
@@ -193,7 +197,7 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 			in.Claims = append(in.Claims, ClaimOf(c))
 		}
 	}
-	if tmpl := newNodeTemplate(nodes); tmpl != nil {
+	if tmpl := newNodeTemplate(nodes, s.Arch); tmpl != nil {
 		i := 0
 		for _, p := range pods {
 			if p == nil {
@@ -215,7 +219,7 @@ var perNodeLabels = []string{corev1.LabelHostname, ClaimLabel}
 // and required node affinity: the labels of a joined node (the first by name; every node
 // of a cluster is rented from the same contract) without the ones that name that node.
 // nil when no node has joined: nothing is known yet.
-func newNodeTemplate(nodes []*corev1.Node) *corev1.Node {
+func newNodeTemplate(nodes []*corev1.Node, arch string) *corev1.Node {
 	var first *corev1.Node
 	for _, n := range nodes {
 		if n != nil && NodeJoined(n) && (first == nil || n.Name < first.Name) {
@@ -233,6 +237,9 @@ func newNodeTemplate(nodes []*corev1.Node) *corev1.Node {
 		delete(labels, k)
 	}
 	labels[corev1.LabelHostname] = "(a new node)"
+	if arch != "" {
+		labels[corev1.LabelArchStable] = arch
+	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "(a new node)", Labels: labels}}
 }
 

@@ -30,7 +30,7 @@ type PlanInput struct {
 	// Template is a new node of the largest size the cluster rents, less Overhead:
 	// PodsPerNode pods, the labels of the first joined node by name less the ones naming
 	// that node (before any joined: the operating system and architecture every node
-	// registers with), no taints. New nodes are packed at the largest size (the fewest
+	// registers with), the Cluster's nodeArch when it names one, no taints. New nodes are packed at the largest size (the fewest
 	// nodes), then each is rented at the smallest size that holds what was packed on it.
 	Template simulate.NodeTemplate
 	// Sizes are the sizes the cluster rents nodes at.
@@ -105,8 +105,11 @@ func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 		if maxPods > 0 && maxPods < t.Pods {
 			t.Pods = maxPods
 		}
-		t.Labels = newNodeTemplate(nodes).Labels
+		t.Labels = newNodeTemplate(nodes, s.Arch).Labels
 		delete(t.Labels, corev1.LabelHostname)
+	}
+	if s.Arch != "" {
+		t.Labels[corev1.LabelArchStable] = s.Arch
 	}
 
 	deleting := map[string]bool{}

@@ -196,3 +196,39 @@ func TestUnfittableMessage(t *testing.T) {
 		t.Error(got)
 	}
 }
+
+// A Cluster's nodeArch is the architecture of every node it would buy: a pod that selects
+// another is reported with the scheduler's reason, one that selects it is rented for, before
+// any node joined (when the template would otherwise take this host's) and after one of
+// another architecture did.
+func TestSimulationNodeArch(t *testing.T) {
+	archPod := func(name, arch string) *corev1.Pod {
+		return pod(name, all(unschedulable, requesting("100m"), func(p *corev1.Pod) {
+			p.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: arch}
+		}))
+	}
+	amd := sized(node("amd", corev1.ConditionTrue), "2", "4Gi", "110")
+	amd.Labels = map[string]string{corev1.LabelHostname: "amd", corev1.LabelArchStable: "amd64"}
+	for _, nodes := range [][]*corev1.Node{nil, {amd}} {
+		pods := []*corev1.Pod{archPod("wants-arm", "arm64"), archPod("wants-amd", "amd64"), archPod("wants-s390x", "s390x")}
+		pi := PlanInputOf(pods, nodes, nil, Settings{MaxNodes: 3, PodsPerNode: 10, Arch: "arm64"})
+		if got := pi.Template.Labels[corev1.LabelArchStable]; got != "arm64" {
+			t.Fatalf("%d nodes: template arch %q, want the cluster's arm64", len(nodes), got)
+		}
+		sim, err := SimulationOf(pi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sim.NewNodes != 1 || !slices.Equal(sim.NewNodePods[0], []string{"default/wants-arm"}) {
+			t.Errorf("%d nodes: new nodes %d for %v, want one for wants-arm", len(nodes), sim.NewNodes, sim.NewNodePods)
+		}
+		if _, ok := sim.Unplaced["default/wants-s390x"]; !ok {
+			t.Errorf("%d nodes: wants-s390x not reported: %+v", len(nodes), sim)
+		}
+		_, unplaced := sim.Unplaced["default/wants-amd"]
+		_, onAmd := sim.OnNodes["default/wants-amd"]
+		if len(nodes) == 0 && !unplaced || len(nodes) > 0 && !onAmd {
+			t.Errorf("%d nodes: wants-amd unplaced %v, on a node %v; want reported with no node, on amd with one", len(nodes), unplaced, onAmd)
+		}
+	}
+}

@@ -185,7 +185,8 @@ func (b *Bidder) Run(ctx context.Context) error {
 		endpoint = u
 	}
 	off := mk.Offering{AppliesTo: []string{mk.ComputeVMNSID}, Substrates: []string{b.cfg.Substrate.Kind()}, CreatedAt: b.now(), EndpointURL: endpoint,
-		Isolation: []mk.OfferingIsolation{isolationEntry(b.cfg.Substrate.Kind(), b.cfg.Substrate.Isolation())}}
+		Isolation:     []mk.OfferingIsolation{isolationEntry(b.cfg.Substrate.Kind(), b.cfg.Substrate.Isolation())},
+		Architectures: []string{substrate.ArchOf(b.cfg.Substrate)}}
 	if err := b.put(ctx, mk.OfferingNSID, "self", off); err != nil {
 		return fmt.Errorf("offering: %w", err)
 	}

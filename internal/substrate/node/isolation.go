@@ -1,6 +1,10 @@
 package node
 
-import "socialweb.computer/internal/substrate"
+import (
+	"runtime"
+
+	"socialweb.computer/internal/substrate"
+)
 
 // namespaceLayers are what the namespace flavour applies to every node: containerd, the
 // kubelet and the pods run in the node's own network namespace (a veth pair to the host, the
@@ -36,4 +40,13 @@ func (s *Substrate) Isolation() substrate.Isolation {
 		layers = append(layers, substrate.LayerPodUserNamespaces)
 	}
 	return substrate.Isolation{Boundary: substrate.BoundaryNamespace, Layers: layers}
+}
+
+// Arch implements substrate.Architected: a vm node is the vm substrate's machine; a
+// namespace node runs on this host.
+func (s *Substrate) Arch() string {
+	if s.cfg.Flavour == FlavourVM && s.vm != nil {
+		return s.vm.Arch()
+	}
+	return runtime.GOARCH
 }

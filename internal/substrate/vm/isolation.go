@@ -32,3 +32,6 @@ func accelLayer(accel string) string {
 	}
 	return substrate.LayerTCG
 }
+
+// Arch implements substrate.Architected: the machine is qemu-system-x86_64's, on any host.
+func (s *Substrate) Arch() string { return "amd64" }
