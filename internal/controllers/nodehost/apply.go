@@ -246,15 +246,41 @@ func deleteClaim(ctx context.Context, c client.Client, claim *v1alpha1.NodeClaim
 	return nil
 }
 
+// MaxEndedRetry bounds the growing retry delay of a cluster whose claims keep ending.
+const MaxEndedRetry = 10 * time.Minute
+
+// EndedDelay is how long a claim that ended holds its place when the cluster's claims have
+// ended streak times before with no node running between: base, doubled for each, at most
+// MaxEndedRetry (or base, when base is longer). A market that fails every claim is asked
+// less and less often; a node that runs starts the streak again.
+func EndedDelay(base time.Duration, streak int) time.Duration {
+	d := base
+	for range streak {
+		if d >= MaxEndedRetry {
+			break
+		}
+		d *= 2
+	}
+	return max(min(d, MaxEndedRetry), base)
+}
+
 // deleteEnded deletes the claims that ended (Failed, Lost) once they have been seen ended
 // for the retry delay: they will never give a node, and the decision claims a node again if
 // one is still needed. Until then they hold their place, so a market that fails every claim
-// at once costs one claim per delay, not one per reconcile. When each was first seen ended
-// is kept in memory; a restart waits one delay again. It returns how long until the next
-// one is due (0: none).
+// at once costs one claim per delay, not one per reconcile, and the delay doubles with each
+// round of deletions until a claim of the cluster runs (EndedDelay). When each was first
+// seen ended, and the streak, are kept in memory; a restart waits one base delay again. It
+// returns how long until the next one is due (0: none).
 func (r *Reconciler) deleteEnded(ctx context.Context, p *pass) (time.Duration, error) {
-	now, delay := r.now(), r.endedRetry()
-	seen := r.ended.of(p.key, p.claims, now)
+	now := r.now()
+	seen, streak := r.ended.of(p.key, p.claims, now)
+	delay := EndedDelay(r.endedRetry(), streak)
+	deleted := false
+	defer func() {
+		if deleted {
+			r.ended.lengthen(p.key)
+		}
+	}()
 	var next time.Duration
 	for _, c := range p.claims {
 		since, ok := seen[c.UID]
@@ -270,22 +296,42 @@ func (r *Reconciler) deleteEnded(ctx context.Context, p *pass) (time.Duration, e
 		if err := deleteClaim(ctx, r.Client, c); err != nil {
 			return 0, err
 		}
-		r.Log.Info("nodehost_claim_ended", "cluster", p.key.String(), "claim", c.Name, "phase", c.Status.Phase)
+		deleted = true
+		r.Log.Info("nodehost_claim_ended", "cluster", p.key.String(), "claim", c.Name, "phase", c.Status.Phase, "held", delay)
 	}
 	return next, nil
 }
 
-// endedClaims remembers, per Cluster, when each claim was first seen ended.
+// endedClaims remembers, per Cluster, when each claim was first seen ended, how many rounds
+// of ended claims were deleted since a claim last came to run (the streak), and which
+// claims were seen running.
 type endedClaims struct {
-	mu sync.Mutex
-	by map[tenant.Key]map[types.UID]time.Time
+	mu      sync.Mutex
+	by      map[tenant.Key]map[types.UID]time.Time
+	streak  map[tenant.Key]int
+	running map[tenant.Key]map[types.UID]bool
 }
 
 // of records the claims that ended now and forgets the ones no longer there or no longer
-// ended; it returns a copy.
-func (e *endedClaims) of(k tenant.Key, claims []*v1alpha1.NodeClaim, now time.Time) map[types.UID]time.Time {
+// ended; it returns a copy, and the streak, which a claim seen running for the first time
+// ends (a node that ran before the failures began does not: the market still fails the new
+// ones).
+func (e *endedClaims) of(k tenant.Key, claims []*v1alpha1.NodeClaim, now time.Time) (map[types.UID]time.Time, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.running == nil {
+		e.running = map[tenant.Key]map[types.UID]bool{}
+	}
+	running := map[types.UID]bool{}
+	for _, c := range claims {
+		if c.Status.Phase == v1alpha1.NodeClaimRunning {
+			running[c.UID] = true
+			if !e.running[k][c.UID] {
+				delete(e.streak, k)
+			}
+		}
+	}
+	e.running[k] = running
 	old := e.by[k]
 	cur := map[types.UID]time.Time{}
 	for _, c := range claims {
@@ -310,13 +356,25 @@ func (e *endedClaims) of(k tenant.Key, claims []*v1alpha1.NodeClaim, now time.Ti
 	for u, t := range cur {
 		out[u] = t
 	}
-	return out
+	return out, e.streak[k]
+}
+
+// lengthen counts a round of ended claims deleted.
+func (e *endedClaims) lengthen(k tenant.Key) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.streak == nil {
+		e.streak = map[tenant.Key]int{}
+	}
+	e.streak[k]++
 }
 
 func (e *endedClaims) forget(k tenant.Key) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.by, k)
+	delete(e.streak, k)
+	delete(e.running, k)
 }
 
 // nodesOf counts the Cluster's claims whose node is joined (Ready in the tenant).
