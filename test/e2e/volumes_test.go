@@ -13,13 +13,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/tenant/volumes"
 	"socialweb.computer/internal/testenv"
@@ -226,6 +229,19 @@ spec:
 			claimSeen = claimSeen || e.InvolvedObject.Kind == "PersistentVolumeClaim" && e.InvolvedObject.Name == "kept"
 		}
 		return pvSeen && claimSeen, fmt.Errorf("%d events, on the volume %v, on the claim %v", len(evs.Items), pvSeen, claimSeen)
+	})
+
+	// A pod of that claim fits no node, now or new: the Cluster's Scaling condition names its
+	// volume, rather than counting it as a pod a new node would run.
+	tkubectl(t, kc, volumePod("orphan", "kept", "true"), "apply", "-f", "-")
+	c := coreClient(t, tc.dir)
+	testenv.Eventually(t, 30*time.Second, "the Scaling condition naming the orphan's volume", func() (bool, error) {
+		var cl v1alpha1.Cluster
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "vol"}, &cl); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(cl.Status.Conditions, string(v1alpha1.ConditionScaling))
+		return cond != nil && strings.Contains(cond.Message, "default/orphan: its volume "+kept.Spec.VolumeName+" is on a node that is gone"), fmt.Errorf("%+v", cond)
 	})
 }
 

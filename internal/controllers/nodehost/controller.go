@@ -249,6 +249,7 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	if err != nil {
 		return scale.Decision{}, err
 	}
+	pods, held := w.withVolumes(pods)
 	p.joined = map[string]bool{}
 	for _, n := range nodes {
 		if NodeJoined(n) {
@@ -268,6 +269,13 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 	r.watches.refinePending(w, in.Now, in.Pods)
 	r.settleOwners(ctx, p, w, pods, in.Pods)
 	in.Simulated = r.simulate(p, pods, nodes, s)
+	if in.Simulated != nil {
+		for key, why := range in.Simulated.Unplaced {
+			if pv, ok := held[key]; ok {
+				in.Simulated.Unplaced[key] = volumeReason(pv, why)
+			}
+		}
+	}
 	if in.Consolidatable, err = Consolidatable(pods, nodes, p.claims, s); err != nil {
 		r.Log.Error("nodehost_consolidation_failed", "cluster", p.key.String(), "error", err.Error())
 	}

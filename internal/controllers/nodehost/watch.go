@@ -47,6 +47,10 @@ type tenantWatch struct {
 	blocked map[string]string
 	pods    listersv1.PodLister
 	nodes   listersv1.NodeLister
+	// claims and volumes are the tenant's PersistentVolumeClaims and PersistentVolumes:
+	// a pod bound to a local volume runs only on its node (volumes.go).
+	claims  listersv1.PersistentVolumeClaimLister
+	volumes listersv1.PersistentVolumeLister
 	synced  []cache.InformerSynced
 	// state is what the last decision returned (when each node was first seen empty).
 	state scale.State
@@ -123,6 +127,7 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 	cancel := func() { stop(); events.Shutdown() }
 	f := informers.NewSharedInformerFactory(cs, 0)
 	pods, nodes := f.Core().V1().Pods(), f.Core().V1().Nodes()
+	pvcs, pvs := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
 	wake := func(any) { ws.wake(k) }
 	// An update wakes the Cluster only when it changes what the decision reads: a busy
 	// tenant's pods change status often, and each decision lists the claims.
@@ -141,6 +146,16 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 				ws.wake(k)
 			}
 		}},
+		// A claim's binding is what the decision reads of it; a volume, its node affinity
+		// (set at creation).
+		pvcs.Informer(): cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+			oc, ok1 := o.(*corev1.PersistentVolumeClaim)
+			nc, ok2 := n.(*corev1.PersistentVolumeClaim)
+			if !ok1 || !ok2 || oc.Spec.VolumeName != nc.Spec.VolumeName {
+				ws.wake(k)
+			}
+		}},
+		pvs.Informer(): cache.ResourceEventHandlerFuncs{AddFunc: wake, DeleteFunc: wake},
 	}
 	for inf, h := range handlers {
 		if _, err := inf.AddEventHandler(h); err != nil {
@@ -158,8 +173,9 @@ func (ws *watches) ensure(c *v1alpha1.Cluster) (*tenantWatch, error) {
 	w := &tenantWatch{instance: c.Status.Instance, cancel: cancel, client: cs,
 		events:   events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: EventComponent}),
 		reported: map[string]string{},
-		pods:     pods.Lister(), nodes: nodes.Lister(), state: state,
-		synced: []cache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced}}
+		pods:     pods.Lister(), nodes: nodes.Lister(), claims: pvcs.Lister(), volumes: pvs.Lister(), state: state,
+		synced: []cache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced,
+			pvcs.Informer().HasSynced, pvs.Informer().HasSynced}}
 	f.Start(ctx.Done())
 	if ws.by == nil {
 		ws.by = map[tenant.Key]*tenantWatch{}

@@ -27,7 +27,9 @@
 //
 // Left out: VolumeBinding, VolumeRestrictions, VolumeZone and the CSI volume limits (they
 // read PersistentVolumes, claims and storage classes, which Plan is not given; a pod's
-// volumes are taken to bind anywhere), DynamicResources, and the scoring plugins (Plan
+// volumes are taken to bind anywhere, and a caller that knows a bound volume's node
+// affinity writes it into the pod's required node affinity, as the node host does),
+// DynamicResources, and the scoring plugins (Plan
 // packs first-fit, it does not pick the node the scheduler would prefer). The informers
 // the plugins ask for are never started: InterPodAffinity's namespaceSelector sees only
 // the namespaces of the pods given, labelled with their name (kubernetes.io/metadata.name),
