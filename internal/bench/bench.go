@@ -46,12 +46,13 @@ func (p Printer) Line(name, value, target string) {
 	fmt.Fprintf(p.W, "%-52s %s%s\n", name, value, target)
 }
 
-// LoadAvg is the 1-minute load average: the machine's other work skews wall times.
+// LoadAvg is the load averages over 1, 5 and 15 minutes, as /proc/loadavg has them: the
+// machine's other work skews wall times, and every figure is printed with it.
 func LoadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	f := strings.Fields(string(b))
-	if len(f) == 0 {
+	if len(f) < 3 {
 		return "?"
 	}
-	return f[0]
+	return strings.Join(f[:3], " ")
 }

@@ -96,25 +96,25 @@ func (m *Manager) Sleep(k Key, o StartOptions) error {
 // WakeRequested says whether a client came through an asleep cluster's gate since it fell
 // asleep (or since the last Start).
 func (m *Manager) WakeRequested(k Key) bool {
-	in := m.get(k)
-	if in == nil {
-		return false
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.wake
+	return m.holds(k, func(in *instance) bool { return in.wake })
 }
 
 // Running says whether the cluster's control plane is started and not asked to stop
 // (starting, ready, or crashed and restarting): not stopped, asleep, or being stopped.
 func (m *Manager) Running(k Key) bool {
+	return m.holds(k, func(in *instance) bool { return in.stop != nil })
+}
+
+// holds reads what f says of k's instance under its lock; false when the manager does not
+// run the cluster.
+func (m *Manager) holds(k Key, f func(*instance) bool) bool {
 	in := m.get(k)
 	if in == nil {
 		return false
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.stop != nil
+	return f(in)
 }
 
 // Activity is how many client connections the cluster's gate has open and when one last

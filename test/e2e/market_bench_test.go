@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/bench"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/substrate/guestproc"
@@ -98,28 +98,6 @@ func TestBench_MarketBurst(t *testing.T) {
 		n, heldAt.Round(time.Millisecond), relAt.Round(time.Millisecond), left)
 }
 
-// loadAvg is /proc/loadavg's first three fields, printed with every figure.
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// pct is the p-th percentile of sorted (nearest rank, so p99 of 20 is the maximum).
-func pct(sorted []time.Duration, p int) time.Duration {
-	i := (len(sorted)*p + 99) / 100
-	if i < 1 {
-		i = 1
-	}
-	return sorted[i-1].Round(time.Millisecond)
-}
-
 // TestBench_MarketDeployFixedWindow prints Requested-to-Held of 20 contracts with a deno guest
 // and a bid window of W = 1 s that runs to its deadline: spec.bidderDids names the bidder and a
 // second DID that never bids, so the window never closes early. It prints the overhead
@@ -173,7 +151,7 @@ func TestBench_MarketDeployFixedWindow(t *testing.T) {
 	sort.Slice(afterClose, func(i, j int) bool { return afterClose[i] < afterClose[j] })
 	t.Logf("Requested to Held, deno guest, W=%s run to its deadline, %d contracts: overhead beyond W p50 %s, p99 %s (target p50 < 300ms); "+
 		"after the rfp's createdAt + W p50 %s, p99 %s; load average %s",
-		w, n, pct(over, 50), pct(over, 99), pct(afterClose, 50), pct(afterClose, 99), loadAvg())
+		w, n, bench.Percentile(over, 50).Round(time.Millisecond), bench.Percentile(over, 99).Round(time.Millisecond), bench.Percentile(afterClose, 50).Round(time.Millisecond), bench.Percentile(afterClose, 99).Round(time.Millisecond), bench.LoadAvg())
 }
 
 // TestBench_MarketVMBoot prints, for 5 vm contracts one after another through the market, the
@@ -226,5 +204,5 @@ func TestBench_MarketVMBoot(t *testing.T) {
 	sort.Slice(cpu, func(i, j int) bool { return cpu[i] < cpu[j] })
 	t.Logf("vm substrate through the market, %d boots: boot to init (vm.started's marker) median %s, boot to Held median %s, "+
 		"qemu CPU time at Held median %s, accelerator %v (target under 2.5 s under TCG); load average %s",
-		n, toInit[n/2].Round(time.Millisecond), toHeld[n/2].Round(time.Millisecond), cpu[n/2], accel, loadAvg())
+		n, toInit[n/2].Round(time.Millisecond), toHeld[n/2].Round(time.Millisecond), cpu[n/2], accel, bench.LoadAvg())
 }

@@ -2,8 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/bench"
 	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/testenv"
 )
@@ -33,12 +35,6 @@ func tenantClient(t *testing.T, kc string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
-}
-
-// median of ds (sorted in place).
-func median(ds []time.Duration) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[len(ds)/2]
 }
 
 // waitZeroNodes waits until the cluster has no claim and no Node, and its guests no process.
@@ -158,7 +154,7 @@ func benchNodeScaleUp(t *testing.T, args ...string) string {
 	}
 	var line []string
 	for _, k := range names {
-		line = append(line, fmt.Sprintf("%s %.2fs", k, median(phases[k]).Seconds()))
+		line = append(line, fmt.Sprintf("%s %.2fs", k, bench.Median(phases[k]).Seconds()))
 	}
 	out := fmt.Sprintf("pending pod -> Running on a new node, 1 s bid window, median of %d: %s", runs, strings.Join(line, ", "))
 	t.Log(out)
@@ -222,7 +218,7 @@ func TestBench_NodePodOnARunningNode(t *testing.T) {
 	if nodes, err := ts.CoreV1().Nodes().List(n.ctx, metav1.ListOptions{}); err != nil || len(nodes.Items) != 1 {
 		t.Fatalf("nodes: %v %v, want the one node throughout", nodes, err)
 	}
-	t.Logf("pending pod -> Running with a node up (no rent), median of %d: %.2fs", runs, median(ds).Seconds())
+	t.Logf("pending pod -> Running with a node up (no rent), median of %d: %.2fs", runs, bench.Median(ds).Seconds())
 }
 
 // TestBench_NodeBatching prints what the batch of pending pods costs before a node is
@@ -272,20 +268,69 @@ func TestBench_NodeBatching(t *testing.T) {
 		tkubectl(t, kc, "", "delete", "deployment", name, "--wait=false")
 		n.waitZeroNodes("bb", ts, 90*time.Second)
 	}
-	o, k := median(ours), median(karpenter)
+	o, k := bench.Median(ours), bench.Median(karpenter)
 	t.Logf("Deployment of 3 -> NodeClaim, median of %d: ours %.2fs, Karpenter's batching (1 s idle) %.2fs on the same pods: %.2fx",
 		runs, o.Seconds(), k.Seconds(), o.Seconds()/k.Seconds())
 }
 
 // startNodeBench skips unless SOCIALWEB_BENCH is set, then starts up with a 1 s node bid
-// window and a tenant cluster of the given name and node settings: the kubeconfig and a
-// client of it.
-func startNodeBench(t *testing.T, cluster, settings string) (*nodeUp, string, kubernetes.Interface) {
+// window (and upArgs) and a tenant cluster of the given name and node settings: the
+// kubeconfig and a client of it.
+func startNodeBench(t *testing.T, cluster, settings string, upArgs ...string) (*nodeUp, string, kubernetes.Interface) {
 	t.Helper()
 	if os.Getenv("SOCIALWEB_BENCH") == "" {
 		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
 	}
-	n := startNodeUp(t, "--node-bid-window", "1s")
+	n := startNodeUp(t, append([]string{"--node-bid-window", "1s"}, upArgs...)...)
 	kc := n.cluster(cluster, settings)
 	return n, kc, tenantClient(t, kc)
+}
+
+// TestBench_NodeFiftyPods prints, for 50 pods of mixed requests (seeded: CPU 50m-300m,
+// memory 32-256 MiB) applied at once to a cluster with no node: the nodes bought against the
+// bin-packing lower bound (the larger of the pods' total CPU and total memory over the
+// largest node the Cluster allows, 2 CPUs and 4 GiB, rounded up; daemon pods left out), and
+// the time from the apply to all 50 Running. SOCIALWEB_BENCH=1 runs it.
+func TestBench_NodeFiftyPods(t *testing.T) {
+	n, kc, ts := startNodeBench(t, "fifty", "maxNodes: 20, podsPerNode: 50, scaleHold: 1s", "--quota-nodes", "0")
+	rng := rand.New(rand.NewSource(50))
+	cpus, mems := []int64{50, 100, 200, 300}, []int64{32, 64, 128, 256}
+	var manifest []string
+	var totalCPU, totalMem int64
+	for i := range 50 {
+		c, m := cpus[rng.Intn(len(cpus))], mems[rng.Intn(len(mems))]
+		totalCPU, totalMem = totalCPU+c, totalMem+m
+		manifest = append(manifest, strings.Replace(sizedPod(fmt.Sprintf("p%02d", i), fmt.Sprintf("%dm", c), fmt.Sprintf("%dMi", m)),
+			"namespace: default}", "namespace: default, labels: {bench: fifty}}", 1))
+	}
+	const nodeCPU, nodeMem = 2000, 4096
+	bound := max((totalCPU+nodeCPU-1)/nodeCPU, (totalMem+nodeMem-1)/nodeMem)
+	t0 := time.Now()
+	tkubectl(t, kc, strings.Join(manifest, "---\n"), "apply", "-f", "-")
+	var claimsAt time.Duration
+	testenv.Eventually(t, 600*time.Second, "50 pods Running", func() (bool, error) {
+		if claimsAt == 0 && len(n.claims("fifty")) > 0 {
+			claimsAt = time.Since(t0)
+		}
+		pods, err := ts.CoreV1().Pods("default").List(n.ctx, metav1.ListOptions{LabelSelector: "bench=fifty"})
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 50, fmt.Errorf("%d of 50 Running, %d claims", running, len(n.claims("fifty")))
+	})
+	all := time.Since(t0)
+	claims := n.claims("fifty")
+	var sizes []string
+	for _, c := range claims {
+		sizes = append(sizes, fmt.Sprintf("%d CPU %d MiB", c.Spec.CPUs, c.Spec.MemMiB))
+	}
+	slices.Sort(sizes)
+	t.Logf("50 pods (%dm CPU, %d MiB in all): first NodeClaim %.2fs, all Running %.2fs; %d nodes bought (%s), lower bound %d: %.2fx (goal <= 1.1x; load %s)",
+		totalCPU, totalMem, claimsAt.Seconds(), all.Seconds(), len(claims), strings.Join(sizes, ", "), bound, float64(len(claims))/float64(bound), bench.LoadAvg())
 }

@@ -33,6 +33,9 @@ func (s *Substrate) Isolation() substrate.Isolation {
 	if s.cfg.Flavour == FlavourVM && s.vm != nil {
 		return s.vm.Isolation()
 	}
+	if s.cfg.Uncontained {
+		return substrate.Isolation{Boundary: substrate.BoundaryNamespace, Layers: []string{substrate.LayerNetworkNamespace}}
+	}
 	layers := append([]string(nil), namespaceLayers...)
 	if s.runtime.UserNamespaces() {
 		// TestNode_UserNamespacePodIsNotHostRoot, TestSecurity_TenantPodsRunInUserNamespaces:

@@ -119,6 +119,12 @@ type Config struct {
 	OverlayPorts string
 	// DiskMiB is the disk of a namespace node whose contract names none (0: DefaultDiskMiB).
 	DiskMiB int
+	// Uncontained boots namespace nodes as they ran before containment: containerd and the
+	// kubelet in the host's mount and PID namespaces (only the network namespace is the
+	// node's), with no cgroup limits. It is the baseline containment's cost is measured
+	// against (the node containment benchmark); no command of socialweb sets it, and a
+	// container that escapes such a node is on the host.
+	Uncontained bool
 }
 
 // Substrate runs nodes.
@@ -414,7 +420,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, Runtime: s.runtime, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
 		PauseTar:  filepath.Join(s.cfg.StateDir, ".images", "pause.tar"),
 		Cgroup:    "socialweb-node-" + tag,
-		Contained: true, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
+		Contained: !s.cfg.Uncontained, CPUs: spec.CPUs, MemMiB: spec.MemMiB,
 		PodNet:       true,
 		DNSUpstreams: s.dnsUpstreams, DNSUpstreamWhy: s.dnsWhy,
 	}
