@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/utils/ptr"
+
 	"socialweb.computer/internal/scale"
 )
 
@@ -25,12 +27,7 @@ func WantedPods(obj metav1.Object) (n int, ok bool) {
 	if obj.GetDeletionTimestamp() != nil {
 		return 0, false
 	}
-	one := func(p *int32) int {
-		if p == nil {
-			return 1
-		}
-		return int(*p)
-	}
+	one := func(p *int32) int { return int(ptr.Deref(p, 1)) }
 	switch o := obj.(type) {
 	case *appsv1.ReplicaSet:
 		return one(o.Spec.Replicas), true
