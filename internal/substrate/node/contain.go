@@ -139,15 +139,20 @@ func buildRoot(ns nodeState) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
-	files, err := rootDiskFiles(ns.Binary, ns.Runtime)
-	if err != nil {
-		return err
+	rf := ns.Root
+	if rf == nil {
+		top, err := rootTopFiles(ns.Binary, ns.Runtime)
+		if err != nil {
+			return err
+		}
+		resolved, err := resolveRootFiles(top)
+		if err != nil {
+			return err
+		}
+		rf = &resolved
 	}
+	files := append([][2]string(nil), rf.Files...)
 	files[0][1] = ns.Binary // at its host path, as the agent names it (the vm disk's path differs)
-	applets, err := exec.Command(BusyboxStatic, "--list-full").Output()
-	if err != nil {
-		return fmt.Errorf("busybox --list-full: %w", err)
-	}
 	cgroups, err := hostCgroupMounts()
 	if err != nil {
 		return err
@@ -179,7 +184,7 @@ func buildRoot(ns nodeState) error {
 		m.mount(ns.Runtime.Dir, ns.Runtime.Dir, "", unix.MS_BIND, "")
 		m.remount(ns.Runtime.Dir, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
 	}
-	for _, a := range strings.Fields(string(applets)) {
+	for _, a := range rf.Applets {
 		if _, err := os.Lstat(filepath.Join(r, a)); err == nil {
 			continue
 		}

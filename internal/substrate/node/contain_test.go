@@ -274,6 +274,12 @@ func TestRootHidesTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := nodeState{NodeName: "root-test", Dir: dir, RunDir: filepath.Join("/run/swnode", "t"+strconv.Itoa(os.Getpid())), Binary: exe}
+	var cache rootFilesCache
+	rf, err := cache.get(exe, ns.Runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Root = &rf
 	if err := os.MkdirAll(ns.RunDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -330,5 +336,64 @@ func TestRootHidesTheHost(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(marker); string(b) != "host" {
 		t.Errorf("the host's marker changed: %q", b)
+	}
+}
+
+// The root's files are resolved (ldd on each, busybox's applet list) once per set of top
+// files: a second boot reuses them, and a changed binary resolves them again.
+func TestRootFilesCache(t *testing.T) {
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	bin := filepath.Join(t.TempDir(), "socialweb")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var c rootFilesCache
+	first, err := c.get(bin, nodeRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Files[0][0] != bin || len(first.Applets) == 0 {
+		t.Fatalf("files start %v, %d applets: want the binary first and busybox's applets", first.Files[0], len(first.Applets))
+	}
+	top, err := rootTopFiles(bin, nodeRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := withSharedLibs(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first.Files, want) {
+		t.Fatalf("cached files differ from a fresh resolution:\n%v\n%v", first.Files, want)
+	}
+	key := c.key
+	c.val.Applets = []string{"/marker"} // what a second get returns if it does not resolve again
+	again, err := c.get(bin, nodeRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.key != key || !slices.Equal(again.Applets, []string{"/marker"}) {
+		t.Fatalf("second get resolved again (key %s -> %s)", key, c.key)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(bin, later, later); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := c.get(bin, nodeRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.key == key || slices.Equal(changed.Applets, []string{"/marker"}) {
+		t.Fatal("a changed binary kept the old resolution")
 	}
 }

@@ -141,8 +141,9 @@ type Substrate struct {
 	dnsUpstreams []string
 	dnsWhy       string
 	runtime      nodeRuntime // where namespace nodes' containerd and runc are, and why
-	unshare      string      // util-linux unshare(1): the agent's own mount namespace (disk.go)
-	mu           sync.Mutex  // guards address allocation
+	rootFiles    rootFilesCache
+	unshare      string     // util-linux unshare(1): the agent's own mount namespace (disk.go)
+	mu           sync.Mutex // guards address allocation
 }
 
 // Runtime is the dir of the namespace nodes' containerd and runc (empty: the host's on
@@ -314,8 +315,12 @@ type nodeState struct {
 	// MemMiB, the contract's. False for a node booted before containment (its teardown is
 	// the one it was booted with) and for the vm flavour (the machine is the boundary).
 	Contained bool `json:"contained,omitempty"`
-	CPUs      int  `json:"cpus,omitempty"`
-	MemMiB    int  `json:"memMiB,omitempty"`
+	// Root is what a contained node's root is made of, resolved by the substrate (once per
+	// binary and runtime, not per boot); empty for a node booted before it (process 1
+	// resolves it then).
+	Root   *rootFiles `json:"root,omitempty"`
+	CPUs   int        `json:"cpus,omitempty"`
+	MemMiB int        `json:"memMiB,omitempty"`
 
 	// PodNet: the node's pod network is the cluster's (its Node's spec.podCIDR, the
 	// overlay, egress through the host's chains; docs/networking.md), with the bidder's
@@ -858,6 +863,13 @@ func parseOverlay(address, ports string) (netip.Addr, podnet.PortRange, error) {
 // secrets, its disk (disk.go; the agent mounts it), and, when the host publishes overlay
 // endpoints, its forwarded endpoint. The error comes with its substrate reason.
 func (s *Substrate) prepareNamespace(ns *nodeState, spec substrate.GuestSpec) (reason, err error) {
+	if ns.Contained {
+		rf, err := s.rootFiles.get(ns.Binary, ns.Runtime)
+		if err != nil {
+			return substrate.ErrUnavailable, fmt.Errorf("the node's root: %w", err)
+		}
+		ns.Root = &rf
+	}
 	if err := writeSecrets(filepath.Join(ns.Dir, secretsDir), spec.Secrets); err != nil {
 		return substrate.ErrBoot, err
 	}

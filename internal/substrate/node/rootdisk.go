@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // The vm flavour's root disk: one read-only ext4 file system shared by every vm node of a
@@ -38,8 +39,63 @@ const (
 	guestStateDir = guestVarLib + "/socialweb"
 )
 
-// rootDiskFiles are the host files a vm node runs; each dynamic one brings its libraries.
-func rootDiskFiles(binary string, rt nodeRuntime) ([][2]string, error) {
+// rootFiles is what a node's root is made of: the host files it runs, each as {host path,
+// path in the node}, with the shared libraries they load, and busybox's applets.
+type rootFiles struct {
+	Files   [][2]string `json:"files"`
+	Applets []string    `json:"applets"`
+}
+
+// rootFilesCache keeps the last rootFiles made, under the stat of the files named before
+// their libraries: resolving the libraries runs ldd once per file (0.15-0.25 s in all on an
+// idle host, more under load), which a node's boot would otherwise pay each time. A changed
+// binary, runtime or iptables changes the key; a library replaced in place keeps its path.
+type rootFilesCache struct {
+	mu  sync.Mutex
+	key string
+	val rootFiles
+}
+
+// get returns the root's files for binary and rt, resolving them only when the key changed.
+func (c *rootFilesCache) get(binary string, rt nodeRuntime) (rootFiles, error) {
+	top, err := rootTopFiles(binary, rt)
+	if err != nil {
+		return rootFiles{}, err
+	}
+	key, err := rootDiskKey(top)
+	if err != nil {
+		return rootFiles{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if key == c.key {
+		return c.val, nil
+	}
+	rf, err := resolveRootFiles(top)
+	if err != nil {
+		return rootFiles{}, err
+	}
+	c.key, c.val = key, rf
+	return rf, nil
+}
+
+// resolveRootFiles adds to the top files the libraries they load, and lists busybox's
+// applets.
+func resolveRootFiles(top [][2]string) (rootFiles, error) {
+	files, err := withSharedLibs(top)
+	if err != nil {
+		return rootFiles{}, err
+	}
+	out, err := exec.Command(BusyboxStatic, "--list-full").Output()
+	if err != nil {
+		return rootFiles{}, fmt.Errorf("busybox --list-full: %w", err)
+	}
+	return rootFiles{Files: files, Applets: strings.Fields(string(out))}, nil
+}
+
+// rootTopFiles are the host files a node runs, without their libraries: the first is the
+// socialweb binary.
+func rootTopFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 	files := [][2]string{{binary, guestBinary}, {BusyboxStatic, "/bin/busybox"}}
 	if rt.Dir == "" { // the node runtime's dir is bound whole (buildRoot)
 		rtFiles, err := rt.files()
@@ -75,8 +131,15 @@ func rootDiskFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 	for _, e := range xtablesExtensions {
 		files = append(files, [2]string{filepath.Join(xt, e), filepath.Join(xt, e)})
 	}
+	return files, nil
+}
+
+// withSharedLibs is files followed by the libraries ldd resolves for them, each once, and
+// the host's CA bundle (containerd verifies registries' certificates with it).
+func withSharedLibs(top [][2]string) ([][2]string, error) {
+	files := append([][2]string(nil), top...)
 	seen := map[string]bool{}
-	for _, f := range files[:len(files):len(files)] {
+	for _, f := range top {
 		libs, err := sharedLibs(f[0])
 		if err != nil {
 			return nil, err
@@ -88,7 +151,6 @@ func rootDiskFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 			}
 		}
 	}
-	// The host's CA bundle: containerd verifies registries' certificates with it.
 	if _, err := os.Stat(CABundle); err == nil {
 		files = append(files, [2]string{CABundle, CABundle})
 	}
@@ -157,14 +219,11 @@ func rootDiskKey(files [][2]string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// ensureRootDisk returns the root disk for binary under dir, building it when missing;
+// ensureRootDisk returns the root disk of rf's files under dir, building it when missing;
 // disks of other keys are removed (no node boots from them once a new one exists: a running
 // vm keeps its open file).
-func ensureRootDisk(ctx context.Context, dir, binary string) (string, error) {
-	files, err := rootDiskFiles(binary, nodeRuntime{}) // a vm node: the host's runtime (its disk is built for every vm node alike)
-	if err != nil {
-		return "", err
-	}
+func ensureRootDisk(ctx context.Context, dir string, rf rootFiles) (string, error) {
+	files := rf.Files
 	key, err := rootDiskKey(files)
 	if err != nil {
 		return "", err
@@ -190,11 +249,7 @@ func ensureRootDisk(ctx context.Context, dir, binary string) (string, error) {
 		total += n
 	}
 	// busybox's applets, where the host's files did not take the name.
-	out, err := exec.Command(BusyboxStatic, "--list-full").Output()
-	if err != nil {
-		return "", fmt.Errorf("busybox --list-full: %w", err)
-	}
-	for _, a := range strings.Fields(string(out)) {
+	for _, a := range rf.Applets {
 		p := filepath.Join(stage, a)
 		if _, err := os.Lstat(p); err == nil {
 			continue

@@ -89,7 +89,12 @@ func newVM(cfg Config) (*vm.Substrate, error) {
 // binary), the node's state disk holding its join bundle, its node.json and the images,
 // its initramfs (the image's, plus the boot script), and the qemu command line.
 func (s *Substrate) prepareVM(ctx context.Context, ns *nodeState, spec substrate.GuestSpec) error {
-	root, err := ensureRootDisk(ctx, filepath.Join(s.cfg.StateDir, ".images"), s.cfg.Binary)
+	// A vm node runs the host's runtime: its disk is built for every vm node alike.
+	rf, err := s.rootFiles.get(s.cfg.Binary, nodeRuntime{})
+	if err != nil {
+		return fmt.Errorf("root disk: %w", err)
+	}
+	root, err := ensureRootDisk(ctx, filepath.Join(s.cfg.StateDir, ".images"), rf)
 	if err != nil {
 		return fmt.Errorf("root disk: %w", err)
 	}
