@@ -38,6 +38,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"socialweb.computer/internal/selfexe"
 )
 
 // Command is the argument that makes a binary run the init: `<binary> guest-jail CONFIG`.
@@ -327,21 +329,5 @@ func Unshare() (string, error) {
 const InitBinary = "socialweb-guest-jail"
 
 // InitBeside returns the InitBinary in self's directory when one is there to be trusted with
-// root: a regular executable file, owned by root or by self's owner, that neither group nor
-// others may write (as self itself must be). "" otherwise: the caller is its own init.
-func InitBeside(self string) string {
-	selfInfo, err := os.Stat(self)
-	if err != nil {
-		return ""
-	}
-	p := filepath.Join(filepath.Dir(self), InitBinary)
-	fi, err := os.Lstat(p)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 || fi.Mode()&0o022 != 0 {
-		return ""
-	}
-	owner, selfOwner := fi.Sys().(*syscall.Stat_t).Uid, selfInfo.Sys().(*syscall.Stat_t).Uid
-	if owner != 0 && owner != selfOwner {
-		return ""
-	}
-	return p
-}
+// root (selfexe.Beside); "" otherwise: the caller is its own init.
+func InitBeside(self string) string { return selfexe.Beside(self, InitBinary) }
