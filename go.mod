@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/bluesky-social/indigo v0.0.0-20260605210604-af2fec94f34c
 	github.com/chromedp/chromedp v0.23.0
+	github.com/containernetworking/cni v1.3.1
 	github.com/coredns/caddy v1.1.4
 	github.com/coredns/coredns v1.15.0
 	github.com/go-logr/logr v1.4.4

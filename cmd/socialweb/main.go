@@ -20,6 +20,7 @@ import (
 	// The Kubernetes version in every build, `go run` included (hack/build.sh also stamps
 	// it at link time).
 	_ "socialweb.computer/internal/kubeversion"
+	"socialweb.computer/internal/netpol/podgate"
 	"socialweb.computer/internal/substrate/jail"
 )
 
@@ -27,6 +28,12 @@ func main() {
 	// `socialweb guest-jail CONFIG` is the init of a jailed deno guest (internal/substrate/jail),
 	// started by the deno substrate; it is answered before anything else is set up.
 	jail.MaybeRun()
+	// Under the node's CNI plugin's name (a link in a node's CNI bin dir when the small
+	// socialweb-cni-netpol is not beside this binary), this binary is that plugin.
+	if podgate.IsPlugin() {
+		podgate.PluginMain()
+		return
+	}
 	// The Kubernetes components linked in for `socialweb kube` register flags such as
 	// --version on pflag's global set at init; cobra would show them on every command. Each
 	// kube component parses its own flag sets, so the global one is not needed by cobra; it is

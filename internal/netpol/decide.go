@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -38,6 +39,10 @@ type Input struct {
 	Policies   []*networkingv1.NetworkPolicy
 	Pods       []*corev1.Pod
 	Namespaces []*corev1.Namespace
+	// Learnt are addresses this node's CNI assigned, by pod UID (podgate): for a pod of
+	// this node they stand instead of its status's, which lag behind the pod's start and a
+	// new sandbox's address.
+	Learnt map[types.UID][]netip.Addr
 }
 
 // Decision is the rule set of one node.
@@ -173,6 +178,9 @@ func newView(in Input) *view {
 			continue
 		}
 		ips := podIPs(p)
+		if l, ok := in.Learnt[p.UID]; ok && p.Spec.NodeName == in.NodeName {
+			ips = l
+		}
 		if len(ips) == 0 {
 			continue
 		}

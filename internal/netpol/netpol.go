@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/knftables"
+
+	"socialweb.computer/internal/netpol/podgate"
 )
 
 // Options configure one node's enforcement.
@@ -47,6 +49,9 @@ type Options struct {
 	// Resync rewrites the rules this often even without events, so a table changed
 	// or removed by anything else is restored.
 	Resync time.Duration
+	// GateSocket, when set, is the unix socket the node's CNI asks on before a new pod's
+	// containers start (package podgate): its addresses are in the rules when it answers.
+	GateSocket string
 }
 
 // Run enforces NetworkPolicy until ctx ends.
@@ -101,6 +106,18 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	g := newGate(mark)
+	g.node = o.NodeName
+	g.get = func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	if o.GateSocket != "" {
+		// Served before the informers sync, so a sandbox's request waits here rather than
+		// retrying its connection; it is answered once the rules know the pod.
+		if err := g.listen(ctx, o.GateSocket); err != nil {
+			return fmt.Errorf("netpol: the pod gate's socket %s: %w", o.GateSocket, err)
+		}
+	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
@@ -113,17 +130,20 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Printf("netpol: informers synced; enforcing for node %s in table inet %s", o.NodeName, TableName)
 
-	read := func() (Input, error) {
-		in := Input{NodeName: o.NodeName}
+	read := func() (Input, uint64, error) {
+		learnt, read, seq := g.snapshot()
+		in := Input{NodeName: o.NodeName, Learnt: learnt}
 		var err error
 		if in.Policies, err = policies.Lister().List(labels.Everything()); err != nil {
-			return in, err
+			return in, seq, err
 		}
 		if in.Pods, err = pods.Lister().List(labels.Everything()); err != nil {
-			return in, err
+			return in, seq, err
 		}
+		g.prune(in.Pods, time.Now())
+		in.Pods = withReadPods(in.Pods, read)
 		in.Namespaces, err = namespaces.Lister().List(labels.Everything())
-		return in, err
+		return in, seq, err
 	}
 	limit := rate.NewLimiter(rate.Every(o.MinInterval), 1)
 	resync := time.NewTicker(o.Resync)
@@ -146,16 +166,25 @@ func Run(ctx context.Context, o Options) error {
 		case <-resync.C:
 			force = true
 		}
-		if err := limit.Wait(ctx); err != nil {
-			return nil
+		// A sandbox waiting at the gate is a pod's start: it does not wait for the limit,
+		// neither when it is already waiting nor when it comes during the wait (the limiter
+		// still counts the rewrite).
+		if r := limit.Reserve(); !g.waiting() && r.Delay() > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(r.Delay()):
+			case <-g.pressing:
+			}
 		}
-		in, err := read()
+		in, seq, err := read()
 		if err != nil {
 			return fmt.Errorf("netpol: read the informers: %w", err)
 		}
 		d := Decide(in)
 		s := script(d)
 		if s == applied && !force {
+			g.release(seq, in)
 			continue
 		}
 		t := time.Now()
@@ -171,6 +200,7 @@ func Run(ctx context.Context, o Options) error {
 			continue
 		}
 		retry = 0
+		g.release(seq, in)
 		if s != applied {
 			ing, eg := 0, 0
 			for _, p := range d.Pods {
@@ -204,6 +234,7 @@ func NewCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.NodeName, "node-name", "", "the node's name")
 	cmd.Flags().DurationVar(&o.MinInterval, "min-interval", 200*time.Millisecond, "the least time between two rewrites of the rules")
 	cmd.Flags().DurationVar(&o.Resync, "resync", time.Minute, "rewrite the rules this often even without a change")
+	cmd.Flags().StringVar(&o.GateSocket, "gate-socket", "", "serve the node's CNI plugin "+podgate.PluginName+" on this unix socket: a new pod starts once the rules know its addresses")
 	return cmd
 }
 

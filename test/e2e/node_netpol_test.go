@@ -165,6 +165,33 @@ func TestNode_NetworkPolicyEnforced(t *testing.T) {
 	refused("stranger", "web")
 	reaches("visitor", "web", true)
 
+	// A new pod under the egress policy tries the stranger the moment its container starts:
+	// its sandbox waited at the node's CNI until the rules held its address, so even the
+	// first try is refused (learnt from the apiserver alone, the address reached the rules
+	// only after the pod had started, and the first tries went through).
+	tkubectl(t, tc.kc, `apiVersion: v1
+kind: Pod
+metadata: {name: early, namespace: default, labels: {role: client}}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: `+node.BusyboxImage+`
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "for i in 1 2 3; do /bin/busybox timeout 1 /bin/busybox wget -qO- http://`+ips["stranger"]+`:8080/ && echo LEAKED; done; echo DONE; exec /bin/sleep 3600"]
+`, "apply", "-f", "-")
+	var early string
+	testenv.Eventually(t, 120*time.Second, "early pod's tries done", func() (bool, error) {
+		var err error
+		early, err = tkubectlErr(tc.kc, "logs", "early")
+		return strings.Contains(early, "DONE"), fmt.Errorf("%q %v", early, err)
+	})
+	if strings.Contains(early, "LEAKED") || strings.Contains(early, "stranger-ok") {
+		t.Errorf("a new pod under an egress policy reached the stranger before its rules held: %q\n%s", early, dump())
+	}
+	tkubectl(t, tc.kc, "", "delete", "pod", "early", "--wait=false")
+
 	tkubectl(t, tc.kc, "", "delete", "networkpolicy", "web-ingress", "client-egress")
 	reaches("stranger", "web", true)
 	reaches("client", "stranger", true)

@@ -25,7 +25,9 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"socialweb.computer/internal/clusternet"
+	"socialweb.computer/internal/netpol/podgate"
 	"socialweb.computer/internal/podnet"
+	"socialweb.computer/internal/selfexe"
 	"socialweb.computer/internal/substrate/guestproc"
 )
 
@@ -187,6 +189,9 @@ func (a *agent) start() error {
 	if err := os.WriteFile(ns.work("containerd", "config.toml"), []byte(containerdConfig(ns)), 0o600); err != nil {
 		return err
 	}
+	if err := writeCNIBinDir(ns); err != nil {
+		return fmt.Errorf("the node's CNI plugins: %w", err)
+	}
 	// The CNI config names the node's pod subnet: the Node's spec.podCIDR, which the pod
 	// network process writes once the controller-manager has assigned it (the node is
 	// NotReady until then). A node booted before that has its fixed subnet.
@@ -271,8 +276,11 @@ func (a *agent) start() error {
 	if ns.Netns == "" {
 		return nil
 	}
-	a.netpol, err = a.spawnRestartable("netpol", "netpol.log", ns.Binary, "kube", "netpol",
-		"--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName)
+	netpolArgv := []string{ns.Binary, "kube", "netpol", "--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName}
+	if ns.CNIGate != "" {
+		netpolArgv = append(netpolArgv, "--gate-socket", ns.netpolSocket())
+	}
+	a.netpol, err = a.spawnRestartable("netpol", "netpol.log", netpolArgv...)
 	if err != nil {
 		return err
 	}
@@ -651,7 +659,7 @@ func containerdConfig(ns nodeState) string {
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
-`, PauseImage, filepath.Join(ns.RunDir, "runc"), CNIBinDir, ns.work("cni", "net.d"), ns.registryDir())
+`, PauseImage, filepath.Join(ns.RunDir, "runc"), ns.cniBinDir(), ns.work("cni", "net.d"), ns.registryDir())
 }
 
 // containerdHeader is what both config versions share: the node's own root, state and
@@ -719,7 +727,7 @@ func containerdConfigV3(ns nodeState) string {
     max_conf_num = 1
 `, PauseImage, ns.registryDir(),
 		ns.Runtime.path("containerd-shim-runc-v2"), filepath.Join(ns.RunDir, "runc"), ns.Runtime.path("runc"),
-		CNIBinDir, ns.work("cni", "net.d"))
+		ns.cniBinDir(), ns.work("cni", "net.d"))
 }
 
 // orHost names a runtime dir for a log line.
@@ -751,6 +759,15 @@ func writeCNIConfig(ns nodeState, subnet string) error {
 // Pods get the overlay's MTU, so a packet to another node's pod fits the tunnel without
 // fragmenting.
 func cniConfig(ns nodeState, subnet string) string {
+	gate := ""
+	if ns.CNIGate != "" {
+		gate = fmt.Sprintf(`,
+    {
+      "type": %q,
+      "socket": %q,
+      "timeout": %q
+    }`, podgate.PluginName, ns.netpolSocket(), podgate.DefaultTimeout.String())
+	}
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "socialweb-node",
@@ -768,10 +785,58 @@ func cniConfig(ns nodeState, subnet string) string {
         "ranges": [[{"subnet": %q}]],
         "dataDir": %q
       }
-    }
+    }%s
   ]
 }
-`, podBridge, podnet.MTU, subnet, ns.work("cni", "ipam"))
+`, podBridge, podnet.MTU, subnet, ns.work("cni", "ipam"), gate)
+}
+
+// cniBinDir is where the node's containerd finds its CNI plugins: with the gate, a dir of
+// the node's own linking the host's plugins and the gate's binary under its plugin name.
+func (ns nodeState) cniBinDir() string {
+	if ns.CNIGate == "" {
+		return CNIBinDir
+	}
+	return ns.work("cni", "bin")
+}
+
+// netpolSocket is where the node's NetworkPolicy process serves the gate.
+func (ns nodeState) netpolSocket() string { return filepath.Join(ns.RunDir, "netpol.sock") }
+
+// writeCNIBinDir makes cniBinDir's links (again at every start: the binaries' paths are the
+// host's and may have moved with a new binary).
+func writeCNIBinDir(ns nodeState) error {
+	if ns.CNIGate == "" {
+		return nil
+	}
+	dir := ns.cniBinDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	links := map[string]string{podgate.PluginName: ns.CNIGate}
+	for _, p := range cniPlugins {
+		links[p] = filepath.Join(CNIBinDir, p)
+	}
+	for name, target := range links {
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		_ = os.Remove(tmp)
+		if err := os.Symlink(target, tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cniGateBeside is the gate's binary for a node of binary: the small one beside it when
+// there is one to trust, else binary itself (it is the plugin under the plugin's name).
+func cniGateBeside(binary string) string {
+	if p := selfexe.Beside(binary, podgate.PluginName); p != "" {
+		return p
+	}
+	return binary
 }
 
 // kubeletConfig: the settings this host needs (hybrid cgroup v1, no systemd: cgroupfs) and

@@ -321,6 +321,10 @@ type nodeState struct {
 	Root   *rootFiles `json:"root,omitempty"`
 	CPUs   int        `json:"cpus,omitempty"`
 	MemMiB int        `json:"memMiB,omitempty"`
+	// CNIGate is the CNI plugin that holds each new pod until the node's NetworkPolicy
+	// rules know its addresses (podgate: the small socialweb-cni-netpol beside Binary, else
+	// Binary under its name); empty for a node booted before it and for the vm flavour.
+	CNIGate string `json:"cniGate,omitempty"`
 
 	// PodNet: the node's pod network is the cluster's (its Node's spec.podCIDR, the
 	// overlay, egress through the host's chains; docs/networking.md), with the bidder's
@@ -863,6 +867,7 @@ func parseOverlay(address, ports string) (netip.Addr, podnet.PortRange, error) {
 // secrets, its disk (disk.go; the agent mounts it), and, when the host publishes overlay
 // endpoints, its forwarded endpoint. The error comes with its substrate reason.
 func (s *Substrate) prepareNamespace(ns *nodeState, spec substrate.GuestSpec) (reason, err error) {
+	ns.CNIGate = cniGateBeside(ns.Binary)
 	if ns.Contained {
 		rf, err := s.rootFiles.get(ns.Binary, ns.Runtime)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"socialweb.computer/internal/netpol/podgate"
 	"socialweb.computer/internal/substrate"
 )
 
@@ -175,5 +176,47 @@ func TestParseOverlay(t *testing.T) {
 		if !tc.bad && (a.String() != tc.want || r.First != tc.first || r.Last != tc.last) {
 			t.Errorf("parseOverlay(%q, %q) = %s %v, want %s %d-%d", tc.addr, tc.ports, a, r, tc.want, tc.first, tc.last)
 		}
+	}
+}
+
+// With the gate, the node's containerd looks for plugins in the node's own dir, which links
+// the host's plugins and the gate's binary under its plugin name, and the CNI config chains
+// the gate after the bridge (which assigns the address it reports); without it (a node
+// booted before, or a vm node) neither changes.
+func TestCNIGateConfig(t *testing.T) {
+	dir := t.TempDir()
+	ns := nodeState{Dir: dir, RunDir: "/run/swnode/x", NodeIP: "10.78.0.6", CNIGate: "/opt/sw/socialweb-cni-netpol"}
+	if err := writeCNIBinDir(ns); err != nil {
+		t.Fatal(err)
+	}
+	bin := ns.work("cni", "bin")
+	for name, want := range map[string]string{podgate.PluginName: ns.CNIGate, "bridge": CNIBinDir + "/bridge", "host-local": CNIBinDir + "/host-local", "loopback": CNIBinDir + "/loopback"} {
+		if got, err := os.Readlink(filepath.Join(bin, name)); err != nil || got != want {
+			t.Errorf("%s links to %q (%v), want %q", name, got, err, want)
+		}
+	}
+	if err := writeCNIBinDir(ns); err != nil {
+		t.Fatalf("a second start: %v", err)
+	}
+	if cd := containerdConfig(ns); !strings.Contains(cd, `bin_dir = "`+bin+`"`) {
+		t.Errorf("containerd config does not name the node's plugin dir:\n%s", cd)
+	}
+	var conf struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal([]byte(cniConfig(ns, "10.42.1.0/24")), &conf); err != nil {
+		t.Fatal(err)
+	}
+	if len(conf.Plugins) != 2 || conf.Plugins[0]["type"] != "bridge" || conf.Plugins[1]["type"] != podgate.PluginName ||
+		conf.Plugins[1]["socket"] != "/run/swnode/x/netpol.sock" {
+		t.Errorf("plugins %v: want the bridge, then the gate on the node's socket", conf.Plugins)
+	}
+
+	ns.CNIGate = ""
+	if cd := containerdConfig(ns); !strings.Contains(cd, `bin_dir = "`+CNIBinDir+`"`) {
+		t.Errorf("without the gate, containerd config does not name the host's plugin dir")
+	}
+	if c := cniConfig(ns, "10.42.1.0/24"); strings.Contains(c, podgate.PluginName) {
+		t.Errorf("without the gate, the CNI config chains it:\n%s", c)
 	}
 }

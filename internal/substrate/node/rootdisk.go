@@ -111,8 +111,11 @@ func rootTopFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 		}
 		files = append(files, [2]string{p, p})
 	}
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
+	for _, p := range cniPlugins {
 		files = append(files, [2]string{filepath.Join(CNIBinDir, p), filepath.Join(CNIBinDir, p)})
+	}
+	if g := cniGateBeside(binary); g != binary {
+		files = append(files, [2]string{g, g})
 	}
 	// kube-proxy's iptables (iptables-restore and iptables-save are the same multi-call
 	// binary under their names) and the extensions its rules load (dlopen: ldd does not
@@ -156,6 +159,9 @@ func withSharedLibs(top [][2]string) ([][2]string, error) {
 	}
 	return files, nil
 }
+
+// cniPlugins are the host's CNI plugins a node runs.
+var cniPlugins = []string{"bridge", "host-local", "loopback"}
 
 // xtablesExtensions are the iptables extensions kube-proxy's rules use (k8s.io/kubernetes
 // pkg/proxy/iptables: matches, targets, the protocols of Services).
