@@ -326,9 +326,23 @@ func TestBench_NodeFiftyPods(t *testing.T) {
 	})
 	all := time.Since(t0)
 	claims := n.claims("fifty")
+	// Each node: when its claim was made, its size, and what the scheduler put on it (the
+	// plan packs nodes to the brim; the scheduler's own choices show here).
+	pods, err := ts.CoreV1().Pods("default").List(n.ctx, metav1.ListOptions{LabelSelector: "bench=fifty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := map[string][2]int64{}
+	for _, p := range pods.Items {
+		r := p.Spec.Containers[0].Resources.Requests
+		l := onNode[p.Spec.NodeName]
+		onNode[p.Spec.NodeName] = [2]int64{l[0] + r.Cpu().MilliValue(), l[1] + r.Memory().Value()>>20}
+	}
 	var sizes []string
-	for _, c := range claims {
-		sizes = append(sizes, fmt.Sprintf("%d CPU %d MiB", c.Spec.CPUs, c.Spec.MemMiB))
+	for node, c := range claims {
+		l := onNode[node]
+		sizes = append(sizes, fmt.Sprintf("+%04.1fs %d CPU %d MiB holding %dm %d MiB",
+			c.CreationTimestamp.Sub(t0.Truncate(time.Second)).Seconds(), c.Spec.CPUs, c.Spec.MemMiB, l[0], l[1]))
 	}
 	slices.Sort(sizes)
 	t.Logf("50 pods (%dm CPU, %d MiB in all): first NodeClaim %.2fs, all Running %.2fs; %d nodes bought (%s), lower bound %d: %.2fx (goal <= 1.1x; load %s)",

@@ -1,6 +1,8 @@
 package nodehost
 
 import (
+	"fmt"
+	"math/rand"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -230,5 +232,82 @@ func TestSimulationNodeArch(t *testing.T) {
 		if len(nodes) == 0 && !unplaced || len(nodes) > 0 && !onAmd {
 			t.Errorf("%d nodes: wants-amd unplaced %v, on a node %v; want reported with no node, on amd with one", len(nodes), unplaced, onAmd)
 		}
+	}
+}
+
+func requestingBoth(cpu, mem string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}}
+	}
+}
+
+func TestStrandingRoom(t *testing.T) {
+	tmpl := simulate.NodeTemplate{MilliCPU: 2000, MemBytes: 4 << 30}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want simulate.Load
+	}{
+		{"none", nil, simulate.Load{}},
+		{"the largest of each resource", []*corev1.Pod{pod("a", requestingBoth("300m", "64Mi")), pod("b", requestingBoth("50m", "256Mi"))},
+			simulate.Load{MilliCPU: 300, MemBytes: 256 << 20}},
+		{"never past what leaves the largest room alone", []*corev1.Pod{pod("a", requestingBoth("1500m", "3Gi"))},
+			simulate.Load{MilliCPU: 500, MemBytes: 1 << 30}},
+		{"a pod of the whole node: none", []*corev1.Pod{pod("a", requestingBoth("2", "4Gi"))}, simulate.Load{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StrandingRoom(tc.pods, tmpl); got != tc.want {
+				t.Fatalf("StrandingRoom = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// 50 pods of mixed requests (TestBench_NodeFiftyPods's) on a cluster with no node: the plan
+// keeps the bin-packing bound's 5 nodes, and each is rented with room for the largest pod
+// beyond what the plan put on it (or at the largest size), so the scheduler placing them
+// otherwise strands none. One new node is rented at what it holds.
+func TestSimulationLeavesRoomForTheScheduler(t *testing.T) {
+	rng := rand.New(rand.NewSource(50))
+	cpus, mems := []string{"50m", "100m", "200m", "300m"}, []string{"32Mi", "64Mi", "128Mi", "256Mi"}
+	var pods []*corev1.Pod
+	for i := range 50 {
+		pods = append(pods, pod(fmt.Sprintf("p%02d", i), all(unschedulable, requestingBoth(cpus[rng.Intn(4)], mems[rng.Intn(4)]))))
+	}
+	pi := PlanInputOf(pods, nil, nil, Settings{MaxNodes: 20, PodsPerNode: 50})
+	sim, err := SimulationOf(pi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sim.NewNodes != 5 || len(sim.Unplaced) != 0 {
+		t.Fatalf("%d new nodes, unplaced %v: want the bound's 5 and every pod placed", sim.NewNodes, sim.Unplaced)
+	}
+	load := map[string]scale.Resources{}
+	for _, p := range pods {
+		load["default/"+p.Name] = PodOf(p).Requests
+	}
+	for k, names := range sim.NewNodePods {
+		var l scale.Resources
+		for _, n := range names {
+			l.MilliCPU, l.MemBytes = l.MilliCPU+load[n].MilliCPU, l.MemBytes+load[n].MemBytes
+		}
+		got := sim.NewNodeSizes[k].Resources()
+		max := pi.Sizes.Max.Resources()
+		if (got.MilliCPU < l.MilliCPU+300 && got.MilliCPU < max.MilliCPU) || (got.MemBytes < l.MemBytes+256<<20 && got.MemBytes < max.MemBytes) {
+			t.Errorf("node %d: %v for %dm %d MiB: no room for a 300m 256 MiB pod more", k+1, sim.NewNodeSizes[k], l.MilliCPU, l.MemBytes>>20)
+		}
+	}
+
+	one, err := SimulationOf(PlanInputOf(pods[:3], nil, nil, Settings{MaxNodes: 20, PodsPerNode: 50}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l scale.Resources
+	for _, p := range pods[:3] {
+		l.MilliCPU, l.MemBytes = l.MilliCPU+PodOf(p).Requests.MilliCPU, l.MemBytes+PodOf(p).Requests.MemBytes
+	}
+	if want, _ := pi.Sizes.Fit(l); one.NewNodes != 1 || one.NewNodeSizes[0] != want {
+		t.Fatalf("one new node: %+v, want one of %v", one, want)
 	}
 }
