@@ -196,9 +196,10 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 			if err != nil {
 				return nil, fmt.Errorf("scheduling simulation: %w", err)
 			}
-			// Only when maxNodes leaves room for the nodes it takes: every pod placed
-			// before is placed again.
-			if placed(again) >= placed(res) {
+			// Only when it is free: no more new nodes, and every pod placed before placed
+			// again (maxNodes may forbid a node more). With pods large beside a node the
+			// room would take nodes of its own, which is what it is to save.
+			if again.NewNodes <= res.NewNodes && placed(again) >= placed(res) {
 				res, room = again, r
 			}
 		}
@@ -241,7 +242,8 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 // strands the pod that did not fit: a new batch, more nodes. In TestBench_NodeFiftyPods,
 // 50 pods planned on 5 nodes were bought 7, two of them holding nothing at the end. With the
 // room, a node can take any one pod more than planned, so a divergence fits the nodes
-// bought. A single new node needs none: the pods planned on it have nowhere else to go.
+// bought. A single new node needs none: the pods planned on it have nowhere else to go. Nor
+// is it taken when it would take more nodes (pods large beside a node).
 // Bids price per node, not per size, so the room costs the requester nothing.
 func StrandingRoom(pending []*corev1.Pod, template simulate.NodeTemplate) simulate.Load {
 	var largest simulate.Load

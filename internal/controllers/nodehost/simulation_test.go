@@ -267,7 +267,8 @@ func TestStrandingRoom(t *testing.T) {
 // 50 pods of mixed requests (TestBench_NodeFiftyPods's) on a cluster with no node: the plan
 // keeps the bin-packing bound's 5 nodes, and each is rented with room for the largest pod
 // beyond what the plan put on it (or at the largest size), so the scheduler placing them
-// otherwise strands none. One new node is rented at what it holds.
+// otherwise strands none. Where the room would take a node more, the plan stays tight; one
+// new node is rented at what it holds.
 func TestSimulationLeavesRoomForTheScheduler(t *testing.T) {
 	rng := rand.New(rand.NewSource(50))
 	cpus, mems := []string{"50m", "100m", "200m", "300m"}, []string{"32Mi", "64Mi", "128Mi", "256Mi"}
@@ -297,6 +298,20 @@ func TestSimulationLeavesRoomForTheScheduler(t *testing.T) {
 		if (got.MilliCPU < l.MilliCPU+300 && got.MilliCPU < max.MilliCPU) || (got.MemBytes < l.MemBytes+256<<20 && got.MemBytes < max.MemBytes) {
 			t.Errorf("node %d: %v for %dm %d MiB: no room for a 300m 256 MiB pod more", k+1, sim.NewNodeSizes[k], l.MilliCPU, l.MemBytes>>20)
 		}
+	}
+
+	// Pods large beside a node: two nodes hold 1200m + 600m each to the brim; with the room
+	// (800m) they would take three, so the plan stays tight.
+	var large []*corev1.Pod
+	for _, c := range []string{"600m", "600m", "1200m", "1200m"} {
+		large = append(large, pod(fmt.Sprintf("l%d", len(large)), all(unschedulable, requestingBoth(c, "64Mi"))))
+	}
+	tight, err := SimulationOf(PlanInputOf(large, nil, nil, Settings{MaxNodes: 20, PodsPerNode: 50}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tight.NewNodes != 2 || tight.NewNodeSizes[0].CPUs != 2 || tight.NewNodeSizes[1].CPUs != 2 {
+		t.Fatalf("1200m and 600m pods: %d nodes %v, want 2 of 2 CPUs", tight.NewNodes, tight.NewNodeSizes)
 	}
 
 	one, err := SimulationOf(PlanInputOf(pods[:3], nil, nil, Settings{MaxNodes: 20, PodsPerNode: 50}))
