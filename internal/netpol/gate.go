@@ -136,7 +136,7 @@ func (g *gate) handle(ctx context.Context, c net.Conn) {
 	select {
 	case <-done:
 		answer(podgate.Response{})
-		log.Printf("netpol: pod %s/%s starts: the rules hold %v (%v after its CNI asked)", req.Namespace, req.Name, req.IPs, time.Since(t0).Round(time.Millisecond))
+		log.Printf("netpol: pod %s/%s starts: the rules hold %v (%v after its CNI asked)", req.Namespace, req.Name, req.IPs, time.Since(t0).Round(10*time.Microsecond))
 	case <-gone:
 		g.forget(seq)
 	case <-ctx.Done():

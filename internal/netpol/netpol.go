@@ -131,7 +131,7 @@ func Run(ctx context.Context, o Options) error {
 	log.Printf("netpol: informers synced; enforcing for node %s in table inet %s", o.NodeName, TableName)
 
 	read := func() (Input, uint64, error) {
-		learnt, read, seq := g.snapshot()
+		learnt, readPods, seq := g.snapshot()
 		in := Input{NodeName: o.NodeName, Learnt: learnt}
 		var err error
 		if in.Policies, err = policies.Lister().List(labels.Everything()); err != nil {
@@ -141,7 +141,7 @@ func Run(ctx context.Context, o Options) error {
 			return in, seq, err
 		}
 		g.prune(in.Pods, time.Now())
-		in.Pods = withReadPods(in.Pods, read)
+		in.Pods = withReadPods(in.Pods, readPods)
 		in.Namespaces, err = namespaces.Lister().List(labels.Everything())
 		return in, seq, err
 	}
@@ -166,15 +166,22 @@ func Run(ctx context.Context, o Options) error {
 		case <-resync.C:
 			force = true
 		}
-		// A sandbox waiting at the gate is a pod's start: it does not wait for the limit,
-		// neither when it is already waiting nor when it comes during the wait (the limiter
-		// still counts the rewrite).
-		if r := limit.Reserve(); !g.waiting() && r.Delay() > 0 {
+		// A sandbox waiting at the gate is a pod's start: its rewrite neither waits for the
+		// limit nor counts against it, whether the sandbox was waiting already or came
+		// during the wait (a burst of pod starts must not hold a policy change back).
+		if g.waiting() {
+			select {
+			case <-g.pressing:
+			default:
+			}
+		} else if r := limit.Reserve(); r.Delay() > 0 {
 			select {
 			case <-ctx.Done():
+				r.Cancel()
 				return nil
 			case <-time.After(r.Delay()):
 			case <-g.pressing:
+				r.Cancel()
 			}
 		}
 		in, seq, err := read()
