@@ -27,7 +27,7 @@ func newBidderCommand() *cobra.Command {
 	var follow []string
 	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind string
 	var nodes node.Config
-	var cost int64
+	var cost, costPerCPU, costPerGiB int64
 	var free bool
 	var capacity, maxGuestCPUs, maxGuestMemMiB int
 	cmd := &cobra.Command{
@@ -49,6 +49,11 @@ func newBidderCommand() *cobra.Command {
 			}
 			if pdsURL == "" || identifier == "" {
 				return errors.New("--pds and --identifier are required")
+			}
+			if !free {
+				if err := app.CheckPrice("", app.LocalPrice{Cost: cost, PerCPU: costPerCPU, PerGiB: costPerGiB, Currency: currency}); err != nil {
+					return err
+				}
 			}
 			pw := os.Getenv("SOCIALWEB_BIDDER_PASSWORD")
 			if passwordFile != "" {
@@ -85,7 +90,7 @@ func newBidderCommand() *cobra.Command {
 			}
 			dir := &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
-				Cost: cost, Currency: currency, Free: free, Capacity: capacity, Log: log,
+				Cost: cost, CostPerCPU: costPerCPU, CostPerGiB: costPerGiB, Currency: currency, Free: free, Capacity: capacity, Log: log,
 				MaxGuestCPUs: maxGuestCPUs, MaxGuestMemMiB: maxGuestMemMiB,
 				Directory: dir, Listen: listen, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
@@ -101,8 +106,10 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&identifier, "identifier", "", "handle or DID of the bidder's account")
 	f.StringVar(&passwordFile, "password-file", "", "file holding the account's (app) password")
 	f.StringVar(&stateDir, "state-dir", filepath.Join(app.DefaultDataDir(), "bidder"), "where guests and their state live")
-	f.Int64Var(&cost, "cost", 0, "price per hour in the currency's smallest unit")
-	f.StringVar(&currency, "currency", "USD", "currency of --cost")
+	f.Int64Var(&cost, "cost", 0, "price per hour of each guest, in --currency's smallest unit (cents for USD)")
+	f.Int64Var(&costPerCPU, "cost-per-cpu", 0, "price per hour per CPU, in --currency's smallest unit, added to --cost")
+	f.Int64Var(&costPerGiB, "cost-per-gib", 0, "price per hour per GiB of memory, in --currency's smallest unit, added to --cost (a part of a GiB costs its part, rounded up)")
+	f.StringVar(&currency, "currency", "USD", "currency of --cost, --cost-per-cpu and --cost-per-gib")
 	f.BoolVar(&free, "free", false, "bid free (bids.free) instead of a price")
 	f.IntVar(&capacity, "capacity", 8, "guests run at once")
 	f.IntVar(&maxGuestCPUs, "max-guest-cpus", 0, "largest guest bid on, in CPUs (0: this host's CPUs)")

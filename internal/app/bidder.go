@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -48,12 +49,12 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 	if err != nil {
 		return err
 	}
-	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, sources, log, phase)
+	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, LocalPrice{}, sources, log, phase)
 }
 
-// startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids) until
-// ctx ends: a second account on srv (DATA_DIR/node-bidder/account.json) whose guests are
-// nodes of the tenant clusters this process serves, kept in DATA_DIR/node-bidder/guests and
+// startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids unless
+// up prices them) until ctx ends: a second account on srv (DATA_DIR/node-bidder/account.json)
+// whose guests are nodes of the tenant clusters this process serves, kept in DATA_DIR/node-bidder/guests and
 // given the image tarballs of DATA_DIR/node-bidder/images at boot and the registry
 // configuration of DATA_DIR/node-bidder/registries (or nodes.RegistryConfigDir). A bidder serves one
 // substrate, so nodes get their own account rather than a second substrate in the deno
@@ -94,9 +95,59 @@ func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ..
 }
 
 // startLocalNodeBidder runs the node bidder of sub (newLocalNodeSubstrate) from its own
-// account.
-func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sub *node.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
-	return runLocalBidder(ctx, srv, localNodeBidderDir(root), LocalNodeBidderHandle, sub, sources, log, phase)
+// account, bidding at price.
+func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sub *node.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+	return runLocalBidder(ctx, srv, localNodeBidderDir(root), LocalNodeBidderHandle, sub, price, sources, log, phase)
+}
+
+// LocalPrice prices a bidder's bids per hour by the size each rfp asks, in the smallest unit
+// of Currency: Cost per guest, PerCPU per CPU, PerGiB per GiB of memory (bidder.Config Cost,
+// CostPerCPU, CostPerGiB). The zero price bids free (bids.free).
+type LocalPrice struct {
+	Cost, PerCPU, PerGiB int64
+	Currency             string
+}
+
+// Free says whether the price is no price at all: free bids.
+func (p LocalPrice) Free() bool { return p.Cost == 0 && p.PerCPU == 0 && p.PerGiB == 0 }
+
+// String is the price as the bidder's start line says it.
+func (p LocalPrice) String() string {
+	if p.Free() {
+		return "free bids"
+	}
+	return fmt.Sprintf("bids of %d %s per hour per guest + %d per CPU + %d per GiB", p.Cost, or(p.Currency, "USD"), p.PerCPU, p.PerGiB)
+}
+
+// maxCurrencyBytes is the longest currency a priced bid's record holds
+// (com.publicdomainrelay.temp.market.bids.priced).
+const maxCurrencyBytes = 16
+
+// CheckPrice says what is wrong with a price given by the flags --<prefix>cost,
+// --<prefix>cost-per-cpu, --<prefix>cost-per-gib and --<prefix>currency, or nil: a part
+// below zero, or a currency longer than a bid record holds, would make every bid fail.
+func CheckPrice(prefix string, p LocalPrice) error {
+	for _, part := range []struct {
+		flag string
+		v    int64
+	}{{"cost", p.Cost}, {"cost-per-cpu", p.PerCPU}, {"cost-per-gib", p.PerGiB}} {
+		if part.v < 0 {
+			return fmt.Errorf("--%s%s %d: want 0 or more", prefix, part.flag, part.v)
+		}
+	}
+	if len(p.Currency) > maxCurrencyBytes {
+		return fmt.Errorf("--%scurrency %q: want at most %d bytes, e.g. USD", prefix, p.Currency, maxCurrencyBytes)
+	}
+	return nil
+}
+
+// apply sets the price in a bidder's configuration.
+func (p LocalPrice) apply(c *bidder.Config) {
+	if p.Free() {
+		c.Free = true
+		return
+	}
+	c.Cost, c.CostPerCPU, c.CostPerGiB, c.Currency = p.Cost, p.PerCPU, p.PerGiB, p.Currency
 }
 
 // localNodesRunUserNamespaces says whether sub's nodes run pods in user namespaces, or why
@@ -115,9 +166,10 @@ func localNodesRunUserNamespaces(sub *node.Substrate) (bool, string) {
 	return false, "the host's containerd and runc are too old for them; the node runtime (bash hack/build.sh) runs them"
 }
 
-// runLocalBidder runs a free-bidding bidder of sub from account handle on srv until ctx ends,
-// following the firehoses of sources (requesters elsewhere) besides srv's.
-func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+// runLocalBidder runs a bidder of sub from account handle on srv until ctx ends, bidding at
+// price (free when zero), following the firehoses of sources (requesters elsewhere) besides
+// srv's.
+func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	// A standalone `socialweb bidder` may hold the dir (and act as the same account).
 	lock, err := bidder.LockStateDir(dir)
 	if err != nil {
@@ -133,8 +185,10 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 		lock.Release()
 		return err
 	}
-	b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub, Free: true,
-		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)})
+	cfg := bidder.Config{Repo: repo, Fetch: feed.Local(srv), Substrate: sub,
+		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)}
+	price.apply(&cfg)
+	b := bidder.New(cfg)
 	go func() {
 		defer lock.Release()
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
@@ -142,7 +196,7 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 		}
 	}()
 	iso := sub.Isolation()
-	phase("local bidder %s %s (%s guests; isolation %s: %s)", acct.Handle, acct.DID, sub.Kind(), iso.Boundary, strings.Join(iso.Layers, ", "))
+	phase("local bidder %s %s (%s guests; isolation %s: %s; %s)", acct.Handle, acct.DID, sub.Kind(), iso.Boundary, strings.Join(iso.Layers, ", "), price)
 	return nil
 }
 

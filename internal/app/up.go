@@ -54,6 +54,9 @@ type UpOptions struct {
 	// NodeBidWindow is the bid window of the node contracts the NodeClaim controller
 	// declares (0: the market's default, 30 s).
 	NodeBidWindow time.Duration
+	// NodePrice prices the local node bidder's bids by the size each rfp asks (zero: free
+	// bids). The local deno bidder bids free.
+	NodePrice LocalPrice
 	// NodeFlavour is how the local node bidder runs nodes (node.FlavourNamespace, the
 	// default, or node.FlavourVM with the image in NodeVMImage).
 	NodeFlavour, NodeVMImage string
@@ -116,6 +119,9 @@ func DefaultDataDir() string {
 func Up(ctx context.Context, o UpOptions) error {
 	if o.NodeBidWindow < 0 {
 		return fmt.Errorf("node bid window %s: want 0 (the market's default) or a positive duration", o.NodeBidWindow)
+	}
+	if err := CheckPrice("node-", o.NodePrice); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	phase := func(format string, a ...any) {
@@ -244,7 +250,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	}
 	if tenants != nil {
 		if nodeSub != nil {
-			if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, nodeSub, o.MarketFollow, log, phase); err != nil {
+			if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, nodeSub, o.NodePrice, o.MarketFollow, log, phase); err != nil {
 				return err
 			}
 		}

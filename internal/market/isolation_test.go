@@ -102,7 +102,7 @@ func TestChooseIsolation(t *testing.T) {
 		{"vm refuses all but vm", BoundaryVM, "did:c-vm", []string{"did:a-proc", "did:b-ns", "did:d-silent"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, ref := Choose(bids, nil, nil, open, OfferingRule{Require: c.require, Kind: "deno", Stated: stated})
+			w, ref := Choose(bids, Size{}, nil, nil, open, OfferingRule{Require: c.require, Kind: "deno", Stated: stated})
 			got := ""
 			if w != nil {
 				got = w.Bidder
@@ -199,11 +199,11 @@ func TestLayersRule(t *testing.T) {
 	}
 	free := func(bidder string) Bid { return Bid{URI: "at://" + bidder + "/bid/1", Bidder: bidder, Free: true} }
 	// The plain bidder's DID sorts first: without the rule it would win.
-	w, refused := Choose([]Bid{free("did:b-userns"), free("did:a-plain")}, nil, nil, Policy{NSID: PolicyOpen}, OfferingRule{Kind: "node"})
+	w, refused := Choose([]Bid{free("did:b-userns"), free("did:a-plain")}, Size{}, nil, nil, Policy{NSID: PolicyOpen}, OfferingRule{Kind: "node"})
 	if w == nil || w.Bidder != "did:a-plain" || len(refused) != 0 {
 		t.Fatalf("without the rule: %v %v", w, refused)
 	}
-	w, refused = Choose([]Bid{free("did:a-plain"), free("did:b-userns")}, nil, nil, Policy{NSID: PolicyOpen}, rule)
+	w, refused = Choose([]Bid{free("did:a-plain"), free("did:b-userns")}, Size{}, nil, nil, Policy{NSID: PolicyOpen}, rule)
 	if w == nil || w.Bidder != "did:b-userns" {
 		t.Fatalf("winner %v, want did:b-userns", w)
 	}

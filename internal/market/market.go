@@ -140,6 +140,8 @@ type Bid struct {
 	Currency string
 	// Unknown is a bid payload of a kind we do not know; it is refused.
 	Unknown bool
+	// Size is the guest size the bid states it is for; nil: exactly what the rfp asks.
+	Size *Size
 }
 
 // Price is the cost compared between bids: 0 for a free bid.
@@ -180,13 +182,14 @@ type Refusal struct {
 }
 
 // Choose picks the winner among bids: the lowest price among those whose bidder is allowed
-// (in bidderDids when that is set, not in denyBidderDids), within the policy's price cap, and
-// that the policy allows. Ties
+// (in bidderDids when that is set, not in denyBidderDids), for at least the size the rfp
+// asks (asked; a bid stating no size is for exactly that), within the policy's price cap,
+// and that the policy allows. Ties
 // go to the lexically smallest bidder DID, then bid URI, so every requester picks the same.
 // Bids of a currency other than the first allowed one's are refused (prices do not compare).
 // A bid whose bidder's offering does not state what the rule requires is refused,
 // the reason naming the requirement.
-func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule OfferingRule) (winner *Bid, refused []Refusal) {
+func Choose(bids []Bid, asked Size, bidderDids, deny []string, policy Policy, rule OfferingRule) (winner *Bid, refused []Refusal) {
 	var ok []Bid
 	for _, b := range bids {
 		switch {
@@ -196,6 +199,10 @@ func Choose(bids []Bid, bidderDids, deny []string, policy Policy, rule OfferingR
 			refused = append(refused, Refusal{b, "bidder not in bidderDids"})
 		case b.Unknown:
 			refused = append(refused, Refusal{b, "unknown bid kind"})
+		case b.Size != nil && !b.Size.Covers(asked):
+			// A bid priced for a smaller guest than asked is cheaper for that, and its
+			// bidder would boot less than the contract asks.
+			refused = append(refused, Refusal{b, fmt.Sprintf("the bid is for %s; the rfp asks %s", *b.Size, asked)})
 		case rule.Allows(b.Bidder) != nil:
 			refused = append(refused, Refusal{b, rule.Allows(b.Bidder).Error()})
 		case policy.PriceCap.Allows(b) != nil:
@@ -380,7 +387,9 @@ type State struct {
 	// Offering is spec.requireIsolation, spec.requireLayers and spec.requireArch with what
 	// the offerings stated.
 	Offering OfferingRule
-	Bids     []Bid
+	// Asked is the guest size the rfp's payload asks (zero: not known, no bid is too small).
+	Asked Size
+	Bids  []Bid
 
 	// Accept is our accept (zero: none yet), Winner its bidder, AcceptAt when we wrote it.
 	Accept   Ref
@@ -473,7 +482,7 @@ func nextBidding(s State) Decision {
 		}
 		return Decision{Phase: v1alpha1.ComputeContractRequesting, Message: msg, RequeueAfter: wait}
 	}
-	w, refused := Choose(s.Bids, s.BidderDids, s.Deny, s.Policy, s.Offering)
+	w, refused := Choose(s.Bids, s.Asked, s.BidderDids, s.Deny, s.Policy, s.Offering)
 	if w == nil {
 		if len(s.Bids) == 0 {
 			if !s.RFPAgain && s.RFPAt.Before(s.WatchingSince) {

@@ -89,7 +89,7 @@ func TestChoose(t *testing.T) {
 		{"maxCost 0: only free bids", []Bid{p("did:a", 1), {URI: "u", Bidder: "did:z", Free: true}}, nil, nil, capped(0, "USD"), "did:z", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, ref := Choose(c.bids, c.allow, c.deny, c.policy, OfferingRule{})
+			w, ref := Choose(c.bids, Size{}, c.allow, c.deny, c.policy, OfferingRule{})
 			got := ""
 			if w != nil {
 				got = w.Bidder

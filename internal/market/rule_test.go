@@ -50,7 +50,7 @@ func TestOfferingRuleArch(t *testing.T) {
 			for _, d := range all {
 				bids = append(bids, Bid{URI: "at://" + d + "/bid/1", Bidder: d, Free: true})
 			}
-			w, refused := Choose(bids, nil, nil, Policy{NSID: PolicyOpen}, rule)
+			w, refused := Choose(bids, Size{}, nil, nil, Policy{NSID: PolicyOpen}, rule)
 			if w == nil || !slices.Contains(c.waits, w.Bidder) {
 				t.Errorf("winner %v, want one of %v", w, c.waits)
 			}

@@ -141,6 +141,9 @@ type Bid struct {
 	Payload BidPayload `json:"payload"`
 	// (Required)
 	RFP atrepo.StrongRef `json:"rfp"`
+	// The guest size the bid is for, at least what the rfp asks; absent: exactly
+	// what the rfp asks.
+	Size *BidSize `json:"size,omitempty"`
 }
 
 // MarshalJSON writes the record with its $type.
@@ -189,6 +192,17 @@ func (r *Bid) Validate() error {
 		return err
 	}
 	return lexicons.ValidateJSON(BidNSID, b)
+}
+
+// BidSize is com.publicdomainrelay.temp.market.bid#size. The guest size a bid
+// is for, at least what the rfp asks.
+type BidSize struct {
+	// CPUs of the guest the bid is for, at least the rfp payload's cpus.
+	// (Required; minimum 1)
+	Cpus int64 `json:"cpus"`
+	// Memory in MiB of the guest the bid is for, at least the rfp payload's mem.
+	// (Required; minimum 1)
+	MemMiB int64 `json:"memMiB"`
 }
 
 // BidsFree is com.publicdomainrelay.temp.market.bids.free. A bid at no cost.

@@ -47,8 +47,8 @@ type Reconciler struct {
 
 	local *pds.Server // the embedded PDS, whose firehose and records are read in-process
 	mu    sync.Mutex
-	// rfpTimes are the createdAt of our rfps (uri ->), read once per process.
-	rfpTimes map[string]time.Time
+	// rfps are our rfps' createdAt and asked size (uri ->), read once per process.
+	rfps map[string]rfpRead
 	// watchingSince is when this requester began: at setup, then at the start of the
 	// manager's runnables (with leader election, the leadership).
 	watchingSince time.Time

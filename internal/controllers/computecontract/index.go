@@ -220,6 +220,9 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 		default:
 			seen.Unknown = true
 		}
+		if b.Size != nil {
+			seen.Size = &market.Size{CPUs: b.Size.Cpus, MemMiB: b.Size.MemMiB}
+		}
 		x.mu.Lock()
 		if x.bids[b.RFP.URI] == nil {
 			x.bids[b.RFP.URI] = map[string]market.Bid{}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"socialweb.computer/internal/atproto/atrepo"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/market/feed"
@@ -144,5 +147,31 @@ func TestFollowerCatchUp(t *testing.T) {
 				t.Errorf("caught up after the last event: %v, want %v", got, tc.settled)
 			}
 		})
+	}
+}
+
+// The index keeps the size a bid states (nil when it states none), so that the window's
+// close can refuse a bid for less than the rfp asks.
+func TestBidSize(t *testing.T) {
+	rfp := atrepo.StrongRef{URI: "at://did:plc:req/" + mk.RFPNSID + "/r1", CID: "c"}
+	x := &Index{}
+	x.init()
+	for _, b := range []struct {
+		did  string
+		size *mk.BidSize
+	}{{"did:plc:sized", &mk.BidSize{Cpus: 2, MemMiB: 512}}, {"did:plc:unsized", nil}} {
+		raw, err := json.Marshal(mk.Bid{RFP: rfp, Payload: mk.BidPayload{BidsFree: &mk.BidsFree{}}, Size: b.size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.record(b.did, mk.BidNSID, &repos.Record{URI: "at://" + b.did + "/" + mk.BidNSID + "/b1", CID: "c", Value: raw})
+	}
+	got := map[string]*market.Size{}
+	for _, b := range x.Bids(rfp.URI) {
+		got[b.Bidder] = b.Size
+	}
+	want := map[string]*market.Size{"did:plc:sized": {CPUs: 2, MemMiB: 512}, "did:plc:unsized": nil}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("sizes (-want +got):\n%s", d)
 	}
 }

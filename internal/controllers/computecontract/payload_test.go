@@ -9,6 +9,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/substrate/node"
 )
 
@@ -55,5 +56,21 @@ func TestPayloadOf(t *testing.T) {
 	_, err = payloadOf(v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindDeno}, many)
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "secrets") {
 		t.Fatalf("65 secrets: %v, want a PayloadError naming secrets", err)
+	}
+}
+
+// The size bids are held to is the payload's: the spec's cpus and memMiB, defaulted alike.
+func TestAskedSize(t *testing.T) {
+	for _, spec := range []v1alpha1.ComputeContractSpec{{}, {CPUs: 2}, {MemMiB: 1536}, {CPUs: 4, MemMiB: 8192}} {
+		vm, err := payloadOf(spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := askedSize(spec), (market.Size{CPUs: vm.Cpus, MemMiB: vm.Mem}); got != want {
+			t.Errorf("askedSize(cpus %d, memMiB %d) = %s, the payload asks %s", spec.CPUs, spec.MemMiB, got, want)
+		}
+	}
+	if got := askedSize(v1alpha1.ComputeContractSpec{}); got != (market.Size{CPUs: 1, MemMiB: 256}) {
+		t.Errorf("defaults: %s", got)
 	}
 }

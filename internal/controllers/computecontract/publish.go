@@ -128,13 +128,8 @@ func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeV
 	if kind == "" {
 		kind = mk.ComputeVMComputeKindVM
 	}
-	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: v1alpha1.DefaultContractCPUs, Mem: v1alpha1.DefaultContractMemMiB, Secrets: secrets}
-	if spec.CPUs > 0 {
-		vm.Cpus = int64(spec.CPUs)
-	}
-	if spec.MemMiB > 0 {
-		vm.Mem = int64(spec.MemMiB)
-	}
+	size := askedSize(spec)
+	vm := mk.ComputeVM{ComputeKind: &kind, Cpus: size.CPUs, Mem: size.MemMiB, Secrets: secrets}
 	ud := spec.UserData
 	if spec.ComputeKind == v1alpha1.ComputeKindNode && spec.NodeJoin != nil {
 		if ud != "" {
@@ -159,6 +154,19 @@ func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeV
 		return vm, &PayloadError{Reason: err.Error()}
 	}
 	return vm, nil
+}
+
+// askedSize is the guest size spec asks the market for: its cpus and memMiB, each
+// defaulted when unset.
+func askedSize(spec v1alpha1.ComputeContractSpec) market.Size {
+	size := market.Size{CPUs: v1alpha1.DefaultContractCPUs, MemMiB: v1alpha1.DefaultContractMemMiB}
+	if spec.CPUs > 0 {
+		size.CPUs = int64(spec.CPUs)
+	}
+	if spec.MemMiB > 0 {
+		size.MemMiB = int64(spec.MemMiB)
+	}
+	return size
 }
 
 // ReasonInvalidPayload is the Ready reason of a contract whose spec makes no payload.

@@ -122,11 +122,17 @@ func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 	st, s := &obj.Status, &rd.s
 	s.Policy = market.Policy{NSID: rd.policyNSID, RequesterDID: repo.DID(), PriceCap: rd.priceCap}
 	s.RFPAt = at(lastEvent(st, evRFP))
+	// Bids are held to the size the rfp's payload asks; the spec says the same unless it
+	// changed since the payload was written.
+	s.Asked = askedSize(obj.Spec)
 	if st.RFP != "" {
 		// The window counts from the rfp's createdAt (our own clock, to the nanosecond), not
 		// from the status event, which the API keeps to the second (see at).
-		if t, ok := r.rfpCreated(ctx, repo, st.RFP); ok {
-			s.RFPAt = t
+		if rfp, ok := r.rfpOf(ctx, repo, st.RFP); ok {
+			s.RFPAt = rfp.created
+			if rfp.asked != (market.Size{}) {
+				s.Asked = rfp.asked
+			}
 		}
 	}
 	s.WatchingSince = r.since()
@@ -172,41 +178,58 @@ func (r *Reconciler) observe(ctx context.Context, rd *round) error {
 	return nil
 }
 
-// rfpCreated is the createdAt of our rfp at uri, read from our repo the first time it is
-// asked for in this process; false when it cannot be read or parsed (the caller falls back
-// on the status event's time).
-func (r *Reconciler) rfpCreated(ctx context.Context, repo repos.Repo, uri string) (time.Time, bool) {
+// rfpRead is what the requester keeps of one of its rfps, read once per process: its
+// createdAt, and the size its payload asks (what every bid is held to).
+type rfpRead struct {
+	created time.Time
+	asked   market.Size
+}
+
+// rfpOf reads our rfp at uri and its payload from our repo the first time they are asked for
+// in this process; false when the rfp cannot be read or its createdAt parsed (the caller
+// falls back on the status event's time). A payload that cannot be read leaves asked zero
+// and is read again next time (the caller falls back on the spec's size).
+func (r *Reconciler) rfpOf(ctx context.Context, repo repos.Repo, uri string) (rfpRead, bool) {
 	r.mu.Lock()
-	t, ok := r.rfpTimes[uri]
+	got, ok := r.rfps[uri]
 	r.mu.Unlock()
 	if ok {
-		return t, true
+		return got, true
 	}
 	rec, err := fetchOwn(ctx, repo, uri)
 	if err != nil {
-		return time.Time{}, false
+		return rfpRead{}, false
 	}
 	rfp, err := mk.DecodeRFP(rec.Value)
 	if err != nil {
-		return time.Time{}, false
+		return rfpRead{}, false
 	}
-	t, err = time.Parse(time.RFC3339Nano, rfp.CreatedAt)
+	got.created, err = time.Parse(time.RFC3339Nano, rfp.CreatedAt)
 	if err != nil {
-		return time.Time{}, false
+		return rfpRead{}, false
 	}
+	prec, err := fetchOwn(ctx, repo, rfp.Payload.URI)
+	if err != nil {
+		return got, true
+	}
+	vm, err := mk.DecodeComputeVM(prec.Value)
+	if err != nil {
+		return got, true
+	}
+	got.asked = market.Size{CPUs: vm.Cpus, MemMiB: vm.Mem}
 	r.mu.Lock()
-	if r.rfpTimes == nil {
-		r.rfpTimes = map[string]time.Time{}
+	if r.rfps == nil {
+		r.rfps = map[string]rfpRead{}
 	}
-	r.rfpTimes[uri] = t
+	r.rfps[uri] = got
 	r.mu.Unlock()
-	return t, true
+	return got, true
 }
 
-// forgetRFP drops what rfpCreated kept for a contract that ended.
+// forgetRFP drops what rfpOf kept for a contract that ended.
 func (r *Reconciler) forgetRFP(uri string) {
 	r.mu.Lock()
-	delete(r.rfpTimes, uri)
+	delete(r.rfps, uri)
 	r.mu.Unlock()
 }
 

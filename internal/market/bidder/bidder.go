@@ -45,10 +45,14 @@ type Config struct {
 	Sources []feed.Source
 	// Substrate runs the guests (its Kind is the computeKind served).
 	Substrate substrate.Substrate
-	// Cost and Currency price a bid; Free bids bids.free.
-	Cost     int64
-	Currency string
-	Free     bool
+	// Cost, CostPerCPU and CostPerGiB price a bid per hour in the smallest unit of
+	// Currency, by the size the rfp asks: Cost per guest, plus CostPerCPU for each CPU and
+	// CostPerGiB for each GiB of memory (market.Pricing). Free bids bids.free.
+	Cost       int64
+	CostPerCPU int64
+	CostPerGiB int64
+	Currency   string
+	Free       bool
 	// Capacity is how many guests it runs at once (0: 8).
 	Capacity int
 	// MaxGuestCPUs and MaxGuestMemMiB are the largest guest it runs (0: the host's CPUs
@@ -600,18 +604,21 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 		b.log.Info("market_no_bid", "rfp", uri, "skip", string(choice.Skip), "reason", choice.Reason)
 		return nil
 	}
-	if _, err := b.evaluate(ctx, rfp); err != nil {
+	vm, err := b.evaluate(ctx, rfp)
+	if err != nil {
 		b.log.Info("market_no_bid", "rfp", uri, "reason", err.Error())
 		return nil
 	}
-	var pay mk.BidPayload
-	if b.cfg.Free {
-		pay.BidsFree = &mk.BidsFree{}
-	} else {
-		pay.BidsPriced = &mk.BidsPriced{Cost: b.cfg.Cost, Currency: b.cfg.Currency, Frequency: mk.BidsPricedFrequencyHour}
+	size := market.Size{CPUs: vm.Cpus, MemMiB: vm.Mem}
+	pay, err := b.payload(size)
+	if err != nil {
+		b.log.Info("market_no_bid", "rfp", uri, "reason", err.Error())
+		return nil
 	}
 	crashpoint.Hit(crashpoint.BidderBeforeBid)
-	ref, err := b.putRef(ctx, mk.BidNSID, feed.TID(), mk.Bid{RFP: atrepo.StrongRef{URI: uri, CID: rec.CID}, Payload: pay})
+	// The bid states the size it prices, so that a requester can tell it from a bid for less.
+	bid := mk.Bid{RFP: atrepo.StrongRef{URI: uri, CID: rec.CID}, Payload: pay, Size: &mk.BidSize{Cpus: size.CPUs, MemMiB: size.MemMiB}}
+	ref, err := b.putRef(ctx, mk.BidNSID, feed.TID(), bid)
 	if err != nil {
 		return err
 	}
@@ -621,6 +628,24 @@ func (b *Bidder) onRFP(ctx context.Context, uri string) error {
 	b.mu.Unlock()
 	b.log.Info("market_bid", "rfp", uri, "bid", ref.URI)
 	return nil
+}
+
+// payload is the bid's payload for a guest of size: free, or priced by size. A price that
+// cannot be computed (a size too large for the cost to hold) is a reason not to bid.
+func (b *Bidder) payload(size market.Size) (mk.BidPayload, error) {
+	if b.cfg.Free {
+		return mk.BidPayload{BidsFree: &mk.BidsFree{}}, nil
+	}
+	cost, err := b.pricing().Price(size)
+	if err != nil {
+		return mk.BidPayload{}, fmt.Errorf("price of %s: %w", size, err)
+	}
+	return mk.BidPayload{BidsPriced: &mk.BidsPriced{Cost: cost, Currency: b.cfg.Currency, Frequency: mk.BidsPricedFrequencyHour}}, nil
+}
+
+// pricing is the bidder's price by size.
+func (b *Bidder) pricing() market.Pricing {
+	return market.Pricing{Base: b.cfg.Cost, PerCPU: b.cfg.CostPerCPU, PerGiB: b.cfg.CostPerGiB}
 }
 
 func (b *Bidder) onAccept(ctx context.Context, uri string) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"socialweb.computer/internal/atproto/atrepo"
@@ -242,6 +244,10 @@ type env struct {
 	maxCPUs, maxMemMiB int
 	// stateDir is every bidder's state dir (its start intents).
 	stateDir string
+	// price is the bidders' price (Config Cost, CostPerCPU, CostPerGiB, Free).
+	price Config
+	// log is the bidders' log (nil: discarded).
+	log *slog.Logger
 }
 
 // shared is one PDS for the package's tests with the requester's and the rival's accounts:
@@ -299,7 +305,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, srv: shared.srv, repo: repo, requester: shared.requester, rival: shared.rival,
-		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}, stateDir: t.TempDir()}
+		sub: newFakeSubstrate(), clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), ctx: ctx, runs: map[*Bidder]context.Context{}, stateDir: t.TempDir(),
+		price: Config{Cost: 1}}
 	e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: 1, Mem: 64})
 	e.policy = e.write(e.requester, mk.PoliciesOpenNSID, mk.PoliciesOpen{})
 	return e
@@ -331,8 +338,13 @@ func (e *env) start(n int) (b *Bidder, stop func()) {
 // startOn is start with the bidder's repo (and so its firehose) given.
 func (e *env) startOn(n int, repo repos.Repo) (b *Bidder, stop func()) {
 	e.t.Helper()
-	b = New(Config{Repo: repo, Fetch: feed.Local(e.srv), Substrate: e.sub, Cost: 1, Capacity: n,
-		ReadyTimeout: time.Minute, Clock: e.clock, Log: quietLog(), MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB, StateDir: e.stateDir})
+	log := e.log
+	if log == nil {
+		log = quietLog()
+	}
+	b = New(Config{Repo: repo, Fetch: feed.Local(e.srv), Substrate: e.sub, Capacity: n,
+		Cost: e.price.Cost, CostPerCPU: e.price.CostPerCPU, CostPerGiB: e.price.CostPerGiB, Currency: e.price.Currency, Free: e.price.Free,
+		ReadyTimeout: time.Minute, Clock: e.clock, Log: log, MaxGuestCPUs: e.maxCPUs, MaxGuestMemMiB: e.maxMemMiB, StateDir: e.stateDir})
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.runs[b] = ctx
 	done := make(chan error, 1)
@@ -598,6 +610,91 @@ func TestLargestGuest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A bid is priced by the size the rfp asks and states that size, free or priced; a price past
+// what a cost can hold is no bid, with the reason logged.
+func TestBidPricedBySize(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		price     Config
+		cpus, mem int64
+		want      *mk.BidsPriced // nil: a free bid
+		noBid     string         // a part of the market_no_bid line; "": a bid
+	}{
+		{"base only", Config{Cost: 5}, 2, 512, &mk.BidsPriced{Cost: 5, Currency: "USD", Frequency: mk.BidsPricedFrequencyHour}, ""},
+		{"by size", Config{Cost: 100, CostPerCPU: 20, CostPerGiB: 8, Currency: "EUR"}, 2, 1536,
+			&mk.BidsPriced{Cost: 100 + 2*20 + 12, Currency: "EUR", Frequency: mk.BidsPricedFrequencyHour}, ""},
+		{"part of a GiB rounds up", Config{CostPerGiB: 10}, 1, 256, &mk.BidsPriced{Cost: 3, Currency: "USD", Frequency: mk.BidsPricedFrequencyHour}, ""},
+		{"free states the size too", Config{Free: true, Cost: 9}, 3, 768, nil, ""},
+		{"overflow is no bid", Config{Cost: math.MaxInt64, CostPerCPU: 1}, 1, 64, nil, "overflows"},
+		{"memory overflow is no bid", Config{CostPerGiB: math.MaxInt64 / 100}, 1, 1024, nil, "overflows"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			logged := &lockedBuffer{}
+			e.log = slog.New(slog.NewTextHandler(logged, nil))
+			e.price, e.maxCPUs, e.maxMemMiB = c.price, 4, 4096
+			e.payload = e.write(e.requester, mk.ComputeVMNSID, mk.ComputeVM{Cpus: c.cpus, Mem: c.mem})
+			b, _ := e.start(2)
+			rfp := e.rfp(b)
+			ref, ok := e.bidOn(rfp)
+			if c.noBid != "" {
+				if ok {
+					t.Fatalf("bid %s, want none", ref.URI)
+				}
+				if !strings.Contains(logged.String(), "market_no_bid") || !strings.Contains(logged.String(), c.noBid) {
+					t.Fatalf("log does not say why there is no bid (%q):\n%s", c.noBid, logged.String())
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("no bid; log:\n%s", logged.String())
+			}
+			var bid *mk.Bid
+			for _, r := range e.records(mk.BidNSID) {
+				if r.URI == ref.URI {
+					var err error
+					if bid, err = mk.DecodeBid(r.Value); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if bid == nil {
+				t.Fatalf("bid %s not read back", ref.URI)
+			}
+			if d := cmp.Diff(&mk.BidSize{Cpus: c.cpus, MemMiB: c.mem}, bid.Size); d != "" {
+				t.Errorf("size (-want +got):\n%s", d)
+			}
+			if c.want == nil {
+				if bid.Payload.BidsFree == nil {
+					t.Fatalf("payload %s, want a free bid", bid.Payload.Type())
+				}
+				return
+			}
+			if d := cmp.Diff(c.want, bid.Payload.BidsPriced); d != "" {
+				t.Fatalf("priced payload (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// lockedBuffer is a log the bidder's goroutines write while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // An rfp or an accept handled once is not handled again: seen twice (a firehose replayed,
