@@ -407,6 +407,21 @@ type NodeClaimSpec struct {
 	// adopt takes over a guest the owner already holds instead of bidding for a new one.
 	// +optional
 	Adopt bool `json:"adopt,omitempty"`
+
+	// maxPrice is the most this node's winning bid may cost. The node host sets it on a
+	// node rented to replace others, below what they cost together, so that the
+	// replacement is rented only when a bid makes it cheaper. It is the contract's cap in
+	// place of the Cluster's nodeMaxPrice, unless that is lower in the same currency.
+	// +optional
+	MaxPrice *NodePrice `json:"maxPrice,omitempty"`
+
+	// replaces are the nodes this node is rented to replace (a consolidation that moves
+	// their pods onto one cheaper node): once it is Ready they are drained and released.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	Replaces []string `json:"replaces,omitempty"`
 }
 
 // NodeClaimStatus is the observed state of one tenant node.
@@ -431,6 +446,11 @@ type NodeClaimStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 
+	// price is what the node costs: the winning bid's cost and currency, per hour (cost 0
+	// and no currency for a free bid). Unset until a bid wins.
+	// +optional
+	Price *NodeClaimPrice `json:"price,omitempty"`
+
 	// joinedAt is when the node joined the cluster.
 	// +optional
 	JoinedAt *metav1.Time `json:"joinedAt,omitempty"`
@@ -444,6 +464,18 @@ type NodeClaimStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeClaimPrice is what a rented node costs per hour, from its winning bid.
+type NodeClaimPrice struct {
+	// cost is the amount per hour, in the currency's smallest unit; 0 for a free bid.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Cost int64 `json:"cost"`
+	// currency is what cost counts, as the bid names it; empty for a free bid.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Currency string `json:"currency,omitempty"`
 }
 
 // NodeClaimInfra locates the deployment and contract that provide a node's guest.
@@ -474,6 +506,7 @@ type NodeClaimInfra struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.spec.cpus`
 // +kubebuilder:printcolumn:name="MemMiB",type=integer,JSONPath=`.spec.memMiB`
+// +kubebuilder:printcolumn:name="Price",type=integer,JSONPath=`.status.price.cost`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeClaim struct {

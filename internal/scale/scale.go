@@ -2,7 +2,9 @@ package scale
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -16,6 +18,11 @@ const (
 	// what other objects of the same apply may still bring.
 	SettledIdle = 250 * time.Millisecond
 )
+
+// ReplaceRetry is how long a replacement that found no bid under its cap waits before the
+// same nodes are offered to the market again: a failed try costs the market an rfp, and
+// prices move slowly.
+const ReplaceRetry = 10 * time.Minute
 
 // DrainRetry is how often a draining node's evictions are asked again (a
 // PodDisruptionBudget refused some).
@@ -95,7 +102,31 @@ type Claim struct {
 	NodeName string
 	// Deleting is true once the claim has a deletionTimestamp: its node is on its way out.
 	Deleting bool
+	// Replaces are the nodes the claim's node was rented to replace: once it has joined,
+	// they are drained.
+	Replaces []string
 }
+
+// Price is what a node costs per hour, in a currency's smallest unit.
+type Price struct {
+	Cost     int64
+	Currency string
+}
+
+// Replacement is a set of nodes whose pods fit on the other nodes and one new node, which
+// the market is to sell for less than they cost together (Karpenter's consolidation by
+// replacement, priced by bids rather than a price list).
+type Replacement struct {
+	// Nodes are the nodes to replace, sorted: at least two, all priced in one currency.
+	Nodes []string
+	// Size is the new node's: the smallest that holds what the simulation put on it.
+	Size Size
+	// MaxPrice is the most the new node may cost: what Nodes cost together, less one.
+	MaxPrice Price
+}
+
+// key names the set of nodes a replacement is about, for the decision's memory.
+func (r Replacement) key() string { return strings.Join(r.Nodes, ",") }
 
 // State is what the decision remembers between two calls: when each node was first seen
 // with no non-daemon pod. The caller keeps the Decision's State and passes it back.
@@ -104,6 +135,12 @@ type State struct {
 	// ConsolidatableSince is when each node was first seen consolidatable
 	// (Input.Consolidatable) without a break.
 	ConsolidatableSince map[string]time.Time
+	// ReplaceableSince is when the set of nodes of Input.Replacement (by key) was first
+	// seen replaceable without a break.
+	ReplaceableSince map[string]time.Time
+	// ReplaceTried is when a replacement of each set of nodes was last rented, kept for
+	// ReplaceRetry: a set is not offered again within it.
+	ReplaceTried map[string]time.Time
 }
 
 // Input is everything one decision looks at.
@@ -134,6 +171,10 @@ type Input struct {
 	// DisruptionBudget is the most nodes one consolidation drains at once; 0 or less is 1.
 	// (A budget that allows none gives no Consolidatable nodes.)
 	DisruptionBudget int
+	// Replacement is a set of nodes one cheaper new node could replace; nil when none (the
+	// Cluster consolidates only empty nodes, its budget allows fewer than two nodes at
+	// once, or no set of priced nodes has pods that fit on the rest and one new node).
+	Replacement *Replacement
 	// Simulated are the facts of a scheduling simulation of the pending pods (the
 	// scheduler's own filters run against the nodes, the claims in flight and new nodes of
 	// the size on offer); nil when none ran, and the slot counting of Decide decides.
@@ -201,6 +242,18 @@ const (
 	ReasonDrained = "drained for consolidation"
 	// ReasonDraining: a node being drained still runs pods.
 	ReasonDraining = "draining for consolidation"
+	// ReasonReplaceCheaper: nodes whose pods fit on the rest and one new node have been so
+	// for Hold; the new node is rented, capped below what they cost together.
+	ReasonReplaceCheaper = "replaceable by one cheaper node past hold"
+	// ReasonReplaceWithinHold: such nodes, for less than Hold.
+	ReasonReplaceWithinHold = "replaceable by one cheaper node within hold"
+	// ReasonReplaceTried: a replacement of the same nodes found no bid under its cap
+	// within ReplaceRetry.
+	ReasonReplaceTried = "replacement tried recently"
+	// ReasonReplaced: a replacement's node has joined; the nodes it replaces are drained.
+	ReasonReplaced = "replaced by a cheaper node"
+	// ReasonReplacing: a replacement's claim is in flight.
+	ReasonReplacing = "a cheaper replacement node in flight"
 )
 
 // Decision is the outcome of Decide.
@@ -219,9 +272,15 @@ type Decision struct {
 	Release []string
 	// ReleaseClaims are the claims of Release, in the same order.
 	ReleaseClaims []string
-	// Drain are the nodes to drain (Action Drain), in the order of Input.Consolidatable.
-	Drain  []string
-	Reason string
+	// Drain are the nodes to drain (Action Drain), in the order of Input.Consolidatable,
+	// or sorted when a replacement's node has joined.
+	Drain []string
+	// Replaces and MaxPrice are set when the node to add (Action Provision, one node)
+	// replaces other nodes: they are drained once it joins, and it may cost at most
+	// MaxPrice.
+	Replaces []string
+	MaxPrice *Price
+	Reason   string
 	// RequeueAfter is when to decide again without an event (a batch closing, a hold
 	// ending); 0 means only on the next event.
 	RequeueAfter time.Duration
@@ -263,7 +322,13 @@ type Decision struct {
 //  3. Without pending pods, a node with a claim, not being released, with no non-daemon pod
 //     (a running Job pod is a non-daemon pod) since at least Hold is released; several are
 //     released together, the rest stay. A node that became empty more recently is Hold
-//     (ReasonEmptyWithinHold) until the earliest hold ends.
+//     (ReasonEmptyWithinHold) until the earliest hold ends. Before that, the nodes a joined
+//     replacement's claim replaces (Claim.Replaces) are drained together (ReasonReplaced),
+//     and the replacement is not released while any of them is still there.
+//  4. Consolidation, with no claim in flight and no node draining: the Consolidatable nodes
+//     past Hold are drained, up to DisruptionBudget. When there are none, a Replacement
+//     past Hold (and not tried within ReplaceRetry) rents its one new node, capped at its
+//     MaxPrice, when maxNodes leaves room for it.
 func Decide(in Input) Decision {
 	perNode := in.PodsPerNode
 	if perNode < 1 {
@@ -332,14 +397,23 @@ func Decide(in Input) Decision {
 		}
 		st.EmptySince[n.Name] = since
 	}
+	for key, at := range in.State.ReplaceTried {
+		if in.Now.Sub(at) < ReplaceRetry {
+			if st.ReplaceTried == nil {
+				st.ReplaceTried = map[string]time.Time{}
+			}
+			st.ReplaceTried[key] = at
+		}
+	}
 	d := Decision{Action: Hold, State: st, Unfittable: unfittable, UnfittableWhy: why}
 
-	inFlight, total := 0, len(in.Nodes)
+	inFlight, total, replacing := 0, len(in.Nodes), false
 	for _, c := range in.Claims {
 		if !joined[c.NodeName] {
 			total++
 			if !c.Deleting {
 				inFlight++
+				replacing = replacing || len(c.Replaces) > 0
 			}
 		}
 	}
@@ -426,9 +500,33 @@ func Decide(in Input) Decision {
 	for _, n := range in.Nodes {
 		draining[n.Name] = n.Draining
 	}
+	// A replacement whose node has joined: the nodes it replaces are drained together, and
+	// until they are gone it is kept however long it stays empty (their pods are on their
+	// way to it).
+	kept := map[string]bool{}
+	for _, c := range in.Claims {
+		if c.Deleting || !joined[c.NodeName] {
+			continue
+		}
+		for _, name := range c.Replaces {
+			rc, claimed := claimOf[name]
+			if !joined[name] || !claimed || rc.Deleting {
+				continue
+			}
+			kept[c.NodeName] = true
+			if !draining[name] && !slices.Contains(d.Drain, name) {
+				d.Drain = append(d.Drain, name)
+			}
+		}
+	}
+	if len(d.Drain) > 0 {
+		sort.Strings(d.Drain)
+		d.Action, d.Reason = Drain, ReasonReplaced
+		return d
+	}
 	for _, n := range in.Nodes {
 		since, empty := st.EmptySince[n.Name]
-		if !empty {
+		if !empty || kept[n.Name] {
 			continue
 		}
 		c, ok := claimOf[n.Name]
@@ -493,6 +591,41 @@ func Decide(in Input) Decision {
 			d.RequeueAfter = soonest
 			return d
 		}
+		if r := in.Replacement; r != nil && len(in.Consolidatable) == 0 && in.MaxNodes-total > 0 {
+			key := r.key()
+			since, ok := in.State.ReplaceableSince[key]
+			if !ok || since.After(in.Now) {
+				since = in.Now
+			}
+			d.State.ReplaceableSince = map[string]time.Time{key: since}
+			retry := time.Duration(0)
+			if at, tried := d.State.ReplaceTried[key]; tried {
+				retry = at.Add(ReplaceRetry).Sub(in.Now)
+			}
+			switch left := since.Add(in.Hold).Sub(in.Now); {
+			case retry > 0:
+				d.Reason, d.RequeueAfter = ReasonReplaceTried, retry
+				if soonest > 0 && soonest < retry {
+					d.RequeueAfter = soonest
+				}
+				return d
+			case left > 0:
+				d.Reason, d.RequeueAfter = ReasonReplaceWithinHold, left
+				if soonest > 0 && soonest < left {
+					d.RequeueAfter = soonest
+				}
+				return d
+			}
+			if d.State.ReplaceTried == nil {
+				d.State.ReplaceTried = map[string]time.Time{}
+			}
+			d.State.ReplaceTried[key] = in.Now
+			price := r.MaxPrice
+			d.Action, d.Provision, d.Sizes = Provision, 1, []Size{r.Size}
+			d.Replaces, d.MaxPrice = slices.Clone(r.Nodes), &price
+			d.Reason, d.RequeueAfter = ReasonReplaceCheaper, soonest
+			return d
+		}
 	}
 	switch {
 	case drainingNow:
@@ -504,6 +637,8 @@ func Decide(in Input) Decision {
 		d.Reason, d.RequeueAfter = ReasonUnderutilizedWithinHold, soonest
 	case soonest > 0:
 		d.Reason, d.RequeueAfter = ReasonEmptyWithinHold, soonest
+	case replacing:
+		d.Reason = ReasonReplacing
 	case inFlight > 0:
 		d.Reason = ReasonInFlight
 	case unclaimed:

@@ -679,3 +679,88 @@ func TestDecideSimulatedProperties(t *testing.T) {
 }
 
 func settledPod(p Pod) Pod { p.OwnerSettled = true; return p }
+
+func TestDecideReplacement(t *testing.T) {
+	hold := time.Minute
+	nodes := []Node{{Name: "n1"}, {Name: "n2"}}
+	claims := []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}}
+	busy := []Pod{{Name: "a", Node: "n1"}, {Name: "b", Node: "n2"}}
+	r := &Replacement{Nodes: []string{"n1", "n2"}, Size: Size{CPUs: 2, MemMiB: 512}, MaxPrice: Price{Cost: 219, Currency: "USD"}}
+	long := State{ReplaceableSince: map[string]time.Time{"n1,n2": t0.Add(-time.Hour)}}
+	// The replacement n3 has joined, with its claim saying what it replaces.
+	joinedRepl := append(slices.Clone(nodes), Node{Name: "n3"})
+	replClaims := append(slices.Clone(claims), Claim{Name: "c3", NodeName: "n3", Replaces: []string{"n2", "n1"}})
+	cases := []struct {
+		name string
+		in   Input
+		want Decision
+	}{{
+		name: "replaceable past hold: rent one node capped below the two",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r, State: long},
+		want: Decision{Action: Provision, Provision: 1, Sizes: []Size{{CPUs: 2, MemMiB: 512}}, Replaces: []string{"n1", "n2"},
+			MaxPrice: &Price{Cost: 219, Currency: "USD"}, Reason: ReasonReplaceCheaper},
+	}, {
+		name: "replaceable within hold: wait",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r},
+		want: Decision{Action: Hold, Reason: ReasonReplaceWithinHold, RequeueAfter: hold},
+	}, {
+		name: "tried recently: not offered again until the retry",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r,
+			State: State{ReplaceableSince: long.ReplaceableSince, ReplaceTried: map[string]time.Time{"n1,n2": t0.Add(-time.Minute)}}},
+		want: Decision{Action: Hold, Reason: ReasonReplaceTried, RequeueAfter: ReplaceRetry - time.Minute},
+	}, {
+		name: "tried long ago: offered again",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r,
+			State: State{ReplaceableSince: long.ReplaceableSince, ReplaceTried: map[string]time.Time{"n1,n2": t0.Add(-ReplaceRetry)}}},
+		want: Decision{Action: Provision, Provision: 1, Sizes: []Size{{CPUs: 2, MemMiB: 512}}, Replaces: []string{"n1", "n2"},
+			MaxPrice: &Price{Cost: 219, Currency: "USD"}, Reason: ReasonReplaceCheaper},
+	}, {
+		name: "at maxNodes: no room to rent the replacement first",
+		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 2, Hold: hold, Replacement: r, State: long},
+		want: Decision{Action: Hold, Reason: ReasonBusy},
+	}, {
+		name: "a node to drain outright comes first",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r, Consolidatable: []string{"n2"},
+			State: State{ConsolidatableSince: map[string]time.Time{"n2": t0.Add(-time.Hour)}, ReplaceableSince: long.ReplaceableSince}},
+		want: Decision{Action: Drain, Drain: []string{"n2"}, Reason: ReasonUnderutilized},
+	}, {
+		name: "the replacement in flight: nothing else",
+		in: Input{Now: t0, Pods: busy, Nodes: nodes, Claims: replClaims, MaxNodes: 3, Hold: hold, Replacement: r,
+			State: State{ReplaceableSince: long.ReplaceableSince, ReplaceTried: map[string]time.Time{"n1,n2": t0}}},
+		want: Decision{Action: Hold, Reason: ReasonReplacing},
+	}, {
+		name: "the replacement joined: drain what it replaces, together",
+		in:   Input{Now: t0, Pods: busy, Nodes: joinedRepl, Claims: replClaims, MaxNodes: 3, Hold: hold},
+		want: Decision{Action: Drain, Drain: []string{"n1", "n2"}, Reason: ReasonReplaced},
+	}, {
+		name: "the replaced nodes draining: the empty replacement is kept past its hold",
+		in: Input{Now: t0, Pods: busy, Nodes: []Node{{Name: "n1", Draining: true}, {Name: "n2", Draining: true}, {Name: "n3"}}, Claims: replClaims,
+			MaxNodes: 3, Hold: hold, State: State{EmptySince: map[string]time.Time{"n3": t0.Add(-time.Hour)}}},
+		want: Decision{Action: Hold, Reason: ReasonDraining, RequeueAfter: DrainRetry},
+	}, {
+		name: "the replaced nodes drained: released at once",
+		in: Input{Now: t0, Pods: []Pod{{Name: "a", Node: "n3"}, {Name: "b", Node: "n3"}}, Nodes: []Node{{Name: "n1", Draining: true}, {Name: "n2", Draining: true}, {Name: "n3"}},
+			Claims: replClaims, MaxNodes: 3, Hold: hold},
+		want: Decision{Action: Release, Release: []string{"n1", "n2"}, ReleaseClaims: []string{"c1", "c2"}, Reason: ReasonDrained},
+	}, {
+		name: "the replaced nodes gone: the replacement is a node like any other",
+		in: Input{Now: t0, Nodes: []Node{{Name: "n3"}}, Claims: []Claim{{Name: "c3", NodeName: "n3", Replaces: []string{"n1", "n2"}}}, MaxNodes: 3, Hold: hold,
+			State: State{EmptySince: map[string]time.Time{"n3": t0.Add(-time.Hour)}}},
+		want: Decision{Action: Release, Release: []string{"n3"}, ReleaseClaims: []string{"c3"}, Reason: ReasonEmptyPastHold},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(tc.in)
+			got.State = State{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// A rented replacement is remembered, and the memory kept for ReplaceRetry only.
+	st := Decide(Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r,
+		State: State{ReplaceableSince: long.ReplaceableSince, ReplaceTried: map[string]time.Time{"old": t0.Add(-ReplaceRetry)}}}).State
+	if diff := cmp.Diff(map[string]time.Time{"n1,n2": t0}, st.ReplaceTried); diff != "" {
+		t.Errorf("ReplaceTried (-want +got):\n%s", diff)
+	}
+}

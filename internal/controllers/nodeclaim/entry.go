@@ -71,10 +71,10 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 	if p.cluster != nil {
 		e.RequireIsolation = p.cluster.Spec.NodeIsolation
 		e.RequireArch = p.cluster.Spec.NodeArch
-		if mp := p.cluster.Spec.NodeMaxPrice; mp != nil {
-			e.PolicyArgs[market.ArgMaxCost] = strconv.FormatInt(mp.Cost, 10)
-			e.PolicyArgs[market.ArgCurrency] = mp.Currency
-		}
+	}
+	if mp := priceCap(p.cluster, c); mp != nil {
+		e.PolicyArgs[market.ArgMaxCost] = strconv.FormatInt(mp.Cost, 10)
+		e.PolicyArgs[market.ArgCurrency] = mp.Currency
 	}
 	if len(e.PolicyArgs) == 0 {
 		e.PolicyArgs = nil

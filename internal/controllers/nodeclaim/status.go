@@ -73,6 +73,11 @@ func (r *Reconciler) observe(ctx context.Context, p *pass) error {
 	}
 	st.Phase = infra.NodeClaimPhaseOf(o)
 	st.Infra = loc
+	if cc != nil {
+		if price := winningPrice(&cc.Status); price != nil {
+			st.Price = price
+		}
+	}
 	if !infra.NodeClaimEnded(o.Previous) || st.Message == "" {
 		st.Message = msg // an ended claim keeps the reason it ended with
 	}

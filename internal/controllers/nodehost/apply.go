@@ -32,7 +32,7 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 	case scale.Provision:
 		sizes := sizesOf(d, SettingsOf(p.cluster).SizeRange())
 		var err error
-		provisioned, err = r.provision(ctx, p, d.Provision, sizes)
+		provisioned, err = r.provision(ctx, p, d.Provision, sizes, d.Replaces, d.MaxPrice)
 		if err != nil {
 			return err
 		}
@@ -40,9 +40,13 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		for i, node := range provisioned {
 			names[i] = fmt.Sprintf("%s (%s)", node, sizes[i])
 		}
+		what := ""
+		if len(d.Replaces) > 0 && d.MaxPrice != nil {
+			what = fmt.Sprintf(" to replace %s, at most %d %s an hour", strings.Join(d.Replaces, ", "), d.MaxPrice.Cost, d.MaxPrice.Currency)
+		}
 		p.outcome = outcome{acting: true, reason: ConditionReason(d.Reason),
-			message: fmt.Sprintf("provisioning %d node(s) (%s): %s; %s", d.Provision, strings.Join(names, ", "), d.Reason, counts)}
-		r.Log.Info("nodehost_provision", "cluster", p.key.String(), "nodes", names, "reason", d.Reason)
+			message: fmt.Sprintf("provisioning %d node(s) (%s)%s: %s; %s", d.Provision, strings.Join(names, ", "), what, d.Reason, counts)}
+		r.Log.Info("nodehost_provision", "cluster", p.key.String(), "nodes", names, "replaces", d.Replaces, "reason", d.Reason)
 	case scale.Release:
 		if err := r.release(ctx, p, w, d); err != nil {
 			return err
@@ -170,8 +174,9 @@ func sizesOf(d scale.Decision, r scale.SizeRange) []scale.Size {
 }
 
 // provision creates n NodeClaims for the Cluster, each with a fresh node name and the size
-// of sizes (one per node), and returns the node names, in order.
-func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scale.Size) ([]string, error) {
+// of sizes (one per node), and returns the node names, in order. A replacement's claim
+// also names the nodes it replaces and the most it may cost.
+func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scale.Size, replaces []string, maxPrice *scale.Price) ([]string, error) {
 	taken := map[string]bool{}
 	for _, c := range p.claims {
 		taken[c.Spec.NodeName] = true
@@ -190,7 +195,10 @@ func (r *Reconciler) provision(ctx context.Context, p *pass, n int, sizes []scal
 		claim := &v1alpha1.NodeClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: p.cluster.Namespace, Name: ClaimName(p.cluster.Name, node)},
 			Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: p.cluster.Name}, NodeName: node,
-				OwnerDid: p.cluster.Spec.Account, CPUs: sizes[i].CPUs, MemMiB: sizes[i].MemMiB},
+				OwnerDid: p.cluster.Spec.Account, CPUs: sizes[i].CPUs, MemMiB: sizes[i].MemMiB, Replaces: replaces},
+		}
+		if maxPrice != nil {
+			claim.Spec.MaxPrice = &v1alpha1.NodePrice{Cost: maxPrice.Cost, Currency: maxPrice.Currency}
 		}
 		if len(validation.IsValidLabelValue(p.cluster.Name)) == 0 {
 			claim.Labels = map[string]string{v1alpha1.LabelInfraCluster: p.cluster.Name}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
 	"socialweb.computer/internal/scale/simulate"
 )
 
@@ -55,17 +56,45 @@ func disruptionBlocker(p *corev1.Pod) string {
 // consolidates only empty nodes, its disruption budget allows none, or a pod is pending.
 // The error is the scheduler framework failing to build.
 func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) ([]string, error) {
-	if s.Consolidation != v1alpha1.ConsolidateWhenUnderutilized || anyPending(pods) {
+	if s.Consolidation != v1alpha1.ConsolidateWhenUnderutilized || anyPending(pods) || DrainBudget(claims, s) <= 0 {
 		return nil, nil
 	}
-	claimed := map[string]bool{}
-	for _, c := range claims {
-		if c != nil && c.DeletionTimestamp == nil {
-			claimed[c.Spec.NodeName] = true
+	cands := consolidationCandidates(pods, nodes, claims)
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	pi := PlanInputOf(pods, nodes, claims, s)
+	var out []string
+	for _, c := range cands {
+		taken := append(slices.Clone(out), c.name)
+		res, err := planWithout(pi, cands, taken, 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Unplaced()) == 0 && res.NewNodes == 0 {
+			out = taken
 		}
 	}
-	if DrainBudget(claims, s) <= 0 {
-		return nil, nil
+	return out, nil
+}
+
+// candidate is a node consolidation may take away: its name, the pods that would move, and
+// its claim.
+type candidate struct {
+	name  string
+	pods  []*corev1.Pod
+	claim *v1alpha1.NodeClaim
+}
+
+// consolidationCandidates are the nodes consolidation may take away, best first (fewest
+// pods to move, then by name): joined, claimed (its claim not deleting), not cordoned,
+// running at least one pod besides daemon pods and none that blocks a disruption.
+func consolidationCandidates(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim) []candidate {
+	claimOf := map[string]*v1alpha1.NodeClaim{}
+	for _, c := range claims {
+		if c != nil && c.DeletionTimestamp == nil {
+			claimOf[c.Spec.NodeName] = c
+		}
 	}
 	movable := map[string][]*corev1.Pod{}
 	blocked := map[string]bool{}
@@ -83,44 +112,101 @@ func Consolidatable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1
 		}
 		movable[p.Spec.NodeName] = append(movable[p.Spec.NodeName], p)
 	}
-	type candidate struct {
-		name string
-		pods int
-	}
 	var cands []candidate
 	for _, n := range nodes {
-		if n == nil || !NodeJoined(n) || n.Spec.Unschedulable || !claimed[n.Name] || blocked[n.Name] || len(movable[n.Name]) == 0 {
+		if n == nil || !NodeJoined(n) || n.Spec.Unschedulable || claimOf[n.Name] == nil || blocked[n.Name] || len(movable[n.Name]) == 0 {
 			continue
 		}
-		cands = append(cands, candidate{n.Name, len(movable[n.Name])})
+		c := claimOf[n.Name]
+		cands = append(cands, candidate{n.Name, movable[n.Name], c})
 	}
-	if len(cands) == 0 {
+	slices.SortFunc(cands, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(len(a.pods), len(b.pods)), cmp.Compare(a.name, b.name))
+	})
+	return cands
+}
+
+// planWithout simulates the pods of the candidates named taken moving off their nodes: onto
+// the other nodes as they are (cordoned ones left out), and at most maxNew new nodes.
+func planWithout(pi PlanInput, cands []candidate, taken []string, maxNew int) (simulate.Result, error) {
+	others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return slices.Contains(taken, n.Name) || n.Spec.Unschedulable })
+	bound := slices.DeleteFunc(slices.Clone(pi.Bound), func(p *corev1.Pod) bool { return slices.Contains(taken, p.Spec.NodeName) })
+	var moving []*corev1.Pod
+	for _, c := range cands {
+		if !slices.Contains(taken, c.name) {
+			continue
+		}
+		for _, p := range c.pods {
+			p = p.DeepCopy()
+			p.Spec.NodeName = ""
+			moving = append(moving, p)
+		}
+	}
+	res, err := simulate.Plan(moving, others, bound, pi.Template, maxNew)
+	if err != nil {
+		return simulate.Result{}, fmt.Errorf("scheduling simulation: %w", err)
+	}
+	return res, nil
+}
+
+// maxReplaced bounds the nodes one replacement takes away (and the simulations a decision
+// runs to find them).
+const maxReplaced = 16
+
+// Replaceable is the largest set of nodes a Cluster that consolidates when underutilized
+// may replace with one new node for less than they cost together (Karpenter's
+// consolidation by replacement): the first k candidates (consolidationCandidates' order),
+// k from the most the disruption budget allows down to two, whose pods the simulation
+// places on the other nodes and exactly one new node. Only nodes with a price (their
+// claim's winning bid, not free) in the currency of the first such candidate are
+// candidates: nothing replaces a free node for less. The new node is sized as a scale-up
+// sizes one, and capped at their total price less one, so the market rents it only when a
+// bid makes it cheaper. Nil when the Cluster consolidates only empty nodes, its budget
+// allows fewer than two nodes at once, a pod is pending, or no set qualifies. The error is
+// the scheduler framework failing to build.
+func Replaceable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.NodeClaim, s Settings) (*scale.Replacement, error) {
+	budget := DrainBudget(claims, s)
+	if s.Consolidation != v1alpha1.ConsolidateWhenUnderutilized || budget < 2 || anyPending(pods) {
 		return nil, nil
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Or(cmp.Compare(a.pods, b.pods), cmp.Compare(a.name, b.name)) })
-	pi := PlanInputOf(pods, nodes, claims, s)
-	var out []string
-	for _, c := range cands {
-		taken := append(slices.Clone(out), c.name)
-		others := slices.DeleteFunc(slices.Clone(pi.Nodes), func(n *corev1.Node) bool { return slices.Contains(taken, n.Name) || n.Spec.Unschedulable })
-		bound := slices.DeleteFunc(slices.Clone(pi.Bound), func(p *corev1.Pod) bool { return slices.Contains(taken, p.Spec.NodeName) })
-		var moving []*corev1.Pod
-		for _, name := range taken {
-			for _, p := range movable[name] {
-				p = p.DeepCopy()
-				p.Spec.NodeName = ""
-				moving = append(moving, p)
-			}
+	var cands []candidate
+	currency := ""
+	for _, c := range consolidationCandidates(pods, nodes, claims) {
+		pr := c.claim.Status.Price
+		if pr == nil || pr.Cost <= 0 || pr.Currency == "" {
+			continue
 		}
-		res, err := simulate.Plan(moving, others, bound, pi.Template, 0)
-		if err != nil {
-			return nil, fmt.Errorf("scheduling simulation: %w", err)
+		if currency == "" {
+			currency = pr.Currency
 		}
-		if len(res.Unplaced()) == 0 && res.NewNodes == 0 {
-			out = taken
+		if pr.Currency == currency {
+			cands = append(cands, c)
 		}
 	}
-	return out, nil
+	pi := PlanInputOf(pods, nodes, claims, s)
+	for k := min(len(cands), budget, maxReplaced); k >= 2; k-- {
+		taken := make([]string, k)
+		var total int64
+		for i, c := range cands[:k] {
+			taken[i] = c.name
+			total += c.claim.Status.Price.Cost
+		}
+		res, err := planWithout(pi, cands, taken, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Unplaced()) > 0 || res.NewNodes != 1 {
+			continue
+		}
+		l := res.NewNodeLoads[0]
+		size, ok := pi.Sizes.Fit(scale.Resources{MilliCPU: l.MilliCPU + pi.Overhead.MilliCPU, MemBytes: l.MemBytes + pi.Overhead.MemBytes})
+		if !ok {
+			continue
+		}
+		slices.Sort(taken)
+		return &scale.Replacement{Nodes: taken, Size: size, MaxPrice: scale.Price{Cost: total - 1, Currency: currency}}, nil
+	}
+	return nil, nil
 }
 
 // DrainBudget is how many nodes the cluster may drain at once: its disruption budget of

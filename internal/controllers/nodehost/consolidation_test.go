@@ -4,9 +4,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
 )
 
 // Which nodes a Cluster that consolidates when underutilized may drain: those whose pods fit
@@ -101,5 +103,81 @@ func TestBudget(t *testing.T) {
 		if got := (Settings{DisruptionBudget: tc.budget}).Budget(tc.nodes); got != tc.want {
 			t.Errorf("budget %q of %d nodes = %d, want %d", tc.budget, tc.nodes, got, tc.want)
 		}
+	}
+}
+
+// Which nodes one new node may replace for less: the most the budget allows, fewest pods
+// first, whose pods fit on the rest and exactly one new node, priced in one currency.
+func TestReplaceable(t *testing.T) {
+	rs := ownedBy("ReplicaSet")
+	nodes := func() []*corev1.Node {
+		return []*corev1.Node{sized(node("n1", corev1.ConditionTrue), "1", "1Gi", "110"),
+			sized(node("n2", corev1.ConditionTrue), "1", "1Gi", "110"), sized(node("n3", corev1.ConditionTrue), "1", "1Gi", "110")}
+	}
+	priced := func(name, node string, cost int64, currency string) *v1alpha1.NodeClaim {
+		c := claim(name, node, v1alpha1.NodeClaimRunning, false)
+		c.Status.Price = &v1alpha1.NodeClaimPrice{Cost: cost, Currency: currency}
+		return c
+	}
+	claims := []*v1alpha1.NodeClaim{priced("c-n1", "n1", 110, "USD"), priced("c-n2", "n2", 110, "USD"), priced("c-n3", "n3", 110, "USD")}
+	with := func(budget string) Settings {
+		return Settings{MaxNodes: 4, PodsPerNode: 10, Consolidation: v1alpha1.ConsolidateWhenUnderutilized, DisruptionBudget: budget}
+	}
+	each := func(cpu string) []*corev1.Pod {
+		return []*corev1.Pod{pod("a", all(onNode("n1"), rs, requesting(cpu))), pod("b", all(onNode("n2"), rs, requesting(cpu))),
+			pod("c", all(onNode("n3"), rs, requesting(cpu)))}
+	}
+	for _, tc := range []struct {
+		name     string
+		pods     []*corev1.Pod
+		settings Settings
+		claims   []*v1alpha1.NodeClaim
+		want     *scale.Replacement
+	}{{
+		name: "three nodes a pod each that none of the others holds: one 2-CPU node for all three",
+		pods: each("600m"), settings: with("3"), claims: claims,
+		want: &scale.Replacement{Nodes: []string{"n1", "n2", "n3"}, Size: scale.Size{CPUs: 2, MemMiB: 256}, MaxPrice: scale.Price{Cost: 329, Currency: "USD"}},
+	}, {
+		name: "a budget of two: the first two",
+		pods: each("600m"), settings: with("2"), claims: claims,
+		want: &scale.Replacement{Nodes: []string{"n1", "n2"}, Size: scale.Size{CPUs: 2, MemMiB: 256}, MaxPrice: scale.Price{Cost: 219, Currency: "USD"}},
+	}, {
+		name: "three do not fit one node of the largest size: two do",
+		pods: each("900m"), settings: with("3"), claims: claims,
+		want: &scale.Replacement{Nodes: []string{"n1", "n2"}, Size: scale.Size{CPUs: 2, MemMiB: 256}, MaxPrice: scale.Price{Cost: 219, Currency: "USD"}},
+	}, {
+		name: "a free node is never replaced",
+		pods: each("600m"), settings: with("3"), claims: []*v1alpha1.NodeClaim{priced("c-n1", "n1", 0, ""), claims[1], claims[2]},
+		want: &scale.Replacement{Nodes: []string{"n2", "n3"}, Size: scale.Size{CPUs: 2, MemMiB: 256}, MaxPrice: scale.Price{Cost: 219, Currency: "USD"}},
+	}, {
+		name: "prices in two currencies: only the first candidate's",
+		pods: each("600m"), settings: with("3"), claims: []*v1alpha1.NodeClaim{claims[0], priced("c-n2", "n2", 90, "EUR"), claims[2]},
+		want: &scale.Replacement{Nodes: []string{"n1", "n3"}, Size: scale.Size{CPUs: 2, MemMiB: 256}, MaxPrice: scale.Price{Cost: 219, Currency: "USD"}},
+	}, {
+		name: "no price known: nothing",
+		pods: each("600m"), settings: with("3"),
+		claims: []*v1alpha1.NodeClaim{claim("c-n1", "n1", v1alpha1.NodeClaimRunning, false), claim("c-n2", "n2", v1alpha1.NodeClaimRunning, false)},
+	}, {
+		name: "pods that fit on the other nodes: a drain, not a replacement",
+		pods: each("300m"), settings: with("2"), claims: claims,
+	}, {
+		name: "a budget of one: nothing",
+		pods: each("600m"), settings: with("1"), claims: claims,
+	}, {
+		name: "WhenEmpty: nothing",
+		pods: each("600m"), settings: Settings{MaxNodes: 4, PodsPerNode: 10, DisruptionBudget: "3"}, claims: claims,
+	}, {
+		name: "a pending pod: nothing",
+		pods: append(each("600m"), pod("p", unschedulable)), settings: with("3"), claims: claims,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Replaceable(tc.pods, nodes(), tc.claims, tc.settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Replaceable (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -280,6 +280,11 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		r.Log.Error("nodehost_consolidation_failed", "cluster", p.key.String(), "error", err.Error())
 	}
 	in.DisruptionBudget = DrainBudget(p.claims, s)
+	if len(in.Consolidatable) == 0 {
+		if in.Replacement, err = Replaceable(pods, nodes, p.claims, s); err != nil {
+			r.Log.Error("nodehost_replacement_failed", "cluster", p.key.String(), "error", err.Error())
+		}
+	}
 	d := scale.Decide(in)
 	r.watches.setState(w, d.State)
 	d, exceeded, err := r.applyQuota(ctx, p, d)

@@ -84,7 +84,7 @@ func readySince(n *corev1.Node) time.Time {
 
 // ClaimOf is what the decision needs of a NodeClaim.
 func ClaimOf(c *v1alpha1.NodeClaim) scale.Claim {
-	return scale.Claim{Name: c.Name, NodeName: c.Spec.NodeName, Deleting: c.DeletionTimestamp != nil}
+	return scale.Claim{Name: c.Name, NodeName: c.Spec.NodeName, Deleting: c.DeletionTimestamp != nil, Replaces: c.Spec.Replaces}
 }
 
 // ClaimEnded says whether a claim will never give (or give back) a node: Failed or Lost.

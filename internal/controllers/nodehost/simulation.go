@@ -244,7 +244,8 @@ func SimulationOf(pi PlanInput) (*scale.Simulation, error) {
 // room, a node can take any one pod more than planned, so a divergence fits the nodes
 // bought. A single new node needs none: the pods planned on it have nowhere else to go. Nor
 // is it taken when it would take more nodes (pods large beside a node).
-// Bids price per node, not per size, so the room costs the requester nothing.
+// Where bids are priced by size the room is paid for: the price of the plan's node count
+// rather than a node more for the pods stranded.
 func StrandingRoom(pending []*corev1.Pod, template simulate.NodeTemplate) simulate.Load {
 	var largest simulate.Load
 	for _, p := range pending {
