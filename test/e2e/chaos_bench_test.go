@@ -155,10 +155,10 @@ func TestBench_CrashLoop(t *testing.T) {
 		switch {
 		case l:
 			lost++
-			t.Logf("cycle %d: killed at %v (%s): the contract ended with no release asked: %s", i, killAt, step, why)
+			t.Logf("cycle %d: killed at %v (%s): the contract ended with no release asked: %s; %s", i, killAt, step, why, keepLog(t, dir, i))
 		case !ok:
 			stuck++
-			t.Logf("cycle %d: killed at %v (%s): not %s within a minute of the restart", i, killAt, step, want)
+			t.Logf("cycle %d: killed at %v (%s): not %s within a minute of the restart; %s", i, killAt, step, want, keepLog(t, dir, i))
 		default:
 			recovery = append(recovery, time.Since(restart))
 		}
@@ -187,4 +187,27 @@ func TestBench_CrashLoop(t *testing.T) {
 		*crashCycles, lost, leaked, stuck, cycle.Round(time.Millisecond), from, to.Round(time.Millisecond))
 	fmt.Printf("recovery after restart (restart to Deployed or gone): p50 %v, p99 %v, of %d\n",
 		bench.Median(recovery).Round(time.Millisecond), bench.Percentile(recovery, 99).Round(time.Millisecond), len(recovery))
+}
+
+// keepLog copies up's log (every run on the data dir so far) of a lost or stuck cycle where
+// it outlives the run: $SOCIALWEB_TEST_ARTIFACTS/<row>/cycle-N.log, else the temporary
+// directory. It says where, or why it could not.
+func keepLog(t *testing.T, dataDir string, cycle int) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, "logs", "socialweb.log"))
+	if err != nil {
+		return "no log kept: " + err.Error()
+	}
+	dir := os.Getenv("SOCIALWEB_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, t.Name())
+	path := filepath.Join(dir, fmt.Sprintf("cycle-%d.log", cycle))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "no log kept: " + err.Error()
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "no log kept: " + err.Error()
+	}
+	return "up's log in " + path
 }
