@@ -1,12 +1,10 @@
 package podnet
 
 import (
-	"fmt"
 	"os"
-	"runtime"
 
-	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
+	"socialweb.computer/internal/netns"
 )
 
 // netnsBind is wireguard-go's UDP bind with its sockets always opened in one network
@@ -28,28 +26,11 @@ func newNetnsBind() (*netnsBind, error) {
 	return &netnsBind{Bind: conn.NewDefaultBind(), ns: ns}, nil
 }
 
-// Open opens the inner bind on a thread that entered the namespace, then returns the
-// thread (or retires it, if it cannot).
+// Open opens the inner bind inside the namespace (netns.DoFile).
 func (b *netnsBind) Open(port uint16) (fns []conn.ReceiveFunc, actual uint16, err error) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, oerr := os.Open("/proc/thread-self/ns/net")
-		if oerr != nil {
-			err = oerr
-			return
-		}
-		defer orig.Close()
-		if serr := unix.Setns(int(b.ns.Fd()), unix.CLONE_NEWNET); serr != nil {
-			err = fmt.Errorf("enter the node's network namespace: %w", serr)
-			return
-		}
+	err = netns.DoFile(b.ns, func() (err error) {
 		fns, actual, err = b.Bind.Open(port)
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	<-done
+		return err
+	})
 	return fns, actual, err
 }

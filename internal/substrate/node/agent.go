@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"socialweb.computer/internal/clusternet"
+	"socialweb.computer/internal/netns"
 	"socialweb.computer/internal/netpol/podgate"
 	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/selfexe"
@@ -432,7 +432,7 @@ func waitFor(d time.Duration, ok func() bool) error {
 // listenInNetns opens a TCP listener inside the network namespace at nsPath.
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	var ln net.Listener
-	err := inNetns(nsPath, func() (err error) {
+	err := netns.Do(nsPath, func() (err error) {
 		ln, err = net.Listen("tcp", addr)
 		return err
 	})
@@ -447,7 +447,7 @@ func listenInNetns(nsPath, addr string) (net.Listener, error) {
 // the namespace it was made in).
 func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := inNetns(nsPath, func() (err error) {
+	err := netns.Do(nsPath, func() (err error) {
 		c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 		return err
 	})
@@ -456,35 +456,6 @@ func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, e
 		return nil, err
 	}
 	return c, err
-}
-
-// inNetns runs fn on a thread that has entered the network namespace at nsPath, and
-// returns the thread to its own namespace (a thread that cannot return is left locked, so
-// Go retires it).
-func inNetns(nsPath string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open(nsPath)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", nsPath, err)
-	}
-	ferr := fn()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns back: %w (and %v)", err, ferr)
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }
 
 // forwardTo accepts on ln and dials addr, copying both ways.

@@ -3,16 +3,13 @@ package substratetest
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"socialweb.computer/internal/netns"
 )
 
 // Network namespaces a test makes for itself: nodes, and a namespace that stands for the
@@ -58,42 +55,11 @@ func (n Netns) In(t testing.TB, f func()) {
 	}
 }
 
-// InNetns runs f on a goroutine of its own whose thread has entered the network namespace
-// at path, and waits for it. The thread goes back to its own namespace before it runs
-// anything else; one that cannot stays locked and ends with the goroutine. (A thread left in
-// the namespace that happened to be the process's first would make /proc/self/net, which is
-// that thread's view, show the namespace's sockets from then on.) Sockets f opens stay in
-// the namespace. The error is entering it.
+// InNetns runs f inside the network namespace at path (netns.Do: on a thread of its own
+// that comes back before it runs anything else). Sockets f opens stay in the namespace. The
+// error is entering or leaving it.
 func InNetns(path string, f func()) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		f()
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- nil
-	}()
-	return <-done
+	return netns.Do(path, func() error { f(); return nil })
 }
 
 // Sysctl writes value to /proc/sys/<key> inside namespace n (a net.* key).
