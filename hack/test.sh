@@ -34,7 +34,7 @@ rm -rf "$SOCIALWEB_TEST_ARTIFACTS"
 # event stream, from which the slowest rows are listed whether or not the run passed.
 mkdir -p .cache
 rc=0
-go tool gotestsum --format standard-quiet --jsonfile .cache/test-events.json -- -count=1 -timeout 40m ./... || rc=$?
+go tool gotestsum --format standard-quiet --jsonfile .cache/test-events.json -- -count=1 -timeout 45m ./... || rc=$?
 echo "== slowest tests (over 30s)"
 go tool gotestsum tool slowest --jsonfile .cache/test-events.json --threshold 30s
 [ "$rc" -eq 0 ] || exit "$rc"
