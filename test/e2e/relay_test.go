@@ -143,6 +143,7 @@ func dialInNetns(path string) func(ctx context.Context, network, addr string) (n
 type nsProc struct {
 	cmd   *exec.Cmd
 	lines chan string // stdout lines, when asked for
+	log   string      // path of its log file
 }
 
 func (n *relayNet) start(t *testing.T, name string, env []string, readStdout bool, argv ...string) *nsProc {
@@ -155,7 +156,7 @@ func (n *relayNet) start(t *testing.T, name string, env []string, readStdout boo
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.Name}, argv...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logf
-	p := &nsProc{cmd: cmd}
+	p := &nsProc{cmd: cmd, log: logPath}
 	var stdout *bufio.Scanner
 	if readStdout {
 		r, err := cmd.StdoutPipe()
@@ -213,9 +214,17 @@ type relayPDS struct {
 // the relays, and reads its serving and password lines.
 func (n *relayNet) startRelayPDS(t *testing.T, ip, host string, relays ...string) *relayPDS {
 	t.Helper()
+	return n.startRelayPDSWith(t, ip, host, nil, relays...)
+}
+
+// startRelayPDSWith is startRelayPDS with more flags of pds serve (--plc-url: PDSes sharing
+// one did:plc directory, as a relay resolves every DID through one).
+func (n *relayNet) startRelayPDSWith(t *testing.T, ip, host string, flags []string, relays ...string) *relayPDS {
+	t.Helper()
 	p := &relayPDS{url: "http://" + ip, adminPassword: "admin-" + host}
 	args := []string{socialwebBin, "pds", "serve", "--data-dir", t.TempDir(), "--listen", ip + ":80",
 		"--public-url", "http://" + host, "--log-level", "info"}
+	args = append(args, flags...)
 	for _, r := range relays {
 		args = append(args, "--relay", r)
 	}

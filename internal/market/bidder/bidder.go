@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -74,8 +75,10 @@ type Config struct {
 	Directory identity.Directory
 	Listen    string
 	// StateDir is where the bidder keeps what it must remember across its own restart and
-	// that no record may say: which accepts' secrets it took, and from whom (never a value).
-	// Empty keeps that in memory only.
+	// that no record may say: which accepts' secrets it took, and from whom (never a value),
+	// and the last seq handled of each firehose it follows (CursorsFile), so that a restart
+	// resumes each from there. Empty keeps that in memory only: a restart replays each
+	// firehose from its start.
 	StateDir string
 	Log      *slog.Logger
 	// Clock is what the bidder reads time and waits on (nil: the real clock): a bid's hold,
@@ -113,6 +116,8 @@ type Bidder struct {
 	router *feed.Router
 	// handleMu makes the events of every source one sequence, as they are of one source.
 	handleMu sync.Mutex
+	// cursors are the firehoses' last seqs handled (nil without a StateDir).
+	cursors *feed.Cursors
 	// recovered is closed once Run rebuilt its state: deliverSecrets waits for it, so a call
 	// in a restart's first moments is not refused for an accept not yet known again.
 	recovered chan struct{}
@@ -173,12 +178,22 @@ func GuestID(acceptURI string) string {
 	return "g" + hex.EncodeToString(h[:8])
 }
 
+// CursorsFile is the state dir's file of the firehoses' cursors (feed.Cursors).
+const CursorsFile = "cursors.json"
+
 // Run writes the offering, recovers its state from its repo and the substrate, and follows
 // the firehose until ctx ends. Guests keep running after it returns (Stop ends them).
 func (b *Bidder) Run(ctx context.Context) error {
 	endpoint := b.cfg.Repo.Endpoint()
 	if err := b.loadDelivered(); err != nil {
 		return err
+	}
+	if b.cfg.StateDir != "" {
+		c, err := feed.OpenCursors(filepath.Join(b.cfg.StateDir, CursorsFile))
+		if err != nil {
+			return err
+		}
+		b.cursors = c
 	}
 	if b.cfg.Directory != nil {
 		b.verifier = serviceauth.New(serviceauth.Config{Directory: serviceauth.CachingDirectory(b.cfg.Directory), Audiences: []string{b.DID()}})
@@ -201,19 +216,29 @@ func (b *Bidder) Run(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	close(b.recovered)
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		b.cursors.Run(ctx, func(err error) { b.log.Warn("saving firehose cursors", "err", err) })
+	}()
 	for _, src := range b.cfg.Sources {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.follow(ctx, src.Events, func(ev repos.Event) {
+			b.follow(ctx, src.Endpoint, src.Events, func(ev repos.Event) {
 				if ev.DID != "" && ev.DID != b.DID() {
 					b.router.Learn(ev.DID, src.Fetch)
 				}
 			})
 		}()
 	}
-	b.follow(ctx, b.cfg.Repo.Events(), nil)
+	b.follow(ctx, b.cfg.Repo.Endpoint(), b.cfg.Repo.Events(), nil)
 	b.wg.Wait()
+	<-flushed
+	// Once more with every follower stopped: the last seqs they handled are kept.
+	if err := b.cursors.Flush(); err != nil {
+		b.log.Warn("saving firehose cursors", "err", err)
+	}
 	return ctx.Err()
 }
 
@@ -239,22 +264,29 @@ type replay struct {
 	queued []string // rfp uris in stream order; under handleMu
 }
 
-// follow handles the events of src from its first, each after before (nil: none).
-func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(repos.Event)) {
+// follow handles the events of src (named url) from the one after its saved cursor (none:
+// its first), each after before (nil: none). An event's seq is saved once it is decided
+// on: live, not an rfp still held for the end of the backfill.
+func (b *Bidder) follow(ctx context.Context, url string, src repos.EventSource, before func(repos.Event)) {
 	r := &replay{start: time.Now()}
 	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })
 	defer most.Stop()
+	cursor := b.cursors.Get(url)
+	if cursor > 0 {
+		b.log.Info("following from a saved cursor", "source", url, "cursor", cursor)
+	}
 	head, exact := feed.HeadOf(ctx, src)
-	if exact && head == 0 {
-		b.goLive(ctx, r) // nothing to replay
+	if exact && (head == 0 || head == cursor) {
+		b.goLive(ctx, r) // nothing to replay (a cursor past head is refused and dropped for 0)
 	}
 	var quiet *time.Timer // armed after each event of the backfill
+	held := false         // an event failed: the cursor saves nothing past it
 	defer func() {
 		if quiet != nil {
 			quiet.Stop()
 		}
 	}()
-	feed.Follow(ctx, src, 0, func(ev repos.Event) {
+	feed.Follow(ctx, src, cursor, func(ev repos.Event) {
 		if quiet != nil {
 			quiet.Stop()
 		}
@@ -267,7 +299,16 @@ func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(
 		if !backfill {
 			b.goLive(ctx, r)
 		}
-		b.handleFrom(ctx, ev, r)
+		// The cursor stays before the first event whose handling failed (a record not read, a
+		// receipt not written): a restart replays from there, as one without a saved cursor
+		// replays everything (the handlers are idempotent), and retries it.
+		if b.handleFrom(ctx, ev, r) && !held {
+			held = true
+			b.log.Warn("firehose cursor held: an event was not handled; a restart handles it again", "source", url, "seq", ev.Seq)
+		}
+		if !held {
+			b.saveCursor(url, ev.Seq, r)
+		}
 		switch {
 		case exact && ev.Seq >= head:
 			b.goLive(ctx, r)
@@ -280,6 +321,19 @@ func (b *Bidder) follow(ctx context.Context, src repos.EventSource, before func(
 			}
 		}
 	})
+}
+
+// saveCursor records url's seq as handled once r is live: goLive decides the rfps it held
+// under handleMu, so live seen under it means they are decided.
+func (b *Bidder) saveCursor(url string, seq int64, r *replay) {
+	if b.cursors == nil {
+		return
+	}
+	b.handleMu.Lock()
+	defer b.handleMu.Unlock()
+	if r.live.Load() {
+		b.cursors.Set(url, seq)
+	}
 }
 
 // goLive ends r's backfill: the rfps it held are decided on, with every accept it carried
@@ -428,8 +482,9 @@ func (b *Bidder) recover(ctx context.Context) error {
 func (b *Bidder) handle(ctx context.Context, ev repos.Event) { b.handleFrom(ctx, ev, nil) }
 
 // handleFrom handles an event of r's firehose (nil: live), holding an rfp until r's backfill
-// is over.
-func (b *Bidder) handleFrom(ctx context.Context, ev repos.Event, r *replay) {
+// is over. failed says a record of it could not be handled (logged): a restart is to see it
+// again.
+func (b *Bidder) handleFrom(ctx context.Context, ev repos.Event, r *replay) (failed bool) {
 	b.handleMu.Lock()
 	defer b.handleMu.Unlock()
 	for _, op := range ev.Ops {
@@ -445,10 +500,12 @@ func (b *Bidder) handleFrom(ctx context.Context, ev repos.Event, r *replay) {
 			}
 			if err := b.onRFP(ctx, uri); err != nil {
 				b.log.Warn("rfp", "uri", uri, "err", err)
+				failed = true
 			}
 		case mk.AcceptNSID:
 			if err := b.onAccept(ctx, uri); err != nil {
 				b.log.Warn("accept", "uri", uri, "err", err)
+				failed = true
 			}
 		case mk.EventNSID:
 			if ev.DID == b.DID() {
@@ -456,9 +513,11 @@ func (b *Bidder) handleFrom(ctx context.Context, ev repos.Event, r *replay) {
 			}
 			if err := b.onEvent(ctx, uri); err != nil {
 				b.log.Warn("event", "uri", uri, "err", err)
+				failed = true
 			}
 		}
 	}
+	return failed
 }
 
 // evaluate says whether the bidder bids on rfp: its payload kind, its policy, capacity.

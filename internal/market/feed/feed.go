@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
+	"socialweb.computer/internal/atclient"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/pds"
 	"socialweb.computer/internal/repos"
@@ -60,7 +62,9 @@ func TID() string {
 
 // Follow calls fn for every event of src from cursor (0 replays what the PDS keeps) until
 // ctx ends, subscribing again from the last seq handled when the stream breaks. An error of
-// fn is logged by the caller's fn itself; Follow only stops with ctx.
+// fn is logged by the caller's fn itself; Follow only stops with ctx. A cursor the source
+// says is in its future (a relay or PDS started afresh, numbering from 1 again) is dropped
+// for 0: what the source keeps is replayed rather than nothing followed at all.
 func Follow(ctx context.Context, src repos.EventSource, cursor int64, fn func(repos.Event)) {
 	last := cursor
 	for ctx.Err() == nil {
@@ -73,11 +77,19 @@ func Follow(ctx context.Context, src repos.EventSource, cursor int64, fn func(re
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 			return
 		}
+		if FutureCursor(err) {
+			last = 0
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// FutureCursor says whether err is a source's refusal of a cursor past its newest event.
+func FutureCursor(err error) bool {
+	return errors.Is(err, pds.ErrFutureCursor) || errors.Is(err, atclient.ErrFatal)
 }
 
 // HeadOf is the seq of src's newest event when src can say it (repos.HeadSource); ok is
@@ -137,6 +149,9 @@ type Source struct {
 // the host does not serve (a relay serves no getRecord) is read from the PDS of its DID's
 // document instead.
 func Sources(urls []string, local *pds.Server, dir identity.Directory) []Source {
+	if dir != nil {
+		dir = cachingDirectory(dir) // one cache for every source
+	}
 	var out []Source
 	for _, u := range urls {
 		out = append(out, SourceOf(u, local, dir))
@@ -151,9 +166,20 @@ func SourceOf(url string, local *pds.Server, dir identity.Directory) Source {
 	}
 	f := Remote(url)
 	if dir != nil {
-		f = f.Or(ByDID(dir))
+		f = f.OrLearn(ByDID(cachingDirectory(dir)))
 	}
 	return Source{Endpoint: url, Events: repos.Firehose(url), Fetch: f}
+}
+
+// cachingDirectory is dir behind a cache, unless it already is one: every record a relay's
+// event names is read through its DID's document, and a look-up per read would cost each
+// read a round trip to the directory. An hour, as the service-auth verifier keeps them: an
+// account that moves is read from its old PDS until then (which fails, and says so).
+func cachingDirectory(dir identity.Directory) identity.Directory {
+	if _, ok := dir.(*identity.CacheDirectory); ok {
+		return dir
+	}
+	return identity.NewCacheDirectory(dir, 100_000, time.Hour, time.Minute, time.Minute)
 }
 
 // ByDID reads a record from the PDS that its DID's document names, without a session.
@@ -183,6 +209,34 @@ func (f Fetcher) Or(g Fetcher) Fetcher {
 			return rec, nil
 		}
 		return g(ctx, did, collection, rkey)
+	}
+}
+
+// OrLearn reads through f, and through g when f fails, as Or does (g's error when both
+// fail); once g has read what f could not, g is asked first, until f reads what g could
+// not. For a relay's URL (f), which serves no record, that spares every later read the
+// refused request.
+func (f Fetcher) OrLearn(g Fetcher) Fetcher {
+	var gFirst atomic.Bool
+	return func(ctx context.Context, did, collection, rkey string) (*repos.Record, error) {
+		swapped := gFirst.Load()
+		first, second := f, g
+		if swapped {
+			first, second = g, f
+		}
+		rec, err1 := first(ctx, did, collection, rkey)
+		if err1 == nil {
+			return rec, nil
+		}
+		rec, err2 := second(ctx, did, collection, rkey)
+		if err2 == nil {
+			gFirst.Store(!swapped) // the one that read it goes first
+			return rec, nil
+		}
+		if swapped {
+			return nil, err1
+		}
+		return nil, err2
 	}
 }
 

@@ -3,6 +3,8 @@ package feed
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,46 @@ func TestRouter(t *testing.T) {
 	}
 	if _, err := NewRouter(hosting("own")).Fetcher()(ctx, "did:a", "c", "k"); !errors.Is(err, repos.ErrNotFound) {
 		t.Fatalf("none hosts it: %v, want ErrNotFound", err)
+	}
+}
+
+func TestOrLearn(t *testing.T) {
+	var asked []string
+	serving := map[string]bool{"relay": false, "pds": true}
+	fetcher := func(name string) Fetcher {
+		return func(ctx context.Context, did, coll, rkey string) (*repos.Record, error) {
+			asked = append(asked, name)
+			if !serving[name] {
+				return nil, fmt.Errorf("%w: %s serves no record", repos.ErrUnavailable, name)
+			}
+			return &repos.Record{CID: name}, nil
+		}
+	}
+	f := fetcher("relay").OrLearn(fetcher("pds"))
+	ctx := context.Background()
+	for _, row := range []struct {
+		name       string
+		relay, pds bool
+		want       string // CID read, or "" for an error
+		wantAsked  []string
+	}{
+		{name: "first read asks the relay, then the PDS", pds: true, want: "pds", wantAsked: []string{"relay", "pds"}},
+		{name: "then the PDS alone", pds: true, want: "pds", wantAsked: []string{"pds"}},
+		{name: "the PDS down: the relay next, and the error of the PDS", wantAsked: []string{"pds", "relay"}},
+		{name: "the first source serving again goes first", relay: true, want: "relay", wantAsked: []string{"pds", "relay"}},
+		{name: "and stays first", relay: true, pds: true, want: "relay", wantAsked: []string{"relay"}},
+	} {
+		serving["relay"], serving["pds"] = row.relay, row.pds
+		asked = nil
+		rec, err := f(ctx, "did:a", "c", "k")
+		switch {
+		case row.want == "" && (err == nil || !strings.Contains(err.Error(), "pds serves")):
+			t.Errorf("%s: %v %v, want the PDS's error", row.name, rec, err)
+		case row.want != "" && (err != nil || rec.CID != row.want):
+			t.Errorf("%s: %v %v, want %s", row.name, rec, err, row.want)
+		}
+		if fmt.Sprint(asked) != fmt.Sprint(row.wantAsked) {
+			t.Errorf("%s: asked %v, want %v", row.name, asked, row.wantAsked)
+		}
 	}
 }
