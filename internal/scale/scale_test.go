@@ -16,13 +16,31 @@ func pending(name string, ago time.Duration) Pod {
 	return Pod{Name: name, Unschedulable: true, PendingSince: t0.Add(-ago)}
 }
 
+// decideCase is a row of a Decide table: the decision's State is not compared (rows that
+// check it do so on their own).
+type decideCase struct {
+	name string
+	in   Input
+	want Decision
+}
+
+// checkDecide runs Decide on each row.
+func checkDecide(t *testing.T, cases []decideCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(tc.in)
+			got.State = State{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	hold := 2 * time.Minute
-	cases := []struct {
-		name string
-		in   Input
-		want Decision
-	}{
+	cases := []decideCase{
 		{
 			name: "nothing at all",
 			in:   Input{Now: t0, MaxNodes: 3, PodsPerNode: 2, Hold: hold},
@@ -309,15 +327,7 @@ func TestDecide(t *testing.T) {
 			want: Decision{Action: Provision, Provision: 1, Reason: ReasonIntentBeyond},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.in)
-			got.State = State{}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Fatalf("Decide (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkDecide(t, cases)
 }
 
 // Consolidation: a node whose pods fit on the others (Input.Consolidatable, from the
@@ -329,11 +339,7 @@ func TestDecideConsolidation(t *testing.T) {
 	claims := []Claim{{Name: "c1", NodeName: "n1"}, {Name: "c2", NodeName: "n2"}}
 	busy := []Pod{{Name: "a", Node: "n1"}, {Name: "b", Node: "n2"}}
 	long := State{ConsolidatableSince: map[string]time.Time{"n2": t0.Add(-time.Hour)}}
-	cases := []struct {
-		name string
-		in   Input
-		want Decision
-	}{{
+	cases := []decideCase{{
 		name: "consolidatable past hold: drain it",
 		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n2"}, State: long},
 		want: Decision{Action: Drain, Drain: []string{"n2"}, Reason: ReasonUnderutilized},
@@ -381,15 +387,7 @@ func TestDecideConsolidation(t *testing.T) {
 			Consolidatable: []string{"n2"}, State: long},
 		want: Decision{Action: Hold, Reason: ReasonAtMax},
 	}}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.in)
-			got.State = State{}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Fatalf("Decide (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkDecide(t, cases)
 	// The time a node was first seen consolidatable is kept while it stays so, and dropped
 	// when it is not.
 	got := Decide(Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Consolidatable: []string{"n1"},
@@ -690,11 +688,7 @@ func TestDecideReplacement(t *testing.T) {
 	// The replacement n3 has joined, with its claim saying what it replaces.
 	joinedRepl := append(slices.Clone(nodes), Node{Name: "n3"})
 	replClaims := append(slices.Clone(claims), Claim{Name: "c3", NodeName: "n3", Replaces: []string{"n2", "n1"}})
-	cases := []struct {
-		name string
-		in   Input
-		want Decision
-	}{{
+	cases := []decideCase{{
 		name: "replaceable past hold: rent one node capped below the two",
 		in:   Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r, State: long},
 		want: Decision{Action: Provision, Provision: 1, Sizes: []Size{{CPUs: 2, MemMiB: 512}}, Replaces: []string{"n1", "n2"},
@@ -748,15 +742,7 @@ func TestDecideReplacement(t *testing.T) {
 			State: State{EmptySince: map[string]time.Time{"n3": t0.Add(-time.Hour)}}},
 		want: Decision{Action: Release, Release: []string{"n3"}, ReleaseClaims: []string{"c3"}, Reason: ReasonEmptyPastHold},
 	}}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.in)
-			got.State = State{}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Fatalf("Decide (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkDecide(t, cases)
 	// A rented replacement is remembered, and the memory kept for ReplaceRetry only.
 	st := Decide(Input{Now: t0, Pods: busy, Nodes: nodes, Claims: claims, MaxNodes: 3, Hold: hold, Replacement: r,
 		State: State{ReplaceableSince: long.ReplaceableSince, ReplaceTried: map[string]time.Time{"old": t0.Add(-ReplaceRetry)}}}).State
