@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -90,7 +89,7 @@ func newRelayMarket(t *testing.T) *relayMarket {
 		handle := fmt.Sprintf("bidder%d.test", i+1)
 		b := &relayBidder{handle: handle, password: "pw-" + handle, pds: m.hosts[i], stateDir: filepath.Join(t.TempDir(), "bidder")}
 		b.guests = filepath.Join(b.stateDir, "guests")
-		b.did = inviteAccount(t, ctx, rn, p, handle, b.password)
+		b.did = inviteAccount(t, ctx, rn, p, handle, b.password).DID()
 		m.bidders = append(m.bidders, b)
 		if sub, err := deno.New(deno.Config{StateDir: b.guests}); err == nil {
 			substratetest.Cleanup(t, sub, b.guests) // no guest outlives the row
@@ -122,31 +121,6 @@ func waitRelayed(t *testing.T, ctx context.Context, relayLog *commitLog, c *atcl
 			return
 		}
 	}
-}
-
-// inviteAccount creates handle on p with an invite code its admin mints, and returns its DID.
-func inviteAccount(t *testing.T, ctx context.Context, rn *relayNet, p *relayPDS, handle, password string) string {
-	t.Helper()
-	req, _ := http.NewRequest("POST", p.url+"/xrpc/com.atproto.server.createInviteCode", strings.NewReader(`{"useCount":1}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.SetBasicAuth("admin", p.adminPassword)
-	resp, err := rn.HTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var invite struct {
-		Code string `json:"code"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&invite)
-	resp.Body.Close()
-	if invite.Code == "" {
-		t.Fatalf("createInviteCode on %s: %d", p.url, resp.StatusCode)
-	}
-	s, err := (&atclient.Client{Host: p.url, HTTP: rn.HTTP}).CreateAccountWithInvite(ctx, handle, password, "", invite.Code)
-	if err != nil {
-		t.Fatalf("account %s on %s: %v", handle, p.url, err)
-	}
-	return s.DID
 }
 
 // forward listens on addr inside the namespace and carries each connection to addr in the

@@ -398,6 +398,32 @@ func (l *commitLog) has(repo, rev string) bool {
 	return false
 }
 
+// inviteAccount signs handle up on p over XRPC with an invite code p's admin mints, and
+// returns a client logged in as it.
+func inviteAccount(t *testing.T, ctx context.Context, rn *relayNet, p *relayPDS, handle, password string) *atclient.Client {
+	t.Helper()
+	req, _ := http.NewRequest("POST", p.url+"/xrpc/com.atproto.server.createInviteCode", strings.NewReader(`{"useCount":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth("admin", p.adminPassword)
+	resp, err := rn.HTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var invite struct {
+		Code string `json:"code"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&invite)
+	resp.Body.Close()
+	if invite.Code == "" {
+		t.Fatalf("createInviteCode on %s: %d", p.url, resp.StatusCode)
+	}
+	c := &atclient.Client{Host: p.url, HTTP: rn.HTTP}
+	if _, err := c.CreateAccountWithInvite(ctx, handle, password, "", invite.Code); err != nil {
+		t.Fatalf("createAccount of %s with an invite code on %s: %v", handle, p.url, err)
+	}
+	return c
+}
+
 // waitFor polls cond every 200 ms until it holds or the limit passes.
 func waitFor(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
@@ -462,26 +488,7 @@ func TestACC_RelayIngestsOurPDS(t *testing.T) {
 	t.Logf("relay listHosts: %v", hosts)
 
 	// A second account, signed up over XRPC with an invite code.
-	req, _ := http.NewRequest("POST", p.url+"/xrpc/com.atproto.server.createInviteCode", strings.NewReader(`{"useCount":1}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.SetBasicAuth("admin", p.adminPassword)
-	resp, err := rn.HTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var invite struct {
-		Code string `json:"code"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&invite)
-	resp.Body.Close()
-	if invite.Code == "" {
-		t.Fatalf("createInviteCode: %d", resp.StatusCode)
-	}
-	b := &atclient.Client{Host: p.url, HTTP: rn.HTTP}
-	bs, err := b.CreateAccountWithInvite(ctx, "second.test", "second-password", "", invite.Code)
-	if err != nil {
-		t.Fatalf("createAccount with an invite code: %v", err)
-	}
+	b := inviteAccount(t, ctx, rn, p, "second.test", "second-password")
 
 	// Writes on both: creates, an update, a delete.
 	const coll = "computer.socialweb.test.note"
@@ -504,12 +511,12 @@ func TestACC_RelayIngestsOurPDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last[bs.DID] = cm.Rev
+	last[b.DID()] = cm.Rev
 
-	if !waitFor(60*time.Second, func() bool { return relayLog.has(p.did, last[p.did]) && relayLog.has(bs.DID, last[bs.DID]) }) {
+	if !waitFor(60*time.Second, func() bool { return relayLog.has(p.did, last[p.did]) && relayLog.has(b.DID(), last[b.DID()]) }) {
 		t.Fatalf("the relay did not re-serve the last commits (%v) in 60s", last)
 	}
-	if !waitFor(30*time.Second, func() bool { return pdsLog.has(p.did, last[p.did]) && pdsLog.has(bs.DID, last[bs.DID]) }) {
+	if !waitFor(30*time.Second, func() bool { return pdsLog.has(p.did, last[p.did]) && pdsLog.has(b.DID(), last[b.DID()]) }) {
 		t.Fatal("the PDS's own firehose lacks the last commits")
 	}
 
