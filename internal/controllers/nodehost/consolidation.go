@@ -183,6 +183,9 @@ func Replaceable(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 			cands = append(cands, c)
 		}
 	}
+	if len(cands) < 2 {
+		return nil, nil
+	}
 	pi := PlanInputOf(pods, nodes, claims, s)
 	for k := min(len(cands), budget, maxReplaced); k >= 2; k-- {
 		taken := make([]string, k)
