@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bin/socialweb}
-go build -tags "${SOCIALWEB_BUILD_TAGS:-}" -ldflags "$(bash hack/kube-ldflags.sh)" -o "$out" ./cmd/socialweb
+# Static (no cgo: only net and os/user would use it, and both have pure-Go paths): the
+# same file runs on the host, in a node and as the container image's one binary.
+CGO_ENABLED=0 go build -tags "${SOCIALWEB_BUILD_TAGS:-}" -ldflags "$(bash hack/kube-ldflags.sh)" -o "$out" ./cmd/socialweb
 CGO_ENABLED=0 go build -o "$(dirname "$out")/socialweb-guest-jail" ./cmd/socialweb-guest-jail
 CGO_ENABLED=0 go build -o "$(dirname "$out")/socialweb-cni-netpol" ./cmd/socialweb-cni-netpol
 bash hack/build-node-runtime.sh "$(dirname "$out")/node-runtime"

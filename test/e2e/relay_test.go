@@ -218,17 +218,20 @@ func (n *relayNet) startRelayPDS(t *testing.T, ip, host string, relays ...string
 }
 
 // startRelayPDSWith is startRelayPDS with more flags of pds serve (--plc-url: PDSes sharing
-// one did:plc directory, as a relay resolves every DID through one).
+// one did:plc directory, as a relay resolves every DID through one). An empty host gives no
+// public URL: the PDS names its listen address, http://ip.
 func (n *relayNet) startRelayPDSWith(t *testing.T, ip, host string, flags []string, relays ...string) *relayPDS {
 	t.Helper()
-	p := &relayPDS{url: "http://" + ip, adminPassword: "admin-" + host}
-	args := []string{socialwebBin, "pds", "serve", "--data-dir", t.TempDir(), "--listen", ip + ":80",
-		"--public-url", "http://" + host, "--log-level", "info"}
+	p := &relayPDS{url: "http://" + ip, adminPassword: "admin-" + host + ip}
+	args := []string{socialwebBin, "pds", "serve", "--data-dir", t.TempDir(), "--listen", ip + ":80", "--log-level", "info"}
+	if host != "" {
+		args = append(args, "--public-url", "http://"+host)
+	}
 	args = append(args, flags...)
 	for _, r := range relays {
 		args = append(args, "--relay", r)
 	}
-	proc := n.start(t, "pds-"+host, []string{app.AdminPasswordEnv + "=" + p.adminPassword}, true, args...)
+	proc := n.start(t, "pds-"+host+ip, []string{app.AdminPasswordEnv + "=" + p.adminPassword}, true, args...)
 	deadline := time.After(60 * time.Second)
 	var seen []string
 	for p.password == "" {
