@@ -26,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	rbacvalidation "k8s.io/kubernetes/pkg/registry/rbac/validation"
 	rbacauthz "k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac"
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
@@ -54,6 +55,8 @@ type enforcement struct {
 	mu     sync.Mutex
 	denied map[string]int
 	used   map[access]bool
+	// refused are the accesses of the denied requests.
+	refused map[access]bool
 }
 
 func newEnforcement(b *build) *enforcement {
@@ -82,8 +85,9 @@ func newEnforcement(b *build) *enforcement {
 		user: &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":" + serviceAccount,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, user.AllAuthenticated}},
 		info:   &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
-		denied: map[string]int{},
-		used:   map[access]bool{},
+		denied:  map[string]int{},
+		used:    map[access]bool{},
+		refused: map[access]bool{},
 	}
 }
 
@@ -117,6 +121,13 @@ func (f enforcer) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	f.e.mu.Lock()
 	f.e.denied[what]++
+	if ri.IsResourceRequest {
+		res := ri.Resource
+		if ri.Subresource != "" {
+			res += "/" + ri.Subresource
+		}
+		f.e.refused[access{group: ri.APIGroup, resource: res, verb: ri.Verb}] = true
+	}
 	f.e.mu.Unlock()
 	msg := fmt.Sprintf("%s is forbidden: %s %v", what, reason, err)
 	body, _ := json.Marshal(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -136,6 +147,27 @@ func TestControllersUnderRBAC(t *testing.T) {
 		t.Skip("starts the embedded core and every controller")
 	}
 	enf := newEnforcement(kustomize(t, "default"))
+	runUnderRBAC(t, enf, nil)
+
+	enf.mu.Lock()
+	defer enf.mu.Unlock()
+	var denied []string
+	for what, n := range enf.denied {
+		denied = append(denied, fmt.Sprintf("%s (%d times)", what, n))
+	}
+	sort.Strings(denied)
+	if len(denied) > 0 {
+		t.Errorf("RBAC denied the controllers:\n%s", strings.Join(denied, "\n"))
+	}
+}
+
+// errRefused stops a run of runUnderRBAC once the access it watches for was refused.
+var errRefused = errors.New("the watched access was refused")
+
+// runUnderRBAC starts every controller under enf and drives every kind through its create,
+// sync and delete paths. With refused set, it stops as soon as enf refuses that access and
+// says so; otherwise it runs to the end (and fails the test on a step that does not happen).
+func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool) {
 	env := testenv.Start(t, testenv.Options{PDS: true, Log: io.Discard})
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return enforcer{next: rt, e: enf} })
@@ -147,9 +179,17 @@ func TestControllersUnderRBAC(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	defer func() { cancel(); <-done }()
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errRefused { //nolint:errorlint // the sentinel itself
+				panic(r)
+			}
+			stopped = true
+		}
+	}()
 
-	d := &driver{t: t, c: env.Client, enf: enf}
+	d := &driver{t: t, c: env.Client, enf: enf, stopAt: refused}
 	const ns = "default"
 	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
 
@@ -198,12 +238,33 @@ func TestControllersUnderRBAC(t *testing.T) {
 		return o.(*v1alpha1.Infra).Spec.Description == "typed by hand"
 	})
 
-	// An EphemeralInfra: its deadline in status.
+	// An EphemeralInfra: its deadline in status; once its one contract is released it has
+	// ended and deletes itself.
 	d.create(&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eph"},
-		Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 600}})
-	d.wait("the EphemeralInfra reports its deadline", &v1alpha1.EphemeralInfra{}, key("eph"), func(o client.Object) bool {
+		Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 600, InfraSpec: v1alpha1.InfraSpec{
+			Contracts: []v1alpha1.InfraContract{{Name: "job", State: v1alpha1.ContractRequested}}}}})
+	d.wait("the EphemeralInfra reports its deadline and its contract", &v1alpha1.EphemeralInfra{}, key("eph"), func(o client.Object) bool {
 		e := o.(*v1alpha1.EphemeralInfra)
-		return e.Status.ExpiresAt != nil
+		return e.Status.ExpiresAt != nil && len(e.Status.Contracts) == 1 && e.Status.Contracts[0].Phase != ""
+	})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var eph v1alpha1.EphemeralInfra
+		if err := env.Client.Get(context.Background(), key("eph"), &eph); err != nil {
+			return err
+		}
+		eph.Spec.Contracts[0].State = v1alpha1.ContractReleased
+		return env.Client.Update(context.Background(), &eph)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.gone(&v1alpha1.EphemeralInfra{}, key("eph"))
+
+	// An ephemeral collection: a live record put on the PDS by hand becomes a child.
+	putEphemeralRecord(t, env, "ephhandmade")
+	d.create(&v1alpha1.EphemeralInfraCollection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "emine"},
+		Spec: v1alpha1.InfraCollectionSpec{RepoRef: v1alpha1.ObjectRef{Name: "me"}}})
+	d.wait("the ephemeral collection's child pulled its record", &v1alpha1.EphemeralInfra{}, key("ephhandmade"), func(o client.Object) bool {
+		return o.(*v1alpha1.EphemeralInfra).Spec.Description == "typed by hand"
 	})
 
 	// A Cluster (no tenant control planes here) and a NodeClaim of it.
@@ -226,6 +287,8 @@ func TestControllersUnderRBAC(t *testing.T) {
 	for _, o := range []client.Object{
 		&v1alpha1.InfraCollection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}},
 		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "handmade"}},
+		&v1alpha1.EphemeralInfraCollection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "emine"}},
+		&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ephhandmade"}},
 	} {
 		if err := env.Client.Delete(context.Background(), o); err != nil {
 			t.Fatal(err)
@@ -233,8 +296,9 @@ func TestControllersUnderRBAC(t *testing.T) {
 	}
 	d.gone(&v1alpha1.InfraCollection{}, key("mine"))
 	d.gone(&v1alpha1.Infra{}, key("handmade"))
+	d.gone(&v1alpha1.EphemeralInfraCollection{}, key("emine"))
+	d.gone(&v1alpha1.EphemeralInfra{}, key("ephhandmade"))
 	for _, o := range []client.Object{
-		&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eph"}},
 		&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "n1"}},
 		&v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}},
 		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pub"}},
@@ -249,33 +313,9 @@ func TestControllersUnderRBAC(t *testing.T) {
 	d.gone(&v1alpha1.Infra{}, key("pub"))
 	d.gone(&v1alpha1.AtprotoRecord{}, key(infra.RecordChildName(infra.KindInfra, "pub")))
 	d.gone(&v1alpha1.AtprotoRecordWatch{}, key(infra.WatchName(infra.KindInfra, v1alpha1.ObjectRef{Name: "me"})))
-	d.gone(&v1alpha1.EphemeralInfra{}, key("eph"))
 	d.gone(&v1alpha1.Infra{}, key("req"))
 	d.gone(&v1alpha1.ComputeContract{}, key("infra-req-web"))
-
-	enf.mu.Lock()
-	defer enf.mu.Unlock()
-	var denied []string
-	for what, n := range enf.denied {
-		denied = append(denied, fmt.Sprintf("%s (%d times)", what, n))
-	}
-	sort.Strings(denied)
-	if len(denied) > 0 {
-		t.Errorf("RBAC denied the controllers:\n%s", strings.Join(denied, "\n"))
-	}
-	// What the role grants that this run did not use, listed for the reader: reads the
-	// cache answers (get; list, where the informers start with a watch-list), and paths the
-	// run does not reach (an ended EphemeralInfra deleting itself, the ephemeral collection,
-	// a node's bundle and ledger, the one-time upgrade of a watch's status managers).
-	granted := rules("", controllerRole, enf.role.Rules)
-	var unused []string
-	for a := range granted {
-		if !enf.used[access{group: a.group, resource: a.resource, verb: a.verb}] {
-			unused = append(unused, a.String())
-		}
-	}
-	sort.Strings(unused)
-	t.Logf("granted and not used in this run:\n%s", strings.Join(unused, "\n"))
+	return false
 }
 
 // driver creates objects and waits on them as their owner (the admin client).
@@ -283,6 +323,8 @@ type driver struct {
 	t   *testing.T
 	c   client.Client
 	enf *enforcement
+	// stopAt, when set, ends the run (panicking errRefused) once enf refused it.
+	stopAt *access
 }
 
 func (d *driver) create(o client.Object) {
@@ -321,6 +363,14 @@ func (d *driver) poll(what string, cond func() (bool, error)) {
 	deadline := time.Now().Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
+		if d.stopAt != nil {
+			d.enf.mu.Lock()
+			refused := d.enf.refused[*d.stopAt]
+			d.enf.mu.Unlock()
+			if refused {
+				panic(errRefused)
+			}
+		}
 		ok, err := cond()
 		if ok {
 			return
@@ -333,23 +383,43 @@ func (d *driver) poll(what string, cond func() (bool, error)) {
 	d.t.Fatalf("%s: not within 30s; denied so far: %v; last: %v", what, d.enf.denied, last)
 }
 
+// putEphemeralRecord writes a live ephemeralInfra record at rkey and its index entry, as a
+// writer other than the controllers (a CLI) would.
+func putEphemeralRecord(t *testing.T, env *testenv.Env, rkey string) {
+	t.Helper()
+	desc := "typed by hand"
+	now := time.Now()
+	putRecordOf(t, env, infra.KindEphemeralInfra, rkey, atinfra.EphemeralInfra{CreatedAt: now.UTC().Format(time.RFC3339), Description: &desc, TTLSeconds: 3600}, now.Add(time.Hour))
+}
+
 // putRecord writes a deployment record at rkey and its entry in the index at self, as a
 // writer other than the controllers (a CLI) would.
 func putRecord(t *testing.T, env *testenv.Env, rkey string) {
+	t.Helper()
+	desc := "typed by hand"
+	putRecordOf(t, env, infra.KindInfra, rkey, atinfra.Infra{CreatedAt: "2026-11-30T11:00:00Z", Description: &desc}, time.Time{})
+}
+
+// putRecordOf writes rec, a record of kind, at rkey and its entry in the index at self;
+// expires is the record's deadline (zero: none).
+func putRecordOf(t *testing.T, env *testenv.Env, kind infra.Kind, rkey string, rec any, expires time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	repo, err := repos.Local(ctx, env.PDS, env.Account.DID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc := "typed by hand"
-	b, _ := json.Marshal(atinfra.Infra{CreatedAt: "2026-11-30T11:00:00Z", Description: &desc})
-	var rec map[string]any
-	if err := json.Unmarshal(b, &rec); err != nil {
+	b, _ := json.Marshal(rec)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := env.PDS.Repo(env.Account.DID).Put(ctx, atinfra.InfraNSID, rkey, rec, nil); err != nil {
+	if _, _, err := env.PDS.Repo(env.Account.DID).Put(ctx, kind.Collection(), rkey, m, nil); err != nil {
 		t.Fatal(err)
+	}
+	var exp *time.Time
+	if !expires.IsZero() {
+		exp = &expires
 	}
 	for {
 		idx, selfCreatedAt, swap, err := infractl.ReadIndex(ctx, repo)
@@ -357,7 +427,7 @@ func putRecord(t *testing.T, env *testenv.Env, rkey string) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		next, changed := infra.IndexPass(idx, infra.IndexEntryFor(infra.KindInfra, rkey, now, nil, "cli"), true, now)
+		next, changed := infra.IndexPass(idx, infra.IndexEntryFor(kind, rkey, now, exp, "cli"), true, now)
 		if !changed {
 			return
 		}
@@ -434,4 +504,89 @@ func res(verb, group, resource, sub, ns string) authorizer.AttributesRecord {
 
 func nonRes(verb, path string) authorizer.AttributesRecord {
 	return authorizer.AttributesRecord{Verb: verb, Path: path}
+}
+
+// notExercised are the accesses the controllers' role grants that runUnderRBAC does not
+// make, each with why it is granted all the same.
+var notExercised = func() map[access]string {
+	const sw = "socialweb.computer"
+	m := map[access]string{}
+	// The manager's cache lists each kind it reads through a watch-list stream (verb watch)
+	// on an API server that serves one; any other is asked list.
+	for _, r := range []string{"atprotorecords", "atprotorecordwatches", "atprotorepos", "clusters", "computecontracts",
+		"ephemeralinfracollections", "ephemeralinfras", "infracollections", "nodeclaims"} {
+		m[access{group: sw, resource: r, verb: "list"}] = "the cache's initial list on an API server without watch-list streams"
+	}
+	m[access{resource: "secrets", verb: "list"}] = "the cache's initial list on an API server without watch-list streams"
+	// A claim whose contract was won: needs a bidder that runs nodes, which this run has not.
+	won := "the NodeClaim controller once a bidder that runs nodes won its claim: "
+	m[access{resource: "secrets", verb: "create"}] = won + "the node's join bundle Secret (nodeclaim/bundle.go)"
+	m[access{resource: "secrets", verb: "update"}] = won + "the account's node-time ledger Secret (quota/ledger)"
+	m[access{group: sw, resource: "atprotorepos", verb: "create"}] = won + "the node's local AtprotoRepo"
+	m[access{group: sw, resource: "clusters", verb: "get"}] = won + "its resync after a restart reads the Cluster uncached (nodeclaim/resync.go)"
+	m[access{group: sw, resource: "nodeclaims", verb: "get"}] = won + "its resync after a restart reads each claim uncached (nodeclaim/resync.go)"
+	m[access{group: sw, resource: "atprotorecordwatches", verb: "patch"}] = "reconcilekit.ApplyStatus's one-time move of a watch's status " +
+		"fields to its apply manager, for a watch an older version wrote by update"
+	return m
+}()
+
+// TestEveryRuleIsNeeded removes each access the controllers' ClusterRole grants (a verb on a
+// resource of a rule), one at a time, and runs the controllers under the rest: the run must
+// be refused exactly that access, answered with a Forbidden that names the verb and the
+// resource, as an API server would. An access the run does not make must be in notExercised
+// with its reason. The leader-election Role and the metrics roles are decided one request at
+// a time in TestRBACDecisions.
+func TestEveryRuleIsNeeded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the embedded core and every controller, once per rule")
+	}
+	b := kustomize(t, "default")
+	full := newEnforcement(b)
+	runUnderRBAC(t, full, nil)
+	granted := rules("", controllerRole, full.role.Rules)
+	var all []access
+	for a := range granted {
+		all = append(all, access{group: a.group, resource: a.resource, verb: a.verb})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].String() < all[j].String() })
+	for _, a := range all {
+		if reason, ok := notExercised[a]; ok {
+			if full.used[a] {
+				t.Errorf("%s is listed as not exercised (%s), but the run made it", a, reason)
+			}
+			continue
+		}
+		if !full.used[a] {
+			t.Errorf("%s is granted, the run does not make it, and notExercised gives no reason", a)
+			continue
+		}
+		t.Run(a.verb+" "+a.group+"/"+a.resource, func(t *testing.T) {
+			enf := newEnforcement(withoutAccess(b, a))
+			runUnderRBAC(t, enf, &a)
+			enf.mu.Lock()
+			defer enf.mu.Unlock()
+			if !enf.refused[a] {
+				t.Errorf("without %s the run was refused %v, not it", a, enf.denied)
+			}
+		})
+	}
+}
+
+// withoutAccess is b with the controllers' ClusterRole granting everything it did but a.
+func withoutAccess(b *build, a access) *build {
+	role := b.clusterRoles[controllerRole].DeepCopy()
+	role.Rules = nil
+	for g := range rules("", controllerRole, b.clusterRoles[controllerRole].Rules) {
+		if g.group == a.group && g.resource == a.resource && g.verb == a.verb {
+			continue
+		}
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verb}})
+	}
+	out := *b
+	out.clusterRoles = map[string]*rbacv1.ClusterRole{}
+	for k, v := range b.clusterRoles {
+		out.clusterRoles[k] = v
+	}
+	out.clusterRoles[controllerRole] = role
+	return &out
 }

@@ -121,9 +121,9 @@ func (r *Reconciler) recordsOfChange(ctx context.Context, c watch.Change) []reco
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches its records (the
 // finalizer) and their status, reads repos and the credentials Secrets a remote repo logs
 // in with.
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile keeps one record written, or finalizes it.

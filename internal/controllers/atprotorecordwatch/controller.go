@@ -124,7 +124,7 @@ func (r *Reconciler) watchesOfRepo(ctx context.Context, o client.Object) []recon
 // the credentials Secrets a remote repo logs in with.
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile makes sure one follower runs for the watch, for its current repo and collection.

@@ -69,7 +69,7 @@ func (r *Reconciler) reposOfSecret(ctx context.Context, o client.Object) []recon
 
 // Access, for the generated ClusterRole (config/rbac/role.yaml): reads repos and their
 // credentials Secrets, writes the repos' status.
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 

@@ -85,7 +85,7 @@ func Setup(m ctrl.Manager, obs manager.ReconcileObserver, tenants *tenant.Manage
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches Clusters (the
 // teardown finalizer, and once their managed fields, reconcilekit.ApplyStatus) and applies
 // their status.
-// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=clusters/status,verbs=patch
 
 // Reconcile drives one Cluster.

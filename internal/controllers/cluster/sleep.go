@@ -13,7 +13,7 @@ import (
 	"socialweb.computer/internal/tenant"
 )
 
-// +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims,verbs=list;watch
 
 // sleepAfter is the Cluster's spec.sleepAfter; 0 when unset.
 func sleepAfter(c *v1alpha1.Cluster) time.Duration {

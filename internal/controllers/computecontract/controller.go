@@ -136,9 +136,9 @@ type round struct {
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches its contracts (the
 // release finalizer) and their status, reads repos, and Secrets (a remote repo's
 // credentials, the contract's spec.secretsRef).
-// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile moves one contract on: read, then the step of the contract's market.StateOf

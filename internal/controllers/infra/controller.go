@@ -135,12 +135,12 @@ type pass struct {
 // deletes its ComputeContracts; creates, updates and deletes its AtprotoRecord child; creates
 // and deletes the repo's AtprotoRecordWatch; reads repos, Secrets and the collections that
 // keep a watch alive.
-// +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras,verbs=list;watch;patch;delete
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infras/status;ephemeralinfras/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;infracollections;ephemeralinfracollections,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecords,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorecordwatches,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos;infracollections;ephemeralinfracollections,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile runs the steps of one deployment in order: finalize (when deleted), the release

@@ -134,10 +134,10 @@ func (r *Reconciler) collectionsOfChange(ctx context.Context, c watch.Change) []
 // Access, for the generated ClusterRole (config/rbac/role.yaml), for both kinds: writes the
 // collection's status, creates its children and the repo's AtprotoRecordWatch, reads repos
 // and Secrets.
-// +kubebuilder:rbac:groups=socialweb.computer,resources=infracollections;ephemeralinfracollections,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infracollections;ephemeralinfracollections,verbs=list;watch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infracollections/status;ephemeralinfracollections/status,verbs=patch
-// +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras;atprotorecordwatches,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=infras;ephemeralinfras;atprotorecordwatches,verbs=list;watch;create
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // Reconcile lists the repo's live records, plans the children and creates the missing ones,

@@ -186,8 +186,9 @@ func (p *pass) clusterKey() tenant.Key {
 // +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims/status,verbs=patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infras,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters;computecontracts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch;create
+// +kubebuilder:rbac:groups=socialweb.computer,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=list;watch
 
 // Reconcile runs the steps of one claim: finalize (when deleted), the finalizer (before any
 // side effect), the cluster (a deleted Cluster deletes the Infra), the bundle, the entry,
