@@ -81,6 +81,15 @@ func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
 	t0 := time.Now()
 	tkubectl(t, kc, "", "apply", "-k", "../../config/default")
 	const ns = "socialweb-system"
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, pod := range strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")) {
+			logs, _ := tkubectlErr(kc, "-n", ns, "logs", pod, "--tail=40")
+			t.Logf("pod %s log (tail):\n%s", pod, logs)
+		}
+	})
 	tkubectl(t, kc, "", "-n", ns, "rollout", "status", "deployment/socialweb-controllers", "--timeout=300s")
 	t.Logf("apply -k to both replicas Ready: %s", time.Since(t0).Round(time.Millisecond))
 	pods := strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=controllers",
@@ -200,6 +209,13 @@ spec:
 	}
 	if entries, err := os.ReadDir(guests); err != nil || len(entries) != 2 {
 		t.Errorf("the bidder's guests: %v %v, want two", entries, err)
+	}
+	// The generated RBAC held for everything the run did: no replica was refused anything.
+	for _, pod := range strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")) {
+		logs, err := tkubectlErr(kc, "-n", ns, "logs", pod)
+		if err != nil || strings.Contains(strings.ToLower(logs), "forbidden") {
+			t.Errorf("pod %s: %v; its log:\n%s", pod, err, logs)
+		}
 	}
 }
 
