@@ -16,6 +16,12 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
 
 	"socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/controllers/manager"
@@ -42,56 +48,9 @@ const realClusterPDSIP = "203.0.113.20"
 // on within the lease duration, and that leader deploys a second Infra: the requester's repo
 // holds two accepts and the bidder two guests, none duplicated.
 func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
-	requireNodeHost(t)
-	requireTool(t, "kubectl")
-	if _, err := deno.New(deno.Config{StateDir: t.TempDir()}); err != nil {
-		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
-	}
-	ctx := context.Background()
-
-	// The world outside the cluster: a PDS with the requester's and the bidder's accounts,
-	// and the bidder, in the internet namespace.
-	inet := substratetest.NewInternet(t)
-	inet.IP(t, "addr", "add", realClusterPDSIP+"/32", "dev", "lo")
-	dial := dialInNetns(inet.Path())
-	rn := &relayNet{Netns: inet.Netns,
-		HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 30 * time.Second},
-		WS:   &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second}}
-	p := rn.startRelayPDSWith(t, realClusterPDSIP, "", []string{"--account", "owner.test"})
-	const bidderHandle, bidderPassword = "bidder.test", "pw-bidder.test"
-	bidderDID := inviteAccount(t, ctx, rn, p, bidderHandle, bidderPassword).DID()
-	bidderState := filepath.Join(t.TempDir(), "bidder")
-	guests := filepath.Join(bidderState, "guests")
-	if sub, err := deno.New(deno.Config{StateDir: guests}); err == nil {
-		substratetest.Cleanup(t, sub, guests) // no guest outlives the row
-	}
-	pwFile := filepath.Join(t.TempDir(), "password")
-	if err := os.WriteFile(pwFile, []byte(bidderPassword), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bidderArgs := []string{socialwebBin, "bidder", "--pds", p.url, "--identifier", bidderHandle, "--password-file", pwFile,
-		"--state-dir", bidderState, "--plc-url", p.plc, "--cost", "5", "--log-level", "info"}
-	rn.start(t, bidderHandle, nil, false, append([]string{"sh", "-c", cgroupMountScript(t) + ` && exec "$@"`, "sh"}, bidderArgs...)...)
-
-	// The cluster, with the image where its node imports images from.
-	n := startNodeUp(t, "--node-bid-window", "1s")
-	writeImage(t, filepath.Join(n.dir, "node-bidder", "images", "socialweb.tar"))
-	kc := n.cluster("real", "maxNodes: 1, scaleHold: 5m")
-
-	t0 := time.Now()
-	tkubectl(t, kc, "", "apply", "-k", "../../config/default")
-	const ns = "socialweb-system"
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		for _, pod := range strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")) {
-			logs, _ := tkubectlErr(kc, "-n", ns, "logs", pod, "--tail=40")
-			t.Logf("pod %s log (tail):\n%s", pod, logs)
-		}
-	})
-	tkubectl(t, kc, "", "-n", ns, "rollout", "status", "deployment/socialweb-controllers", "--timeout=300s")
-	t.Logf("apply -k to both replicas Ready: %s", time.Since(t0).Round(time.Millisecond))
+	rc := startRealCluster(t, 1)
+	kc, p, rn, ns := rc.kc, rc.pds, rc.rn, realClusterNamespace
+	bidderDID, guests := rc.bidders[0].did, rc.bidders[0].guests
 	pods := strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=controllers",
 		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
 	if len(pods) != 2 {
@@ -109,6 +68,8 @@ func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
 	})
 
 	// A repo of the user's own there: an account on the PDS, its password in a core Secret.
+	t0 := time.Now()
+	rc.repo(t)
 	infraYAML := `apiVersion: socialweb.computer/v1alpha1
 kind: Infra
 metadata: {name: web, namespace: default}
@@ -124,23 +85,7 @@ spec:
       const port = Number(Deno.env.get("SOCIALWEB_PORT_HTTP"))
       Deno.serve({ hostname: "127.0.0.1", port }, () => new Response("hi"))
 `
-	tkubectl(t, kc, fmt.Sprintf(`apiVersion: v1
-kind: Secret
-metadata: {name: owner-credentials, namespace: default}
-stringData: {password: %q}
----
-apiVersion: socialweb.computer/v1alpha1
-kind: AtprotoRepo
-metadata: {name: me, namespace: default}
-spec:
-  remote:
-    service: %s
-    identifier: %s
-    credentialsRef: {name: owner-credentials}
----
-`, p.password, p.url, p.handle)+infraYAML, "apply", "-f", "-")
-	t0 = time.Now()
-	tkubectl(t, kc, "", "wait", "--for=condition=Ready", "--timeout=120s", "atprotorepo/me")
+	tkubectl(t, kc, infraYAML, "apply", "-f", "-")
 	tkubectl(t, kc, "", "wait", "--for=jsonpath={.status.phase}=Deployed", "--timeout=180s", "infra/web")
 	t.Logf("repo Ready and Infra Deployed in %s", time.Since(t0).Round(time.Millisecond))
 	contract := func() (winner, accept string) {
@@ -252,6 +197,108 @@ func podProcess(t *testing.T, pod string, argv ...string) int {
 	return found[0]
 }
 
+// realClusterNamespace is config/default's namespace.
+const realClusterNamespace = "socialweb-system"
+
+// realCluster is a user's cluster with the controllers deployed by `kubectl apply -k
+// config/default` from the image of the binary under test (a tenant cluster of `up`, with one
+// node), and outside it, in the namespace that stands for the internet, a PDS holding the
+// requester's account (owner.test) and bidders' accounts, and `socialweb bidder` processes.
+type realCluster struct {
+	kc      string // the tenant's admin kubeconfig
+	pds     *relayPDS
+	rn      *relayNet
+	bidders []*realBidder
+}
+
+type realBidder struct {
+	handle, did, guests string
+	proc                *nsProc
+}
+
+// startRealCluster stands the cluster and the world outside it up with n bidders (each with
+// its own state dir, and bidderFlags) and waits until both replicas are Ready.
+func startRealCluster(t *testing.T, n int, bidderFlags ...string) *realCluster {
+	t.Helper()
+	requireNodeHost(t)
+	requireTool(t, "kubectl")
+	if _, err := deno.New(deno.Config{StateDir: t.TempDir()}); err != nil {
+		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")
+	}
+	ctx := context.Background()
+
+	inet := substratetest.NewInternet(t)
+	inet.IP(t, "addr", "add", realClusterPDSIP+"/32", "dev", "lo")
+	dial := dialInNetns(inet.Path())
+	rc := &realCluster{rn: &relayNet{Netns: inet.Netns,
+		HTTP: &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 30 * time.Second},
+		WS:   &websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second}}}
+	rc.pds = rc.rn.startRelayPDSWith(t, realClusterPDSIP, "", []string{"--account", "owner.test"})
+	for i := range n {
+		handle := "bidder.test"
+		if n > 1 {
+			handle = fmt.Sprintf("bidder%d.test", i+1)
+		}
+		password := "pw-" + handle
+		b := &realBidder{handle: handle, did: inviteAccount(t, ctx, rc.rn, rc.pds, handle, password).DID()}
+		state := filepath.Join(t.TempDir(), "bidder")
+		b.guests = filepath.Join(state, "guests")
+		if sub, err := deno.New(deno.Config{StateDir: b.guests}); err == nil {
+			substratetest.Cleanup(t, sub, b.guests) // no guest outlives the row
+		}
+		pwFile := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(pwFile, []byte(password), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{socialwebBin, "bidder", "--pds", rc.pds.url, "--identifier", handle, "--password-file", pwFile,
+			"--state-dir", state, "--plc-url", rc.pds.plc, "--cost", "5", "--log-level", "info"}, bidderFlags...)
+		b.proc = rc.rn.start(t, handle, nil, false, append([]string{"sh", "-c", cgroupMountScript(t) + ` && exec "$@"`, "sh"}, args...)...)
+		rc.bidders = append(rc.bidders, b)
+	}
+
+	// The cluster, with the image where its node imports images from.
+	nu := startNodeUp(t, "--node-bid-window", "1s")
+	writeImage(t, filepath.Join(nu.dir, "node-bidder", "images", "socialweb.tar"))
+	rc.kc = nu.cluster("real", "maxNodes: 1, scaleHold: 5m")
+	kc, ns := rc.kc, realClusterNamespace
+
+	t0 := time.Now()
+	tkubectl(t, kc, "", "apply", "-k", "../../config/default")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, pod := range strings.Fields(tkubectl(t, kc, "", "-n", ns, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}")) {
+			logs, _ := tkubectlErr(kc, "-n", ns, "logs", pod, "--tail=40")
+			t.Logf("pod %s log (tail):\n%s", pod, logs)
+		}
+	})
+	tkubectl(t, kc, "", "-n", ns, "rollout", "status", "deployment/socialweb-controllers", "--timeout=300s")
+	t.Logf("apply -k to both replicas Ready: %s", time.Since(t0).Round(time.Millisecond))
+	return rc
+}
+
+// repo applies the owner's AtprotoRepo `me` (a remote repo on the PDS, its password in a
+// core Secret) and waits until it is Ready.
+func (rc *realCluster) repo(t *testing.T) {
+	t.Helper()
+	tkubectl(t, rc.kc, fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: owner-credentials, namespace: default}
+stringData: {password: %q}
+---
+apiVersion: socialweb.computer/v1alpha1
+kind: AtprotoRepo
+metadata: {name: me, namespace: default}
+spec:
+  remote:
+    service: %s
+    identifier: %s
+    credentialsRef: {name: owner-credentials}
+`, rc.pds.password, rc.pds.url, rc.pds.handle), "apply", "-f", "-")
+	tkubectl(t, rc.kc, "", "wait", "--for=condition=Ready", "--timeout=120s", "atprotorepo/me")
+}
+
 // writeImage writes the image of the binary under test (hack/image: the binary, the CA
 // bundle, user 65532) to path.
 func writeImage(t *testing.T, path string) {
@@ -284,3 +331,103 @@ func countRecords(t *testing.T, c *http.Client, base, did, collection string) in
 	rn.getJSON(t, base+"/xrpc/com.atproto.repo.listRecords?limit=100&repo="+url.QueryEscape(did)+"&collection="+url.QueryEscape(collection), &out)
 	return len(out.Records)
 }
+
+// TestBench_RealClusterThousandInfras applies 1,000 Infras (each one deno contract, its
+// record in the owner's repo) to the controllers deployed on the real cluster, with three
+// bidders outside it, and prints how long until every one of them was Deployed, the rate in
+// contracts per second and the apply-to-Deployed latency. At most realClusterWindow Infras
+// live at once: this host (no swap) would not hold 1,000 deno guests, so each Infra is
+// deleted once Deployed (releasing its contract, its record deleted) and the next applied.
+// Every contract must be won once: the bidders' logs hold 1,000 guest starts in all.
+func TestBench_RealClusterThousandInfras(t *testing.T) {
+	if os.Getenv("SOCIALWEB_BENCH") == "" {
+		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
+	}
+	const total = 1000
+	rc := startRealCluster(t, 3, "--capacity", "120")
+	rc.repo(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", rc.kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	infraNamed := func(i int) *v1alpha1.Infra {
+		return &v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("bench-%04d", i)},
+			Spec: v1alpha1.InfraSpec{Record: &v1alpha1.InfraRecordBinding{RepoRef: v1alpha1.ObjectRef{Name: "me"}},
+				Contracts: []v1alpha1.InfraContract{{Name: "api", ComputeKind: v1alpha1.ComputeKindDeno, State: v1alpha1.ContractRequested,
+					PolicyArgs: map[string]string{"bidWindowSec": "3"},
+					UserData:   `Deno.serve({ hostname: "127.0.0.1", port: 0 }, () => new Response("hi"))`}}}}
+	}
+	applied := map[string]time.Time{}
+	var latencies []time.Duration
+	next := 0
+	start := time.Now()
+	lastReport := start
+	for len(latencies) < total {
+		for next < total && next-len(latencies) < realClusterWindow {
+			inf := infraNamed(next)
+			if err := c.Create(ctx, inf); err != nil {
+				t.Fatalf("create %s: %v", inf.Name, err)
+			}
+			applied[inf.Name] = time.Now()
+			next++
+		}
+		var list v1alpha1.InfraList
+		if err := c.List(ctx, &list, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			inf := &list.Items[i]
+			at, ok := applied[inf.Name]
+			if !ok || inf.DeletionTimestamp != nil {
+				continue
+			}
+			switch inf.Status.Phase {
+			case v1alpha1.InfraDegraded:
+				t.Fatalf("%s Degraded: %+v", inf.Name, inf.Status.Contracts)
+			case v1alpha1.InfraDeployed:
+				latencies = append(latencies, time.Since(at))
+				delete(applied, inf.Name)
+				if err := c.Delete(ctx, inf); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+			}
+		}
+		if time.Since(lastReport) > 10*time.Second {
+			lastReport = time.Now()
+			t.Logf("%s: %d of %d Deployed, %d in flight", time.Since(start).Round(time.Second), len(latencies), total, len(applied))
+		}
+		if time.Since(start) > 30*time.Minute {
+			t.Fatalf("after 30 min: %d of %d Deployed", len(latencies), total)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	took := time.Since(start)
+	slices.Sort(latencies)
+	q := func(f float64) time.Duration {
+		return latencies[int(f*float64(len(latencies)-1))].Round(time.Millisecond)
+	}
+	starts := 0
+	for _, b := range rc.bidders {
+		raw, err := os.ReadFile(b.proc.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(string(raw), "msg=market_started")
+		t.Logf("bidder %s: %d guests started", b.handle, n)
+		starts += n
+	}
+	if starts != total {
+		t.Errorf("%d guest starts over the bidders, want %d: one per contract", starts, total)
+	}
+	t.Logf("%d Infras on the real cluster, 3 bidders, at most %d live at once: all Deployed in %s, %.1f contracts/s; apply to Deployed p50 %s p90 %s p99 %s",
+		total, realClusterWindow, took.Round(time.Millisecond), float64(total)/took.Seconds(), q(0.5), q(0.9), q(0.99))
+}
+
+// realClusterWindow is how many Infras the benchmark keeps alive at once.
+const realClusterWindow = 150
