@@ -119,8 +119,14 @@ func controlPlanesRunning(dir string) []int {
 // user of up would.
 func mint(t *testing.T, dir string, c *v1alpha1.Cluster) string {
 	t.Helper()
+	return mintFor(t, dir, c.Namespace, c.Name, "10m")
+}
+
+// mintFor is mint of the Cluster namespace/name, whose token lasts ttl.
+func mintFor(t *testing.T, dir, namespace, name, ttl string) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "tenant.kubeconfig")
-	out, code := runCLI(t, "cluster", "kubeconfig", c.Name, "-n", c.Namespace, "--data-dir", dir, "--ttl", "10m", "-o", p)
+	out, code := runCLI(t, "cluster", "kubeconfig", name, "-n", namespace, "--data-dir", dir, "--ttl", ttl, "-o", p)
 	if code != 0 || !strings.Contains(out, "written to "+p) {
 		t.Fatalf("socialweb cluster kubeconfig: exit %d: %s", code, out)
 	}
