@@ -84,7 +84,7 @@ func newEnforcement(b *build) *enforcement {
 		authz: rbacauthz.New(static, static, static, static),
 		user: &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":" + serviceAccount,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, user.AllAuthenticated}},
-		info:   &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
+		info:    &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
 		denied:  map[string]int{},
 		used:    map[access]bool{},
 		refused: map[access]bool{},
