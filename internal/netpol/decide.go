@@ -31,7 +31,8 @@ import (
 //     name is a container port of the destination pod with that name and protocol, so on
 //     egress it is resolved against each peer pod, and matches nothing where no pod has it.
 // Traffic between a pod and its own node is never decided here (the rules sit on the
-// forward path only), and established or related traffic always passes.
+// forward path only). Replies within a connection and related ICMP pass; every packet its
+// initiator sends is decided (render.go), so a new policy ends a connection it refuses.
 
 // Input is what the decision reads.
 type Input struct {

@@ -2,6 +2,8 @@ package netpol
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"socialweb.computer/internal/netns"
 )
 
 // kernelNode is a node's network in miniature: a namespace with a bridge (the node) and a
@@ -124,6 +128,7 @@ func TestRulesInTheKernel(t *testing.T) {
 		To:    []networkingv1.NetworkPolicyPeer{{PodSelector: labelSel(map[string]string{"app": "web"})}},
 		Ports: []networkingv1.NetworkPolicyPort{tcp(8080)},
 	}))
+	webNoEgress := policy("default", "web-no-egress", map[string]string{"app": "web"}, egressOnly())
 	// The servers take a moment to listen.
 	deadline := time.Now().Add(5 * time.Second)
 	for !k.reaches("node", "web", ips["web"]) && time.Now().Before(deadline) {
@@ -147,6 +152,9 @@ func TestRulesInTheKernel(t *testing.T) {
 		{"and the client sends only to web", []*networkingv1.NetworkPolicy{webIngress, clientEgress}, []want{
 			{"client", "web", true}, {"client", "stranger", false}, {"stranger", "client", true}, {"stranger", "web", false}, {"node", "client", true},
 		}},
+		{"web sends nothing of its own: its answers to clients still pass", []*networkingv1.NetworkPolicy{webIngress, webNoEgress}, []want{
+			{"client", "web", true}, {"web", "stranger", false}, {"web", "client", false}, {"stranger", "web", false},
+		}},
 		{"policies gone", nil, []want{
 			{"client", "stranger", true}, {"stranger", "web", true},
 		}},
@@ -158,5 +166,79 @@ func TestRulesInTheKernel(t *testing.T) {
 				t.Errorf("%s: %s reaches %s: %v, want %v\n%s", step.name, w.from, w.to, got, w.ok, out)
 			}
 		}
+	}
+}
+
+// TestRulesEndConnectionsTheyRefuse: a connection opened before any policy does not outlive
+// the policy that refuses it (its next packet from the initiator is dropped), while one the
+// policy allows goes on, its replies included.
+func TestRulesEndConnectionsTheyRefuse(t *testing.T) {
+	ips := map[string]string{"web": "10.99.0.2", "client": "10.99.0.3", "stranger": "10.99.0.4"}
+	k := newKernelNode(t, ips)
+	pods := []*corev1.Pod{
+		pod("default", "web", self, ips["web"], map[string]string{"app": "web"}),
+		pod("default", "client", self, ips["client"], map[string]string{"role": "client"}),
+		pod("default", "stranger", self, ips["stranger"], nil),
+	}
+	// The table as a node has it before any policy: conntrack follows every connection
+	// from here on (a namespace without a ct rule tracks none).
+	k.apply(Decide(Input{NodeName: self, Pods: pods, Namespaces: baseNS}))
+	// An echo server in web's namespace, and one open connection to it from each of the
+	// others, each answered once before any policy.
+	var ln net.Listener
+	if err := netns.Do("/run/netns/"+k.pods["web"], func() (err error) {
+		ln, err = net.Listen("tcp", ips["web"]+":9090")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	conns := map[string]net.Conn{}
+	for _, from := range []string{"client", "stranger"} {
+		var c net.Conn
+		if err := netns.Do("/run/netns/"+k.pods[from], func() (err error) {
+			c, err = net.DialTimeout("tcp", ips["web"]+":9090", 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatalf("%s dials web: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[from] = c
+	}
+	echoes := func(from, msg string) bool {
+		c := conns[from]
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return false
+		}
+		buf := make([]byte, len(msg))
+		_, err := io.ReadFull(c, buf)
+		return err == nil && string(buf) == msg
+	}
+	for _, from := range []string{"client", "stranger"} {
+		if !echoes(from, "before;") {
+			t.Fatalf("%s's connection did not echo before any policy", from)
+		}
+	}
+
+	webIngress := policy("default", "web-ingress", map[string]string{"app": "web"}, ingressOnly(networkingv1.NetworkPolicyIngressRule{
+		From: []networkingv1.NetworkPolicyPeer{{PodSelector: labelSel(map[string]string{"role": "client"})}},
+	}))
+	k.apply(Decide(Input{NodeName: self, Pods: pods, Namespaces: baseNS, Policies: []*networkingv1.NetworkPolicy{webIngress}}))
+	if !echoes("client", "after;") {
+		t.Error("the client's connection, which the policy allows, stopped")
+	}
+	if echoes("stranger", "after;") {
+		out, _ := exec.Command("ip", "netns", "exec", k.node, "nft", "list", "table", "inet", TableName).CombinedOutput()
+		t.Errorf("the stranger's connection, opened before the policy that refuses it, still echoes\n%s", out)
 	}
 }

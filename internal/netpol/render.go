@@ -14,7 +14,8 @@ import (
 // The rendering: one table, inet socialweb-netpol, in the node's network namespace.
 //
 //	chain forward: hook forward, priority filter, policy accept
-//	  ct state established,related accept
+//	  ct direction reply accept
+//	  ct state related accept
 //	  ip saddr vmap @egress-ip4     (and ip6 ... @egress-ip6)
 //	  ip daddr vmap @ingress-ip4    (and ip6 ... @ingress-ip6)
 //	map egress-ip4 { pod address : jump egress-<hash> }   (isolated pods of this node only)
@@ -27,6 +28,11 @@ import (
 // pods' is never matched. The node's own traffic to its pods (the kubelet's probes) is
 // output, not forward, and never reaches the chain. Pods with the same rules share one
 // chain (named by a hash of its rules).
+//
+// Every packet a connection's initiator sends is decided, not only its first: a policy
+// written while a connection is open ends it (its next packet is dropped), as if the
+// connection were opened then. What the other end sends back (conntrack's reply direction)
+// is part of an allowed connection and passes, as do ICMP errors about one.
 //
 // Every change rewrites the whole table in one nft transaction (add, delete, add again):
 // the kernel swaps the old rules for the new atomically, and no chain of a pod that is gone
@@ -49,7 +55,8 @@ func fill(tx *knftables.Transaction, d Decision) {
 		Hook:     knftables.PtrTo(knftables.ForwardHook),
 		Priority: knftables.PtrTo(knftables.FilterPriority),
 	})
-	tx.Add(&knftables.Rule{Chain: forwardChain, Rule: "ct state established,related accept"})
+	tx.Add(&knftables.Rule{Chain: forwardChain, Rule: "ct direction reply accept"})
+	tx.Add(&knftables.Rule{Chain: forwardChain, Rule: "ct state related accept"})
 	for _, dir := range []string{"egress", "ingress"} {
 		addr := "saddr"
 		if dir == "ingress" {

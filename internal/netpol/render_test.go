@@ -82,7 +82,8 @@ func TestScriptShape(t *testing.T) {
 		{Pod: "default/b", IPs: addrs("10.88.0.3", "fd00::3"), Ingress: r, Egress: &Rules{Policies: []string{"default/q"}}},
 	}})
 	for _, want := range []string{
-		"add rule inet socialweb-netpol forward ct state established,related accept\n" +
+		"add rule inet socialweb-netpol forward ct direction reply accept\n" +
+			"add rule inet socialweb-netpol forward ct state related accept\n" +
 			"add map inet socialweb-netpol egress-ip4 { type ipv4_addr : verdict ; }\n" +
 			"add map inet socialweb-netpol egress-ip6 { type ipv6_addr : verdict ; }\n" +
 			"add rule inet socialweb-netpol forward ip saddr vmap @egress-ip4\n" +
