@@ -106,14 +106,16 @@ func (f enforcer) RoundTrip(req *http.Request) (*http.Response, error) {
 		ResourceRequest: ri.IsResourceRequest, Path: ri.Path}
 	decision, reason, err := f.e.authz.Authorize(req.Context(), attrs)
 	what := fmt.Sprintf("%s %s", ri.Verb, ri.Path)
+	var a access // of a resource request; zero for a path
 	if ri.IsResourceRequest {
 		res := ri.Resource
 		if ri.Subresource != "" {
 			res += "/" + ri.Subresource
 		}
+		a = access{group: ri.APIGroup, resource: res, verb: ri.Verb}
 		what = fmt.Sprintf("%s %s/%s in %q", ri.Verb, ri.APIGroup, res, ri.Namespace)
 		f.e.mu.Lock()
-		f.e.used[access{group: ri.APIGroup, resource: res, verb: ri.Verb}] = true
+		f.e.used[a] = true
 		f.e.mu.Unlock()
 	}
 	if decision == authorizer.DecisionAllow {
@@ -122,11 +124,7 @@ func (f enforcer) RoundTrip(req *http.Request) (*http.Response, error) {
 	f.e.mu.Lock()
 	f.e.denied[what]++
 	if ri.IsResourceRequest {
-		res := ri.Resource
-		if ri.Subresource != "" {
-			res += "/" + ri.Subresource
-		}
-		f.e.refused[access{group: ri.APIGroup, resource: res, verb: ri.Verb}] = true
+		f.e.refused[a] = true
 	}
 	f.e.mu.Unlock()
 	msg := fmt.Sprintf("%s is forbidden: %s %v", what, reason, err)

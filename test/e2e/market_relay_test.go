@@ -171,20 +171,28 @@ func (m *relayMarket) startRequester(t *testing.T, follow ...string) {
 func (m *relayMarket) startBidder(t *testing.T, i int, follow ...string) {
 	t.Helper()
 	b := m.bidders[i]
+	var flags []string
+	for _, f := range follow {
+		flags = append(flags, "--follow", f)
+	}
+	b.proc = m.rn.startBidder(t, b.pds, b.handle, b.password, b.stateDir, m.pdses[0].plc, flags...)
+}
+
+// startBidder runs `socialweb bidder` in the namespace for the account handle on pds, with
+// its state in stateDir, DIDs resolved through plc, bidding 5, and flags besides.
+func (n *relayNet) startBidder(t *testing.T, pds, handle, password, stateDir, plc string, flags ...string) *nsProc {
+	t.Helper()
 	pw := filepath.Join(t.TempDir(), "password")
-	if err := os.WriteFile(pw, []byte(b.password), 0o600); err != nil {
+	if err := os.WriteFile(pw, []byte(password), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{socialwebBin, "bidder", "--pds", b.pds, "--identifier", b.handle, "--password-file", pw,
-		"--state-dir", b.stateDir, "--plc-url", m.pdses[0].plc, "--cost", "5", "--log-level", "info"}
-	for _, f := range follow {
-		args = append(args, "--follow", f)
-	}
+	args := append([]string{socialwebBin, "bidder", "--pds", pds, "--identifier", handle, "--password-file", pw,
+		"--state-dir", stateDir, "--plc-url", plc, "--cost", "5", "--log-level", "info"}, flags...)
 	// `ip netns exec` mounts a sysfs of the namespace over /sys, which hides the cgroup
 	// hierarchies the deno substrate puts its guests in: they are mounted again there (the
 	// same hierarchies, in this mount namespace of the process only).
 	sh := append([]string{"sh", "-c", cgroupMountScript(t) + ` && exec "$@"`, "sh"}, args...)
-	b.proc = m.rn.start(t, b.handle, nil, false, sh...)
+	return n.start(t, handle, nil, false, sh...)
 }
 
 // cgroupMountScript mounts at /sys/fs/cgroup what this process sees there: a tmpfs holding

@@ -56,9 +56,13 @@ func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
 	if len(pods) != 2 {
 		t.Fatalf("controllers pods running: %q, want 2", pods)
 	}
-	leader := func() string {
+	// identity is the Lease's holder; leader its pod (controller-runtime: hostname_uuid).
+	identity := func() string {
 		out, _ := tkubectlErr(kc, "-n", ns, "get", "lease", manager.LeaderElectionID, "-o", "jsonpath={.spec.holderIdentity}")
-		pod, _, _ := strings.Cut(strings.TrimSpace(out), "_") // controller-runtime: hostname_uuid
+		return strings.TrimSpace(out)
+	}
+	leader := func() string {
+		pod, _, _ := strings.Cut(identity(), "_")
 		return pod
 	}
 	var first string
@@ -122,10 +126,6 @@ spec:
 
 	// The leader's process is killed outright (its container restarts in the same pod):
 	// another process takes the Lease once it expires.
-	identity := func() string {
-		out, _ := tkubectlErr(kc, "-n", ns, "get", "lease", manager.LeaderElectionID, "-o", "jsonpath={.spec.holderIdentity}")
-		return strings.TrimSpace(out)
-	}
 	held := identity()
 	pid := podProcess(t, second, "/socialweb", "controllers")
 	t0 = time.Now()
@@ -149,7 +149,7 @@ spec:
 	if w, a := contract(); w != winner || a != accept {
 		t.Errorf("after the kill: winner %q accept %q, want %q %q", w, a, winner, accept)
 	}
-	if got := countRecords(t, rn.HTTP, p.url, p.did, market.AcceptNSID); got != 2 {
+	if got := countRecords(t, rn, p.url, p.did, market.AcceptNSID); got != 2 {
 		t.Errorf("%d accepts in the requester's repo for two Infras, want 2", got)
 	}
 	if entries, err := os.ReadDir(guests); err != nil || len(entries) != 2 {
@@ -246,13 +246,7 @@ func startRealCluster(t *testing.T, n int, bidderFlags ...string) *realCluster {
 		if sub, err := deno.New(deno.Config{StateDir: b.guests}); err == nil {
 			substratetest.Cleanup(t, sub, b.guests) // no guest outlives the row
 		}
-		pwFile := filepath.Join(t.TempDir(), "password")
-		if err := os.WriteFile(pwFile, []byte(password), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args := append([]string{socialwebBin, "bidder", "--pds", rc.pds.url, "--identifier", handle, "--password-file", pwFile,
-			"--state-dir", state, "--plc-url", rc.pds.plc, "--cost", "5", "--log-level", "info"}, bidderFlags...)
-		b.proc = rc.rn.start(t, handle, nil, false, append([]string{"sh", "-c", cgroupMountScript(t) + ` && exec "$@"`, "sh"}, args...)...)
+		b.proc = rc.rn.startBidder(t, rc.pds.url, handle, password, state, rc.pds.plc, bidderFlags...)
 		rc.bidders = append(rc.bidders, b)
 	}
 
@@ -321,14 +315,13 @@ func writeImage(t *testing.T, path string) {
 }
 
 // countRecords is how many records of collection the repo did on the PDS at base holds.
-func countRecords(t *testing.T, c *http.Client, base, did, collection string) int {
+func countRecords(t *testing.T, rn *relayNet, base, did, collection string) int {
 	t.Helper()
 	var out struct {
 		Records []struct {
 			URI string `json:"uri"`
 		} `json:"records"`
 	}
-	rn := &relayNet{HTTP: c}
 	rn.getJSON(t, base+"/xrpc/com.atproto.repo.listRecords?limit=100&repo="+url.QueryEscape(did)+"&collection="+url.QueryEscape(collection), &out)
 	return len(out.Records)
 }
