@@ -23,6 +23,8 @@ import (
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
+
+	ctrlmanager "socialweb.computer/internal/controllers/manager"
 )
 
 const (
@@ -233,14 +235,14 @@ func TestDeployment(t *testing.T) {
 	if len(c.Command) != 0 || !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("command %q args %q, want args %q", c.Command, c.Args, wantArgs)
 	}
-	var podNS *corev1.EnvVar
-	for i := range c.Env {
-		if c.Env[i].Name == "POD_NAMESPACE" {
-			podNS = &c.Env[i]
+	// From the downward API: the namespace of the Lease, and the pod's name and UID that
+	// make its holder identity (ctrlmanager.leaseIdentity).
+	for name, field := range map[string]string{"POD_NAMESPACE": "metadata.namespace",
+		ctrlmanager.PodNameEnv: "metadata.name", ctrlmanager.PodUIDEnv: "metadata.uid"} {
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != field {
+			t.Errorf("%s is not the pod's %s from the downward API: %v", name, field, c.Env)
 		}
-	}
-	if podNS == nil || podNS.ValueFrom == nil || podNS.ValueFrom.FieldRef == nil || podNS.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
-		t.Errorf("POD_NAMESPACE is not the pod's namespace from the downward API: %+v", podNS)
 	}
 	if pod.ServiceAccountName != serviceAccount {
 		t.Errorf("serviceAccountName %q, want %s", pod.ServiceAccountName, serviceAccount)

@@ -73,10 +73,10 @@ type ControllerOptions struct {
 
 // Leader election (--leader-elect), for a Role in the Deployment's namespace generated into
 // config/rbac/role.yaml (kustomize sets the namespace): client-go's Lease lock gets, creates
-// and updates one Lease (an update also releases it on shutdown), and controller-runtime
-// records the leader change as a core Event on it (create, patch for a repeat).
+// and updates one Lease (an update also releases it on shutdown). The lock is made without
+// an event recorder (manager.newLeaseLock), so no leader-change Event is written: the
+// process logs "leading" instead, and needs no access to Events.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=socialweb-system,roleName=socialweb-leader-election
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=socialweb-system,roleName=socialweb-leader-election
 
 // NewControllers returns a manager with every socialweb controller registered against cfg.
 func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, error) {

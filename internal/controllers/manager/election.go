@@ -47,19 +47,78 @@ func LeaderElectionNamespace(ns string) string {
 	return "default"
 }
 
-// newLeaseLock is controller-runtime's Lease lock (same identity form, hostname_uuid),
-// wrapped so that a refused read or write of the Lease is reported instead of retried.
-func newLeaseLock(cfg *rest.Config, ns string, report func(error)) (resourcelock.Interface, error) {
-	host, err := os.Hostname()
+// PodNameEnv and PodUIDEnv carry the pod's name and UID from the downward API
+// (config/manager sets them). Together they name one pod for its whole life, across
+// restarts of its container, and no other pod ever.
+const (
+	PodNameEnv = "POD_NAME"
+	PodUIDEnv  = "POD_UID"
+)
+
+// leaseIdentity is the holder identity this process writes in the Lease. In a pod it is
+// POD_NAME_POD_UID, the same for every run of the pod's container (perPod): a run finding
+// that identity in the Lease knows the holder was an earlier run of this container, which
+// the kubelet starts only after the earlier one ended, so that Lease is stale
+// (releaseStaleLease). Elsewhere it is controller-runtime's hostname_uuid, new each run.
+func leaseIdentity(getenv func(string) string, hostname func() (string, error)) (identity string, perPod bool, err error) {
+	if name, uid := getenv(PodNameEnv), getenv(PodUIDEnv); name != "" && uid != "" {
+		return name + "_" + uid, true, nil
+	}
+	host, err := hostname()
 	if err != nil {
-		return nil, fmt.Errorf("leader election identity: %w", err)
+		return "", false, fmt.Errorf("leader election identity: %w", err)
+	}
+	return host + "_" + string(uuid.NewUUID()), false, nil
+}
+
+// newLeaseLock is controller-runtime's Lease lock with leaseIdentity, wrapped so that a
+// refused read or write of the Lease is reported instead of retried.
+func newLeaseLock(cfg *rest.Config, ns string, report func(error)) (lock resourcelock.Interface, perPod bool, err error) {
+	identity, perPod, err := leaseIdentity(os.Getenv, os.Hostname)
+	if err != nil {
+		return nil, false, err
 	}
 	l, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, LeaderElectionID,
-		resourcelock.ResourceLockConfig{Identity: host + "_" + string(uuid.NewUUID())}, cfg, RenewDeadline)
+		resourcelock.ResourceLockConfig{Identity: identity}, cfg, RenewDeadline)
 	if err != nil {
-		return nil, fmt.Errorf("leader election lock: %w", err)
+		return nil, false, fmt.Errorf("leader election lock: %w", err)
 	}
-	return guardedLock{Interface: l, report: report}, nil
+	return guardedLock{Interface: l, report: report}, perPod, nil
+}
+
+// StaleLeaseYield is how long a run that released its container's stale Lease waits
+// before it competes: past a waiting replica's next retry (RetryPeriod with client-go's
+// jitter of 1.2, so at most 2.2 s), so that the replica whose caches are warm leads.
+const StaleLeaseYield = RetryPeriod + RetryPeriod*12/10 + 300*time.Millisecond
+
+// releaseStaleLease gives up the Lease when its holder is this pod's identity: an earlier
+// run of this container held it and died without releasing it (kill -9, OOM, a panic).
+// Without this the other replica would wait out the lease duration (about 11 s from the
+// death); with it, it leads at its next retry. It reports whether it released the Lease.
+// The release writes what client-go's own release does (no holder, a 1 s lease), against
+// the resourceVersion it read, so a Lease that changed hands since is left alone.
+func releaseStaleLease(ctx context.Context, lock resourcelock.Interface, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, RenewDeadline/2)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || !staleOwnLease(rec, lock.Identity()) {
+		return false
+	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+		LeaderTransitions: rec.LeaderTransitions}); err != nil {
+		log.Warn("could not release the Lease an earlier run of this pod held; the other replicas wait for it to expire",
+			"lease", lock.Describe(), "err", err)
+		return false
+	}
+	log.Info("released the Lease an earlier run of this pod held", "lease", lock.Describe(), "identity", lock.Identity())
+	return true
+}
+
+// staleOwnLease is whether rec is held by identity, which is only ever an earlier run of
+// this container when this run has not acquired it yet.
+func staleOwnLease(rec *resourcelock.LeaderElectionRecord, identity string) bool {
+	return rec != nil && identity != "" && rec.HolderIdentity == identity
 }
 
 // WarnSingleReplica is said once by a process that reconciles without leader election

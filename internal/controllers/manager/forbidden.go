@@ -8,8 +8,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // Forbidden is a request the API server's authorizer refused: the process lacks a
@@ -114,9 +118,12 @@ type guardedLock struct {
 	report func(error)
 }
 
-func (l guardedLock) check(err error) error {
+func (l guardedLock) check(err error) error { return reportForbidden(err, l.report) }
+
+// reportForbidden reports err when it is an authorization refusal, and returns it.
+func reportForbidden(err error, report func(error)) error {
 	if f, ok := AsForbidden(err); ok {
-		l.report(f)
+		report(f)
 	}
 	return err
 }
@@ -132,6 +139,68 @@ func (l guardedLock) Create(ctx context.Context, ler resourcelock.LeaderElection
 
 func (l guardedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	return l.check(l.Interface.Update(ctx, ler))
+}
+
+// reportingFuncs are the manager's client with every request checked: a permission the
+// API server refuses to a reconcile's write (or an uncached read) ends the process as a
+// refused watch does, rather than being the reconcile's error, retried with backoff and
+// logged each time while the object stays half done. Admission, quota and terminating
+// namespaces also answer 403, but not with the authorizer's message, so AsForbidden leaves
+// them to the reconcile.
+func reportingFuncs(report func(error)) interceptor.Funcs {
+	check := func(err error) error { return reportForbidden(err, report) }
+	return interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			return check(c.Get(ctx, key, obj, opts...))
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			return check(c.List(ctx, list, opts...))
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return check(c.Create(ctx, obj, opts...))
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return check(c.Delete(ctx, obj, opts...))
+		},
+		DeleteAllOf: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			return check(c.DeleteAllOf(ctx, obj, opts...))
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return check(c.Update(ctx, obj, opts...))
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			return check(c.Patch(ctx, obj, patch, opts...))
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			return check(c.Apply(ctx, obj, opts...))
+		},
+		SubResourceGet: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceGetOption) error {
+			return check(c.SubResource(sub).Get(ctx, obj, subObj, opts...))
+		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			return check(c.SubResource(sub).Create(ctx, obj, subObj, opts...))
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			return check(c.SubResource(sub).Update(ctx, obj, opts...))
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			return check(c.SubResource(sub).Patch(ctx, obj, patch, opts...))
+		},
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			return check(c.SubResource(sub).Apply(ctx, obj, opts...))
+		},
+	}
+}
+
+// reportingClient is client.New (the manager's default) with reportingFuncs.
+func reportingClient(report func(error)) client.NewClientFunc {
+	return func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, reportingFuncs(report)), nil
+	}
 }
 
 // errorsOnce keeps the first fatal error of a manager; later ones are dropped, so a

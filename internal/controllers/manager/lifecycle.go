@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -17,8 +19,8 @@ import (
 const StopSlack = RenewDeadline/2 + time.Second
 
 // Manager is controller-runtime's manager with a bounded life. Its Start returns
-//   - a *Forbidden as soon as the API server refuses a read the caches or the leader
-//     election need, instead of retrying it forever;
+//   - a *Forbidden as soon as the API server refuses a request of the caches, the leader
+//     election or a reconcile, instead of retrying it forever;
 //   - an error when the caches have not synced within the cache sync timeout;
 //   - within the graceful shutdown (plus the Lease release) once its context ends, even when
 //     a reconcile does not return or a cache never synced.
@@ -37,7 +39,14 @@ type Manager struct {
 	// identity is the holder identity of the Lease; empty without leader election.
 	identity string
 	synced   atomic.Bool
+	// lock is the Lease lock when its identity is the pod's (see releaseStaleLease).
+	lock resourcelock.Interface
+	// reader is the uncached reader, reporting a refused read as the client does.
+	reader client.Reader
 }
+
+// GetAPIReader is the manager's uncached reader with refusals reported (see reportingFuncs).
+func (m *Manager) GetAPIReader() client.Reader { return m.reader }
 
 // Identity is the holder identity this manager writes in the leader Lease; empty without
 // leader election.
@@ -45,6 +54,13 @@ func (m *Manager) Identity() string { return m.identity }
 
 // Start runs the manager until ctx ends or it cannot go on; see Manager.
 func (m *Manager) Start(ctx context.Context) error {
+	if m.lock != nil && releaseStaleLease(ctx, m.lock, m.log) {
+		select {
+		case <-time.After(StaleLeaseYield):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	inner, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

@@ -9,9 +9,10 @@
 // retry is fast, and the client the manager hands out is not throttled.
 //
 // The second: the manager's life is bounded (Manager). A permission the API server refuses
-// ends it with one *Forbidden naming what to grant, rather than an informer retrying it
-// forever; a stop ends it within its grace period even when a cache never synced; and a
-// leader gives its Lease up when it stops, so a replica takes over in about a second.
+// ends it with one *Forbidden naming what to grant, rather than an informer or a reconcile
+// retrying it forever; a stop ends it within its grace period even when a cache never
+// synced; and a leader gives its Lease up when it stops, so a replica takes over in about a
+// second.
 package manager
 
 import (
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -116,6 +118,7 @@ func New(cfg *rest.Config, o Options) (*Manager, error) {
 		Metrics:                metrics,
 		HealthProbeBindAddress: orOff(o.HealthAddr),
 		Cache:                  cache.Options{DefaultWatchErrorHandler: watchErrorHandler(m.fatal.report)},
+		NewClient:              reportingClient(m.fatal.report),
 		Controller: config.Controller{SkipNameValidation: ptr(o.SkipNameValidation),
 			CacheSyncTimeout: m.syncTimeout},
 		GracefulShutdownTimeout: ptr(m.grace),
@@ -123,7 +126,7 @@ func New(cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	if o.LeaderElection {
 		ns := LeaderElectionNamespace(o.LeaderElectionNamespace)
-		lock, err := newLeaseLock(cfg, ns, m.fatal.report)
+		lock, perPod, err := newLeaseLock(cfg, ns, m.fatal.report)
 		if err != nil {
 			return nil, err
 		}
@@ -136,12 +139,21 @@ func New(cfg *rest.Config, o Options) (*Manager, error) {
 		opts.LeaderElectionReleaseOnCancel = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptr(LeaseDuration), ptr(RenewDeadline), ptr(RetryPeriod)
 		m.identity = lock.Identity()
+		if perPod {
+			m.lock = lock
+		}
 	}
 	inner, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
 	m.Manager = inner
+	reader, err := reportingClient(m.fatal.report)(cfg, client.Options{HTTPClient: inner.GetHTTPClient(),
+		Scheme: inner.GetScheme(), Mapper: inner.GetRESTMapper()})
+	if err != nil {
+		return nil, err
+	}
+	m.reader = reader
 	if err := m.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}

@@ -181,7 +181,8 @@ func (p *pass) clusterKey() tenant.Key {
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches claims (the release
 // finalizer) and their status; creates, updates and deletes the node Infra entries; creates
 // and deletes node bundle Secrets and keeps the account's node-time ledger Secret
-// (quota/ledger); creates the node's local AtprotoRepo; reads Clusters and ComputeContracts.
+// (quota/ledger); creates the owner's AtprotoRepo of a Cluster that publishes its nodes'
+// Infra; reads Clusters and ComputeContracts.
 // +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=nodeclaims/status,verbs=patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=infras,verbs=get;list;watch;create;update;delete
