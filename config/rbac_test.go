@@ -24,7 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	rbacvalidation "k8s.io/kubernetes/pkg/registry/rbac/validation"
@@ -36,7 +39,10 @@ import (
 	"socialweb.computer/internal/app"
 	atinfra "socialweb.computer/internal/atproto/infra"
 	infractl "socialweb.computer/internal/controllers/infra"
+	ctrlmanager "socialweb.computer/internal/controllers/manager"
+	"socialweb.computer/internal/controllers/nodeclaim"
 	"socialweb.computer/internal/infra"
+	"socialweb.computer/internal/quota/ledger"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/testenv"
 )
@@ -127,9 +133,13 @@ func (f enforcer) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.e.refused[a] = true
 	}
 	f.e.mu.Unlock()
-	msg := fmt.Sprintf("%s is forbidden: %s %v", what, reason, err)
-	body, _ := json.Marshal(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusFailure, Message: msg, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden})
+	if err != nil {
+		reason = fmt.Sprintf("%s: %v", reason, err)
+	}
+	// The body the API server's authorization filter writes.
+	st := responsewriters.ForbiddenStatusError(attrs, reason).Status()
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	body, _ := json.Marshal(st)
 	return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Request: req}, nil
@@ -162,28 +172,50 @@ func TestControllersUnderRBAC(t *testing.T) {
 // errRefused stops a run of runUnderRBAC once the access it watches for was refused.
 var errRefused = errors.New("the watched access was refused")
 
+// exitWithin is how long the controllers may take to end themselves after a refusal.
+const exitWithin = 20 * time.Second
+
 // runUnderRBAC starts every controller under enf and drives every kind through its create,
-// sync and delete paths. With refused set, it stops as soon as enf refuses that access and
-// says so; otherwise it runs to the end (and fails the test on a step that does not happen).
-func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool) {
+// sync and delete paths. With refused set, it stops driving as soon as enf refuses that
+// access and returns what the controllers' Start returned within exitWithin after it (a
+// manager still running then is stopped, and that is the error); otherwise it runs to the
+// end (and fails the test on a step that does not happen).
+func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (exit error) {
 	env := testenv.Start(t, testenv.Options{PDS: true, Log: io.Discard})
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return enforcer{next: rt, e: enf} })
-	m, err := app.NewControllers(cfg, app.ControllerOptions{SkipNameValidation: true, PDS: env.PDS,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	// start runs the controllers as one process; a restart stops them and starts anew.
+	var cancel context.CancelFunc
+	var done chan error
+	start := func() {
+		m, err := app.NewControllers(cfg, app.ControllerOptions{SkipNameValidation: true, PDS: env.PDS,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		done = make(chan error, 1)
+		go func() { done <- m.Start(ctx) }()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	// A watch an older version wrote: its status by merge patch, recorded under the legacy
+	// manager, which the watch's first status apply moves to its own (a patch of the watch).
+	legacyWatch(t, env)
+	start()
 	defer func() {
-		if r := recover(); r != nil {
-			if r != errRefused { //nolint:errorlint // the sentinel itself
-				panic(r)
+		r := recover()
+		if r == errRefused { //nolint:errorlint // the sentinel itself
+			select {
+			case exit = <-done:
+				return
+			case <-time.After(exitWithin):
+				exit = fmt.Errorf("the controllers still ran %s after the refusal", exitWithin)
 			}
-			stopped = true
+		}
+		cancel()
+		<-done
+		if r != nil && r != errRefused { //nolint:errorlint // the sentinel itself
+			panic(r)
 		}
 	}()
 
@@ -245,10 +277,12 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool
 		e := o.(*v1alpha1.EphemeralInfra)
 		return e.Status.ExpiresAt != nil && len(e.Status.Contracts) == 1 && e.Status.Contracts[0].Phase != ""
 	})
+	// Its contract (a vm one, with no repo to write its rfp in) may have failed already, which
+	// ends it as much as a release does: then it is gone or going by itself.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var eph v1alpha1.EphemeralInfra
 		if err := env.Client.Get(context.Background(), key("eph"), &eph); err != nil {
-			return err
+			return client.IgnoreNotFound(err)
 		}
 		eph.Spec.Contracts[0].State = v1alpha1.ContractReleased
 		return env.Client.Update(context.Background(), &eph)
@@ -265,18 +299,41 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool
 		return o.(*v1alpha1.EphemeralInfra).Spec.Description == "typed by hand"
 	})
 
-	// A Cluster (no tenant control planes here) and a NodeClaim of it.
+	// A Cluster (no tenant control planes here) that publishes its nodes' Infra in its
+	// owner's repo (which makes the owner's AtprotoRepo), and a NodeClaim of it.
 	d.create(&v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"},
-		Spec: v1alpha1.ClusterSpec{Account: env.Account.DID, Name: "c1", MaxNodes: 2}})
+		Spec: v1alpha1.ClusterSpec{Account: env.Account.DID, Name: "c1", MaxNodes: 2, PublishInfra: true}})
 	d.wait("the Cluster reports", &v1alpha1.Cluster{}, key("c1"), func(o client.Object) bool {
 		c := o.(*v1alpha1.Cluster)
 		return len(c.Finalizers) > 0 && meta.FindStatusCondition(c.Status.Conditions, string(v1alpha1.ConditionReady)) != nil
 	})
-	d.create(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "n1"},
-		Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: "c1"}, NodeName: "n1"}})
-	d.wait("the NodeClaim reports", &v1alpha1.NodeClaim{}, key("n1"), func(o client.Object) bool {
-		n := o.(*v1alpha1.NodeClaim)
-		return len(n.Finalizers) > 0 && n.Status.Phase != ""
+	// Two claims of one owner: the node time of each goes into the owner's ledger Secret
+	// when it is released (made by the first, updated by the second).
+	for _, name := range []string{"n1", "n2"} {
+		d.create(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.NodeClaimSpec{ClusterRef: v1alpha1.ObjectRef{Name: "c1"}, NodeName: name, OwnerDid: env.Account.DID}})
+		d.wait("the NodeClaim "+name+" reports", &v1alpha1.NodeClaim{}, key(name), func(o client.Object) bool {
+			n := o.(*v1alpha1.NodeClaim)
+			return len(n.Finalizers) > 0 && n.Status.Phase != ""
+		})
+	}
+	d.wait("the owner's repo for the Cluster's Infra", &v1alpha1.AtprotoRepo{},
+		client.ObjectKey{Namespace: nodeclaim.DefaultContractNamespace, Name: infra.OwnerRepoName(env.Account.DID)},
+		func(client.Object) bool { return true })
+
+	// A restart (a new replica leading): the NodeClaim controller's resync reads the
+	// Cluster and each claim of its Infra uncached.
+	d.settle()
+	cancel()
+	<-done
+	start()
+	d.wait("the NodeClaim reports after the restart", &v1alpha1.NodeClaim{}, key("n1"), func(o client.Object) bool {
+		return o.(*v1alpha1.NodeClaim).Status.Phase != ""
+	})
+	d.poll("the restarted controllers' resync ran", func() (bool, error) {
+		enf.mu.Lock()
+		defer enf.mu.Unlock()
+		return enf.used[access{group: v1alpha1.GroupVersion.Group, resource: "nodeclaims", verb: "get"}], nil
 	})
 
 	// Deletion: every finalizer path runs and lets go. The collection goes first (the core
@@ -296,8 +353,16 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool
 	d.gone(&v1alpha1.Infra{}, key("handmade"))
 	d.gone(&v1alpha1.EphemeralInfraCollection{}, key("emine"))
 	d.gone(&v1alpha1.EphemeralInfra{}, key("ephhandmade"))
+	for _, name := range []string{"n1", "n2"} {
+		if err := env.Client.Delete(context.Background(), &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		d.gone(&v1alpha1.NodeClaim{}, key(name))
+	}
+	d.wait("the owner's node-time ledger holds both claims", &corev1.Secret{}, key(ledger.Name(env.Account.DID)), func(o client.Object) bool {
+		return len(o.(*corev1.Secret).Data) == 2
+	})
 	for _, o := range []client.Object{
-		&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "n1"}},
 		&v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1"}},
 		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pub"}},
 		&v1alpha1.Infra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req"}},
@@ -306,14 +371,41 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (stopped bool
 			t.Fatal(err)
 		}
 	}
-	d.gone(&v1alpha1.NodeClaim{}, key("n1"))
 	d.gone(&v1alpha1.Cluster{}, key("c1"))
 	d.gone(&v1alpha1.Infra{}, key("pub"))
 	d.gone(&v1alpha1.AtprotoRecord{}, key(infra.RecordChildName(infra.KindInfra, "pub")))
 	d.gone(&v1alpha1.AtprotoRecordWatch{}, key(infra.WatchName(infra.KindInfra, v1alpha1.ObjectRef{Name: "me"})))
 	d.gone(&v1alpha1.Infra{}, key("req"))
 	d.gone(&v1alpha1.ComputeContract{}, key("infra-req-web"))
-	return false
+	return nil
+}
+
+// legacyWatch makes the AtprotoRecordWatch the Infra "pub" of runUnderRBAC will use, with
+// a Ready condition written as versions before server-side apply wrote it: a merge patch of
+// the status with no field manager, so the API server records it under the client's user
+// agent (reconcilekit's legacy status managers).
+func legacyWatch(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	ctx := context.Background()
+	w := &v1alpha1.AtprotoRecordWatch{ObjectMeta: metav1.ObjectMeta{Namespace: "default",
+		Name: infra.WatchName(infra.KindInfra, v1alpha1.ObjectRef{Name: "me"}), Labels: map[string]string{v1alpha1.LabelInfraKind: string(infra.KindInfra)}},
+		Spec: v1alpha1.AtprotoRecordWatchSpec{RepoRef: v1alpha1.ObjectRef{Name: "me"}, Collection: infra.KindInfra.Collection()}}
+	if err := env.Client.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	before := w.DeepCopy()
+	meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse,
+		Reason: "Pending", Message: "written by an older version"})
+	if err := env.Client.Status().Patch(ctx, w, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	var legacy bool
+	for _, e := range w.ManagedFields {
+		legacy = legacy || (e.Subresource == "status" && e.Operation == metav1.ManagedFieldsOperationUpdate)
+	}
+	if !legacy {
+		t.Fatalf("the watch's status is not recorded as an update: %+v", w.ManagedFields)
+	}
 }
 
 // driver creates objects and waits on them as their owner (the admin client).
@@ -354,6 +446,14 @@ func (d *driver) gone(o client.Object, k client.ObjectKey) {
 		b, _ := json.Marshal(o)
 		return false, fmt.Errorf("%v %s", err, b)
 	})
+}
+
+// settle lets requests in flight land, then stops the run if the watched access was
+// refused by now: before a restart, which would otherwise take the refusal's exit for its
+// own stop.
+func (d *driver) settle() {
+	time.Sleep(200 * time.Millisecond)
+	d.poll("settle", func() (bool, error) { return true, nil })
 }
 
 func (d *driver) poll(what string, cond func() (bool, error)) {
@@ -470,9 +570,8 @@ func TestRBACDecisions(t *testing.T) {
 		{"lease update (renew, release)", enf, ctrl, res("update", "coordination.k8s.io", "leases", "", namespace), true},
 		{"lease delete", enf, ctrl, res("delete", "coordination.k8s.io", "leases", "", namespace), false},
 		{"lease in another namespace", enf, ctrl, res("update", "coordination.k8s.io", "leases", "", "kube-system"), false},
-		{"leader event create", enf, ctrl, res("create", "", "events", "", namespace), true},
-		{"leader event patch", enf, ctrl, res("patch", "", "events", "", namespace), true},
-		{"event in another namespace", enf, ctrl, res("create", "", "events", "", "default"), false},
+		{"no Events: the Lease lock records none", enf, ctrl, res("create", "", "events", "", namespace), false},
+		{"no Events elsewhere", enf, ctrl, res("create", "", "events", "", "default"), false},
 		{"metrics filter: tokenreview", enf, ctrl, res("create", "authentication.k8s.io", "tokenreviews", "", ""), true},
 		{"metrics filter: subjectaccessreview", enf, ctrl, res("create", "authorization.k8s.io", "subjectaccessreviews", "", ""), true},
 		{"core Secrets: credentials and join bundles", enf, ctrl, res("get", "", "secrets", "", "default"), true},
@@ -505,28 +604,8 @@ func nonRes(verb, path string) authorizer.AttributesRecord {
 }
 
 // notExercised are the accesses the controllers' role grants that runUnderRBAC does not
-// make, each with why it is granted all the same.
-var notExercised = func() map[access]string {
-	const sw = "socialweb.computer"
-	m := map[access]string{}
-	// The manager's cache lists each kind it reads through a watch-list stream (verb watch)
-	// on an API server that serves one; any other is asked list.
-	for _, r := range []string{"atprotorecords", "atprotorecordwatches", "atprotorepos", "clusters", "computecontracts",
-		"ephemeralinfracollections", "ephemeralinfras", "infracollections", "nodeclaims"} {
-		m[access{group: sw, resource: r, verb: "list"}] = "the cache's initial list on an API server without watch-list streams"
-	}
-	m[access{resource: "secrets", verb: "list"}] = "the cache's initial list on an API server without watch-list streams"
-	// A claim whose contract was won: needs a bidder that runs nodes, which this run has not.
-	won := "the NodeClaim controller once a bidder that runs nodes won its claim: "
-	m[access{resource: "secrets", verb: "create"}] = won + "the node's join bundle Secret (nodeclaim/bundle.go)"
-	m[access{resource: "secrets", verb: "update"}] = won + "the account's node-time ledger Secret (quota/ledger)"
-	m[access{group: sw, resource: "atprotorepos", verb: "create"}] = won + "the node's local AtprotoRepo"
-	m[access{group: sw, resource: "clusters", verb: "get"}] = won + "its resync after a restart reads the Cluster uncached (nodeclaim/resync.go)"
-	m[access{group: sw, resource: "nodeclaims", verb: "get"}] = won + "its resync after a restart reads each claim uncached (nodeclaim/resync.go)"
-	m[access{group: sw, resource: "atprotorecordwatches", verb: "patch"}] = "reconcilekit.ApplyStatus's one-time move of a watch's status " +
-		"fields to its apply manager, for a watch an older version wrote by update"
-	return m
-}()
+// make, each with why it is granted all the same. Empty: the run makes every one.
+var notExercised = map[access]string{}
 
 // TestEveryRuleIsNeeded removes each access the controllers' ClusterRole grants (a verb on a
 // resource of a rule), one at a time, and runs the controllers under the rest: the run must
@@ -541,12 +620,32 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 	b := kustomize(t, "default")
 	full := newEnforcement(b)
 	runUnderRBAC(t, full, nil)
+	// The caches read through watch-list streams where the server serves them (verb watch);
+	// a second run with client-go's WatchListClient off makes the plain lists of a server
+	// that does not.
+	lists := newEnforcement(b)
+	t.Run("lists", func(t *testing.T) {
+		clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+		runUnderRBAC(t, lists, nil)
+	})
+	for a := range lists.used {
+		if a.verb == "list" {
+			full.used[a] = true
+		}
+	}
 	granted := rules("", controllerRole, full.role.Rules)
 	var all []access
 	for a := range granted {
 		all = append(all, access{group: a.group, resource: a.resource, verb: a.verb})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].String() < all[j].String() })
+	// The lists last: a manager refused its cache's list does not stop its informers (the
+	// process would end; a test goes on), and their retries would slow the runs after them.
+	sort.Slice(all, func(i, j int) bool {
+		if li, lj := all[i].verb == "list", all[j].verb == "list"; li != lj {
+			return lj
+		}
+		return all[i].String() < all[j].String()
+	})
 	for _, a := range all {
 		if reason, ok := notExercised[a]; ok {
 			if full.used[a] {
@@ -559,12 +658,23 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 			continue
 		}
 		t.Run(a.verb+" "+a.group+"/"+a.resource, func(t *testing.T) {
+			if a.verb == "list" {
+				clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+			}
 			enf := newEnforcement(withoutAccess(b, a))
-			runUnderRBAC(t, enf, &a)
+			exit := runUnderRBAC(t, enf, &a)
 			enf.mu.Lock()
 			defer enf.mu.Unlock()
 			if !enf.refused[a] {
-				t.Errorf("without %s the run was refused %v, not it", a, enf.denied)
+				t.Fatalf("without %s the run was refused %v, not it", a, enf.denied)
+			}
+			// The process ends on it, once, naming what to grant.
+			f, ok := ctrlmanager.AsForbidden(exit)
+			if !ok {
+				t.Fatalf("without %s the controllers did not end on a Forbidden: %v", a, exit)
+			}
+			if f.Verb != a.verb || f.Resource != a.resource || f.Group != a.group {
+				t.Errorf("without %s the controllers ended on %v", a, f)
 			}
 		})
 	}

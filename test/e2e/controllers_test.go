@@ -211,6 +211,32 @@ metadata: {name: socialweb-reader}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: socialweb-reader}
 subjects: [{kind: ServiceAccount, name: reader, namespace: default}]
 `, "apply", "-f", "-")
+		// The generated ClusterRole in full, and the generated Lease Role less one verb each:
+		// the Lease in namespace lc1 may not be created, the one in lc2 not updated (once
+		// created and held).
+		tkubectl(t, admin, "apiVersion: v1\nkind: Namespace\nmetadata: {name: socialweb-system}\n", "apply", "-f", "-")
+		tkubectl(t, admin, "", "apply", "-f", "../../config/rbac/role.yaml")
+		for _, sa := range []struct{ name, ns, verbs string }{{"leasenocreate", "lc1", "get, update"}, {"leasenoupdate", "lc2", "get, create"}} {
+			tkubectl(t, admin, "", "create", "namespace", sa.ns)
+			tkubectl(t, admin, "", "create", "serviceaccount", sa.name, "-n", "default")
+			tkubectl(t, admin, fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: socialweb-controllers}
+subjects: [{kind: ServiceAccount, name: %[1]s, namespace: default}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: leases, namespace: %[2]s}
+rules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [%[3]s]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: leases, namespace: %[2]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}
+subjects: [{kind: ServiceAccount, name: %[1]s, namespace: default}]
+`, sa.name, sa.ns, sa.verbs), "apply", "-f", "-")
+		}
 		ca := filepath.Join(dir, "tenants", "default", "ctl", "pki", "ca.crt")
 		rows := []struct {
 			name, sa string
@@ -221,6 +247,10 @@ subjects: [{kind: ServiceAccount, name: reader, namespace: default}]
 				regexp.MustCompile(`^socialweb: controllers: forbidden: (list|watch) [a-z]+\.socialweb\.computer as system:serviceaccount:default:nobody: grant it \(see config/rbac\)$`)},
 			{"no Lease: its get", "reader", []string{"--leader-elect", "--leader-elect-namespace", "default"},
 				regexp.MustCompile(`^socialweb: controllers: forbidden: get leases\.coordination\.k8s\.io in namespace default as system:serviceaccount:default:reader: grant it \(see config/rbac\)$`)},
+			{"every rule but the Lease's create", "leasenocreate", []string{"--leader-elect", "--leader-elect-namespace", "lc1"},
+				regexp.MustCompile(`^socialweb: controllers: forbidden: create leases\.coordination\.k8s\.io in namespace lc1 as system:serviceaccount:default:leasenocreate: grant it \(see config/rbac\)$`)},
+			{"every rule but the Lease's update", "leasenoupdate", []string{"--leader-elect", "--leader-elect-namespace", "lc2"},
+				regexp.MustCompile(`^socialweb: controllers: forbidden: update leases\.coordination\.k8s\.io in namespace lc2 as system:serviceaccount:default:leasenoupdate: grant it \(see config/rbac\)$`)},
 		}
 		for _, row := range rows {
 			t.Run(row.name, func(t *testing.T) {
