@@ -1,6 +1,8 @@
 package infra
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
@@ -25,11 +27,7 @@ func (r *Reconciler) ephemeralDeadline(p *pass) {
 	}
 	// Ended is decided on the phases observed so far (status.contracts), so that an end
 	// releases every contract in the same pass.
-	var phases []v1alpha1.InfraContractPhase
-	for _, c := range e.Status.Contracts {
-		phases = append(phases, c.Phase)
-	}
-	ended, reason := infra.Ended(p.now, exp, e.Spec.EndWhen, phases, infra.AnyRequested(e.Status.Contracts, nil))
+	ended, reason := ephemeralEnded(p, e)
 	if !ended {
 		return
 	}
@@ -41,8 +39,35 @@ func (r *Reconciler) ephemeralDeadline(p *pass) {
 
 // ephemeralEnd deletes an ended EphemeralInfra once every contract is finished (phase
 // Ended); the finalizer then does the record's final write and lets it go.
+//
+// A pass that observed the last contract finish has not ended the EphemeralInfra (the end
+// is decided on the phases seen before it), and its own status write wakes nothing (the
+// watch passes generation changes only): it asks for the next pass at once, which ends it,
+// rather than leaving it to its deadline.
 func (r *Reconciler) ephemeralEnd(p *pass) {
-	if p.obj.ended() && p.obj.status.Phase == v1alpha1.InfraEnded {
-		p.deleteSelf = true
+	e := p.obj.eph
+	switch {
+	case e == nil:
+	case p.obj.ended():
+		if p.obj.status.Phase == v1alpha1.InfraEnded {
+			p.deleteSelf = true
+		}
+	default:
+		if ended, _ := ephemeralEnded(p, e); ended {
+			p.requeueAfter = endNext
+		}
 	}
+}
+
+// endNext is the requeue of a pass after which the EphemeralInfra ends.
+const endNext = time.Millisecond
+
+// ephemeralEnded is infra.Ended on e's status.contracts as they stand.
+func ephemeralEnded(p *pass, e *v1alpha1.EphemeralInfra) (bool, string) {
+	var phases []v1alpha1.InfraContractPhase
+	for _, c := range e.Status.Contracts {
+		phases = append(phases, c.Phase)
+	}
+	return infra.Ended(p.now, infra.ExpiresAt(e.CreationTimestamp.Time, e.Spec.TTLSeconds), e.Spec.EndWhen, phases,
+		infra.AnyRequested(e.Status.Contracts, nil))
 }
