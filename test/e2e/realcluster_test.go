@@ -45,7 +45,8 @@ const realClusterPDSIP = "203.0.113.20"
 // applied there reach Deployed, won by a `socialweb bidder` outside the cluster. Deleting the
 // leader's pod hands the Lease to the other replica within 5 s; the contract stays Deployed
 // with the same accept and winner. Killing the new leader's process (kill -9) hands the Lease
-// on within the lease duration, and that leader deploys a second Infra: the requester's repo
+// to the other replica within the lease duration (the killed container's next run releases
+// it), and that leader deploys a second Infra: the requester's repo
 // holds two accepts and the bidder two guests, none duplicated.
 func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
 	rc := startRealCluster(t, 1)
@@ -56,7 +57,7 @@ func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
 	if len(pods) != 2 {
 		t.Fatalf("controllers pods running: %q, want 2", pods)
 	}
-	// identity is the Lease's holder; leader its pod (controller-runtime: hostname_uuid).
+	// identity is the Lease's holder; leader its pod (identity POD_NAME_POD_UID).
 	identity := func() string {
 		out, _ := tkubectlErr(kc, "-n", ns, "get", "lease", manager.LeaderElectionID, "-o", "jsonpath={.spec.holderIdentity}")
 		return strings.TrimSpace(out)
@@ -124,8 +125,10 @@ spec:
 		t.Errorf("Infra phase %q after the handover, want Deployed", phase)
 	}
 
-	// The leader's process is killed outright (its container restarts in the same pod):
-	// another process takes the Lease once it expires.
+	// The leader's process is killed outright: its container restarts in the same pod, and
+	// that run releases the Lease the killed one held (same pod, same identity), so the
+	// other replica leads within the lease duration, as it would by the Lease's expiry only
+	// about a second past it.
 	held := identity()
 	pid := podProcess(t, second, "/socialweb", "controllers")
 	t0 = time.Now()
@@ -133,14 +136,14 @@ spec:
 		t.Fatalf("kill -9 %d (the leader %s): %v", pid, second, err)
 	}
 	var third string
-	testenv.Eventually(t, 60*time.Second, "another process takes the Lease of the killed leader", func() (bool, error) {
-		third = identity()
-		return third != "" && third != held, fmt.Errorf("holder %q", third)
+	testenv.Eventually(t, 60*time.Second, "the other replica takes the Lease of the killed leader", func() (bool, error) {
+		third = leader()
+		return third != "" && third != second, fmt.Errorf("holder %q", identity())
 	})
 	took = time.Since(t0)
-	t.Logf("takeover after kill -9 of the leader's process: %s (%s -> %s)", took.Round(time.Millisecond), held, third)
-	if bound := manager.LeaseDuration + 5*time.Second; took > bound {
-		t.Errorf("takeover after kill -9 took %s, want within %s (lease duration and two retries)", took, bound)
+	t.Logf("takeover after kill -9 of the leader's process: %s (%s -> %s)", took.Round(time.Millisecond), held, identity())
+	if took > manager.LeaseDuration {
+		t.Errorf("takeover after kill -9 took %s, want within the lease duration (%s)", took, manager.LeaseDuration)
 	}
 
 	// The third leader runs the market: a second Infra is Deployed, the first untouched.
@@ -329,16 +332,25 @@ func countRecords(t *testing.T, rn *relayNet, base, did, collection string) int 
 // TestBench_RealClusterThousandInfras applies 1,000 Infras (each one deno contract, its
 // record in the owner's repo) to the controllers deployed on the real cluster, with three
 // bidders outside it, and prints how long until every one of them was Deployed, the rate in
-// contracts per second and the apply-to-Deployed latency. At most realClusterWindow Infras
-// live at once: this host (no swap) would not hold 1,000 deno guests, so each Infra is
-// deleted once Deployed (releasing its contract, its record deleted) and the next applied.
-// Every contract must be won once: the bidders' logs hold 1,000 guest starts in all.
+// contracts per second and the apply-to-Deployed latency. All 1,000 are live at the end
+// (1,000 deno guests over the bidders, capacity 340 each). SOCIALWEB_BENCH_LIVE=N keeps at
+// most N live instead, for a host without the memory: each Infra is deleted once Deployed
+// (its contract released, its record deleted) and the next applied. Every contract must be
+// won once: the bidders' logs hold 1,000 guest starts in all.
 func TestBench_RealClusterThousandInfras(t *testing.T) {
 	if os.Getenv("SOCIALWEB_BENCH") == "" {
 		t.Skip("SOCIALWEB_BENCH=1 runs the benchmark")
 	}
 	const total = 1000
-	rc := startRealCluster(t, 3, "--capacity", "120")
+	live := total
+	if v := os.Getenv("SOCIALWEB_BENCH_LIVE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SOCIALWEB_BENCH_LIVE=%q: want a count of Infras", v)
+		}
+		live = min(n, total)
+	}
+	rc := startRealCluster(t, 3, "--capacity", "340")
 	rc.repo(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", rc.kc)
 	if err != nil {
@@ -359,11 +371,11 @@ func TestBench_RealClusterThousandInfras(t *testing.T) {
 	}
 	applied := map[string]time.Time{}
 	var latencies []time.Duration
-	next := 0
+	next, deleted := 0, 0
 	start := time.Now()
 	lastReport := start
 	for len(latencies) < total {
-		for next < total && next-len(latencies) < realClusterWindow {
+		for next < total && next-deleted < live {
 			inf := infraNamed(next)
 			if err := c.Create(ctx, inf); err != nil {
 				t.Fatalf("create %s: %v", inf.Name, err)
@@ -387,14 +399,18 @@ func TestBench_RealClusterThousandInfras(t *testing.T) {
 			case v1alpha1.InfraDeployed:
 				latencies = append(latencies, time.Since(at))
 				delete(applied, inf.Name)
-				if err := c.Delete(ctx, inf); err != nil && !apierrors.IsNotFound(err) {
-					t.Fatal(err)
+				if live < total {
+					if err := c.Delete(ctx, inf); err != nil && !apierrors.IsNotFound(err) {
+						t.Fatal(err)
+					}
+					deleted++
 				}
 			}
 		}
 		if time.Since(lastReport) > 10*time.Second {
 			lastReport = time.Now()
-			t.Logf("%s: %d of %d Deployed, %d in flight", time.Since(start).Round(time.Second), len(latencies), total, len(applied))
+			t.Logf("%s: %d of %d Deployed, %d in flight, host memory available %s", time.Since(start).Round(time.Second),
+				len(latencies), total, len(applied), memAvailable())
 		}
 		if time.Since(start) > 30*time.Minute {
 			t.Fatalf("after 30 min: %d of %d Deployed", len(latencies), total)
@@ -420,8 +436,20 @@ func TestBench_RealClusterThousandInfras(t *testing.T) {
 		t.Errorf("%d guest starts over the bidders, want %d: one per contract", starts, total)
 	}
 	t.Logf("%d Infras on the real cluster, 3 bidders, at most %d live at once: all Deployed in %s, %.1f contracts/s; apply to Deployed p50 %s p90 %s p99 %s",
-		total, realClusterWindow, took.Round(time.Millisecond), float64(total)/took.Seconds(), q(0.5), q(0.9), q(0.99))
+		total, live, took.Round(time.Millisecond), float64(total)/took.Seconds(), q(0.5), q(0.9), q(0.99))
 }
 
-// realClusterWindow is how many Infras the benchmark keeps alive at once.
-const realClusterWindow = 150
+// memAvailable is the host's MemAvailable, for the benchmark's progress lines.
+func memAvailable() string {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, _ := strconv.Atoi(f[1])
+			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return "?"
+}
