@@ -9,6 +9,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"socialweb.computer/internal/controllers/atprotorecord"
@@ -121,7 +122,10 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 	if err := atprotorecordwatch.Setup(m, res, broker, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
-	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, o.Logger, o.Observer); err != nil {
+	// The requester's index is kept in the controllers' own namespace, beside their Lease.
+	store := &computecontract.SecretStore{Client: m.GetClient(), Reader: m.GetAPIReader(),
+		Key: client.ObjectKey{Namespace: ctrlmanager.LeaderElectionNamespace(o.LeaderElectionNS), Name: computecontract.IndexSecretName}}
+	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, store, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}
 	nco := nodeclaim.Options{Log: o.Logger, Observer: o.Observer, BidWindow: o.NodeBidWindow}

@@ -16,8 +16,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
+	"socialweb.computer/internal/controllers/computecontract"
 	mk "socialweb.computer/internal/atproto/market"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/bidder"
@@ -270,7 +274,9 @@ func (m *relayMarket) records(t *testing.T, host, did, coll string) []atclient.R
 // besides their own. Each requester's Infra (a deno guest) is Deployed once: one accept in
 // its repo, one receipt among the bidders' repos, the winner's guest running. One bidder is
 // stopped after the first deployment and started again on its state dir: it resumes the
-// relay from its saved cursor (not from 0), and no bidder bids twice on an rfp. Every
+// relay from its saved cursor (not from 0); then the requester is stopped and started again
+// and resumes the relay after every offering, from the index it kept (a Secret). No bidder
+// bids twice on an rfp. Every
 // Infra is then released and every guest process ends.
 func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 	start := time.Now()
@@ -315,13 +321,49 @@ func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 		t.Fatalf("%s saved no cursor of the relay %s: %d", b.handle, m.relay, relayCursor)
 	}
 	m.startBidder(t, 1, m.relay)
+
+	// The requester restarts too, once its kept index knows both offerings: it resumes the
+	// relay from the kept cursor, past every offering. It knows the bidders only from the
+	// index it kept (a cursor alone would leave it none, and web2 and web3 would end NoBids).
+	var kept *computecontract.IndexSnapshot
+	testenv.Eventually(t, 20*time.Second, "the requester's kept index knows both offerings", func() (bool, error) {
+		var sec corev1.Secret
+		if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
+			return false, err
+		}
+		snap, err := computecontract.SnapshotOf(&sec)
+		if err != nil || snap == nil {
+			return false, fmt.Errorf("snapshot %v: %v", snap, err)
+		}
+		kept = snap
+		_, b0 := snap.Offerings[m.bidders[0].did]
+		_, b1 := snap.Offerings[m.bidders[1].did]
+		return b0 && b1 && snap.Cursors[feed.CursorKey(m.relay)] > 0, fmt.Errorf("cursors %v, %d offerings", snap.Cursors, len(snap.Offerings))
+	})
+	stopProc(t, m.ctrl)
+	var sec corev1.Secret
+	if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err = computecontract.SnapshotOf(&sec); err != nil || kept == nil {
+		t.Fatalf("the index kept at the requester's stop: %v, %v", kept, err)
+	}
+	requesterCursor := kept.Cursors[feed.CursorKey(m.relay)]
+	m.startRequester(t, m.relay)
+
 	t0 = time.Now()
 	deploy("web2", "web3")
 	t.Logf("web2 and web3 Deployed in %s", time.Since(t0).Round(time.Millisecond))
-	logged, _ := os.ReadFile(b.proc.log)
-	if want := fmt.Sprintf("source=%s cursor=%d", m.relay, relayCursor); !strings.Contains(string(logged), "following from a saved cursor") ||
-		!strings.Contains(string(logged), want) {
-		t.Fatalf("the restarted bidder did not say it resumed the relay from %d (%q); its log:\n%s", relayCursor, want, logged)
+	for _, p := range []struct {
+		who    string
+		log    string
+		cursor int64
+	}{{"bidder", b.proc.log, relayCursor}, {"requester", m.ctrl.log, requesterCursor}} {
+		logged, _ := os.ReadFile(p.log)
+		if want := fmt.Sprintf("source=%s cursor=%d", feed.CursorKey(m.relay), p.cursor); !strings.Contains(string(logged), "following from a saved cursor") ||
+			!strings.Contains(string(logged), want) {
+			t.Fatalf("the restarted %s did not say it resumed the relay from %d (%q); its log:\n%s", p.who, p.cursor, want, logged)
+		}
 	}
 
 	// Deployed once each: one accept, one receipt, the winner's guest; no bid twice.

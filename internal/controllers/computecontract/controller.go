@@ -9,6 +9,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/identity"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,8 +60,9 @@ type Reconciler struct {
 // PDS (in-process for local, the embedded PDS) and every firehose of sources (PDS or relay
 // URLs) besides, from the start: bidders are the offerings seen on any of them. A record a
 // source does not serve itself (a relay's) is read from its DID's PDS, resolved through dir
-// (nil: not at all).
-func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, dir identity.Directory, log *slog.Logger, obs manager.ReconcileObserver) error {
+// (nil: not at all). With store, the index is kept there and a restart starts from it (see
+// Index); nil follows every source from 0 at each start.
+func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []string, dir identity.Directory, store IndexStore, log *slog.Logger, obs manager.ReconcileObserver) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -68,7 +70,7 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 	wake := make(chan event.GenericEvent, 1024)
 	r := &Reconciler{Client: m.GetClient(), Resolver: res, Log: log, Now: time.Now, local: local}
 	r.watchingSince = r.Now()
-	r.Index = &Index{Log: log, Wake: func(k types.NamespacedName) {
+	r.Index = &Index{Log: log, restoring: store != nil, Wake: func(k types.NamespacedName) {
 		o := &v1alpha1.ComputeContract{}
 		o.Namespace, o.Name = k.Namespace, k.Name
 		wake <- event.GenericEvent{Object: o}
@@ -79,6 +81,14 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 		r.ctx = ctx
 		r.watchingSince = r.Now()
 		r.mu.Unlock()
+		if store != nil {
+			snap, err := store.Load(ctx)
+			if err != nil {
+				log.Warn("the kept market index is not used; every source is followed from its start", "err", err)
+			}
+			r.Index.Restore(snap, time.Now())
+			go r.Index.Keep(ctx, store)
+		}
 		for _, src := range feed.Sources(sources, local, dir) {
 			r.Index.Follow(ctx, src)
 		}
@@ -134,18 +144,21 @@ type round struct {
 }
 
 // Access, for the generated ClusterRole (config/rbac/role.yaml): patches its contracts (the
-// release finalizer) and their status, reads repos, and Secrets (a remote repo's
-// credentials, the contract's spec.secretsRef).
+// release finalizer) and their status, reads repos, reads Secrets (a remote repo's
+// credentials, the contract's spec.secretsRef) and keeps one (the index, SecretStore).
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=computecontracts/status,verbs=patch
 // +kubebuilder:rbac:groups=socialweb.computer,resources=atprotorepos,verbs=list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
 // Reconcile moves one contract on: read, then the step of the contract's market.StateOf
 // applying what market.Next decided, then finish. The package doc lists the steps in order.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var obj v1alpha1.ComputeContract
 	if err := r.Client.Get(ctx, req.NamespacedName, &obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Index.Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	rd, res, err := r.read(ctx, req.NamespacedName, &obj)

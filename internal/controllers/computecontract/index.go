@@ -17,9 +17,15 @@ import (
 )
 
 // Index is what the requester has learnt from the firehoses it follows: offerings, bids by
-// rfp, receipts by accept, events by receipt. It follows each PDS once (from seq 0, so a
-// restarted process learns everything again) and wakes the contracts a record concerns.
-// The records an event names are read from the source that carried the event.
+// rfp, receipts by accept, events by receipt. It follows each source once and wakes the
+// contracts a record concerns. The records an event names are read from the source that
+// carried the event.
+//
+// With a Store, what it holds is kept together with the seq it has handled of each source
+// (Keep, every FlushEvery while it changes), and a restarted process starts from that
+// (Restore): it resumes each source after its saved cursor, knowing the offerings and the
+// bids of open windows that came before it, instead of replaying every source from seq 0.
+// Without one, every source is followed from 0.
 type Index struct {
 	Log *slog.Logger
 	// Wake is called with the contract a new record concerns.
@@ -27,22 +33,38 @@ type Index struct {
 
 	mu        sync.Mutex
 	following map[string]*follower
-	offerings map[string]bool                  // DID -> live offering for compute.vm
-	endpoints map[string]string                // DID -> its offering's endpointUrl
-	kinds     map[string][]string              // DID -> its offering's substrates (none: any)
-	isolation map[string][]market.Isolation    // DID -> its offering's isolation entries
-	archs     map[string][]string              // DID -> its offering's architectures
+	offers    map[string]offering              // DID -> its offering as last seen
 	bids      map[string]map[string]market.Bid // rfp uri -> bid uri -> bid
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
 	owners    map[string]types.NamespacedName  // rfp/accept/receipt uri -> contract
+	// cursors is the last seq handled of each source (feed.CursorKey of its endpoint).
+	cursors map[string]int64
+	// touched is when the entry of an rfp, accept or receipt uri was last written: one no
+	// contract owns is dropped unownedKeep after (a deleted contract's, another requester's).
+	touched map[string]time.Time
+	dirty   bool
+	// restoring holds followers back until Restore ran, so none replays from 0 what the
+	// saved cursor skips.
+	restoring bool
+}
+
+// offering is what the index keeps of a bidder's offering.
+type offering struct {
+	Live      bool               `json:"live"` // applies to compute.vm
+	Endpoint  string             `json:"endpoint,omitempty"`
+	Kinds     []string           `json:"kinds,omitempty"` // substrates; none: any
+	Isolation []market.Isolation `json:"isolation,omitempty"`
+	Archs     []string           `json:"archs,omitempty"`
 }
 
 type seenEvent struct {
-	URI, Author, Kind string
+	URI    string `json:"uri"`
+	Author string `json:"author"`
+	Kind   string `json:"kind"`
 	// Address and Ports are a vm.onNetwork event's.
-	Address string
-	Ports   []mk.ComputeEventsVMOnNetworkPortBinding
+	Address string                                   `json:"address,omitempty"`
+	Ports   []mk.ComputeEventsVMOnNetworkPortBinding `json:"ports,omitempty"`
 }
 
 // catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
@@ -71,28 +93,40 @@ func (f *follower) isReady() bool {
 	}
 }
 
-// Follow starts following src unless its endpoint is followed already.
+// Follow starts following src unless its endpoint is followed already, after the seq
+// saved for it (none: from 0). Before Restore ran it does nothing: the caller's CaughtUp is
+// false and it asks again.
 func (x *Index) Follow(ctx context.Context, src feed.Source) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.init()
-	if x.following[src.Endpoint] != nil {
+	if x.restoring || x.following[src.Endpoint] != nil {
 		return
 	}
+	key := feed.CursorKey(src.Endpoint)
+	cursor := x.cursors[key]
 	f := &follower{start: time.Now(), ready: make(chan struct{})}
 	head, exact := feed.HeadOf(ctx, src.Events)
 	switch {
-	case exact && head == 0:
+	case exact && (head == cursor || head == 0):
 		f.markReady() // nothing to replay
 	case !exact:
 		f.timer = time.AfterFunc(catchUpQuiet, f.markReady)
 	}
+	if cursor > 0 {
+		x.logger().Info("following from a saved cursor", "source", key, "cursor", cursor)
+	}
 	x.following[src.Endpoint] = f
-	go feed.Follow(ctx, src.Events, 0, func(ev repos.Event) {
+	go feed.Follow(ctx, src.Events, cursor, func(ev repos.Event) {
 		x.handle(ctx, src.Fetch, ev)
+		x.mu.Lock()
+		x.cursors[key], x.dirty = ev.Seq, true
+		x.mu.Unlock()
 		switch {
 		case f.isReady():
 		case exact:
+			// A source behind the saved cursor was started afresh: feed.Follow replays it
+			// from 0, up to its head.
 			if ev.Seq >= head {
 				f.markReady()
 			}
@@ -121,13 +155,19 @@ func (x *Index) CaughtUp(endpoint string) bool {
 	return true
 }
 
+func (x *Index) logger() *slog.Logger {
+	if x.Log == nil {
+		return slog.Default()
+	}
+	return x.Log
+}
+
 func (x *Index) init() {
 	if x.following == nil {
-		x.following, x.offerings, x.endpoints, x.kinds = map[string]*follower{}, map[string]bool{}, map[string]string{}, map[string][]string{}
-		x.isolation = map[string][]market.Isolation{}
-		x.archs = map[string][]string{}
+		x.following, x.offers = map[string]*follower{}, map[string]offering{}
 		x.bids, x.receipts = map[string]map[string]market.Bid{}, map[string][]market.ReceiptSeen{}
 		x.events, x.owners = map[string][]seenEvent{}, map[string]types.NamespacedName{}
+		x.cursors, x.touched = map[string]int64{}, map[string]time.Time{}
 	}
 }
 
@@ -160,7 +200,7 @@ func (x *Index) handle(ctx context.Context, fetch feed.Fetcher, ev repos.Event) 
 			}
 			rec, err := fetch.Get(ctx, uri)
 			if err != nil {
-				x.Log.Debug("market record unreadable", "uri", uri, "err", err)
+				x.logger().Debug("market record unreadable", "uri", uri, "err", err)
 				continue
 			}
 			x.record(ev.DID, op.Collection, rec)
@@ -169,29 +209,21 @@ func (x *Index) handle(ctx context.Context, fetch feed.Fetcher, ev repos.Event) 
 }
 
 func (x *Index) onOffering(ctx context.Context, fetch feed.Fetcher, did, uri, action string) {
-	live, endpoint := false, ""
-	var kinds []string
-	var iso []market.Isolation
-	var archs []string
+	var o offering
 	if action != "delete" {
 		if rec, err := fetch.Get(ctx, uri); err == nil {
-			if o, err := mk.DecodeOffering(rec.Value); err == nil {
-				endpoint, kinds, archs = o.EndpointURL, o.Substrates, o.Architectures
-				for _, e := range o.Isolation {
-					iso = append(iso, market.Isolation{Substrate: e.Substrate, Boundary: market.Boundary(e.Boundary), Layers: e.Layers})
+			if d, err := mk.DecodeOffering(rec.Value); err == nil {
+				o.Endpoint, o.Kinds, o.Archs = d.EndpointURL, d.Substrates, d.Architectures
+				for _, e := range d.Isolation {
+					o.Isolation = append(o.Isolation, market.Isolation{Substrate: e.Substrate, Boundary: market.Boundary(e.Boundary), Layers: e.Layers})
 				}
-				for _, a := range o.AppliesTo {
-					live = live || a == mk.ComputeVMNSID
-				}
+				o.Live = slices.Contains(d.AppliesTo, mk.ComputeVMNSID)
 			}
 		}
 	}
 	x.mu.Lock()
-	x.offerings[did] = live
-	x.endpoints[did] = endpoint
-	x.kinds[did] = kinds
-	x.isolation[did] = iso
-	x.archs[did] = archs
+	x.offers[did] = o
+	x.dirty = true
 	var keys []types.NamespacedName
 	for _, k := range x.owners { // the bidder set of every contract may have changed
 		keys = append(keys, k)
@@ -228,6 +260,7 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 			x.bids[b.RFP.URI] = map[string]market.Bid{}
 		}
 		x.bids[b.RFP.URI][rec.URI] = seen
+		x.wrote(b.RFP.URI)
 		x.mu.Unlock()
 		x.wake(b.RFP.URI)
 	case mk.ReceiptNSID:
@@ -235,9 +268,16 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 		if json.Unmarshal(rec.Value, &r) != nil {
 			return
 		}
+		seen := market.ReceiptSeen{URI: rec.URI, CID: rec.CID, Author: did,
+			Accept: market.Ref{URI: r.Accept.URI, CID: r.Accept.CID}, AcceptCID: r.CID}
 		x.mu.Lock()
-		x.receipts[r.Accept.URI] = append(x.receipts[r.Accept.URI], market.ReceiptSeen{URI: rec.URI, CID: rec.CID, Author: did,
-			Accept: market.Ref{URI: r.Accept.URI, CID: r.Accept.CID}, AcceptCID: r.CID})
+		// A source replayed from a saved cursor may carry a receipt the index holds already.
+		if i := slices.IndexFunc(x.receipts[r.Accept.URI], func(s market.ReceiptSeen) bool { return s.URI == rec.URI }); i >= 0 {
+			x.receipts[r.Accept.URI][i] = seen
+		} else {
+			x.receipts[r.Accept.URI] = append(x.receipts[r.Accept.URI], seen)
+		}
+		x.wrote(r.Accept.URI)
 		x.mu.Unlock()
 		x.wake(r.Accept.URI)
 	case mk.EventNSID:
@@ -250,7 +290,12 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 			se.Address, se.Ports = n.Address, n.Ports
 		}
 		x.mu.Lock()
-		x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], se)
+		if i := slices.IndexFunc(x.events[e.Receipt.URI], func(s seenEvent) bool { return s.URI == rec.URI }); i >= 0 {
+			x.events[e.Receipt.URI][i] = se
+		} else {
+			x.events[e.Receipt.URI] = append(x.events[e.Receipt.URI], se)
+		}
+		x.wrote(e.Receipt.URI)
 		x.mu.Unlock()
 		x.wake(e.Receipt.URI)
 	}
@@ -262,8 +307,8 @@ func (x *Index) Offerings(kind string) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []string
-	for d, live := range x.offerings {
-		if k := x.kinds[d]; live && (len(k) == 0 || slices.Contains(k, kind)) {
+	for d, o := range x.offers {
+		if o.Live && (len(o.Kinds) == 0 || slices.Contains(o.Kinds, kind)) {
 			out = append(out, d)
 		}
 	}
@@ -276,9 +321,9 @@ func (x *Index) Stated(kind string) map[string]market.Boundary {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := map[string]market.Boundary{}
-	for d, live := range x.offerings {
-		if live {
-			out[d] = market.StatedBoundary(x.isolation[d], kind)
+	for d, o := range x.offers {
+		if o.Live {
+			out[d] = market.StatedBoundary(o.Isolation, kind)
 		}
 	}
 	return out
@@ -289,9 +334,9 @@ func (x *Index) StatedLayers(kind string) map[string][]string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := map[string][]string{}
-	for d, live := range x.offerings {
-		if live {
-			out[d] = market.StatedLayers(x.isolation[d], kind)
+	for d, o := range x.offers {
+		if o.Live {
+			out[d] = market.StatedLayers(o.Isolation, kind)
 		}
 	}
 	return out
@@ -302,9 +347,9 @@ func (x *Index) StatedArchs() map[string][]string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := map[string][]string{}
-	for d, live := range x.offerings {
-		if live {
-			out[d] = slices.Clone(x.archs[d])
+	for d, o := range x.offers {
+		if o.Live {
+			out[d] = slices.Clone(o.Archs)
 		}
 	}
 	return out
@@ -314,7 +359,7 @@ func (x *Index) StatedArchs() map[string][]string {
 func (x *Index) Endpoint(did string) string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.endpoints[did]
+	return x.offers[did].Endpoint
 }
 
 // Bids on an rfp.
