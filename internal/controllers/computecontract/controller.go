@@ -81,18 +81,23 @@ func Setup(m ctrl.Manager, res *repos.Resolver, local *pds.Server, sources []str
 		r.ctx = ctx
 		r.watchingSince = r.Now()
 		r.mu.Unlock()
+		// Keep's last save, at the stop, ends before this runnable does.
+		kept := make(chan struct{})
 		if store != nil {
 			snap, err := store.Load(ctx)
 			if err != nil {
 				log.Warn("the kept market index is not used; every source is followed from its start", "err", err)
 			}
 			r.Index.Restore(snap, time.Now())
-			go r.Index.Keep(ctx, store)
+			go func() { defer close(kept); r.Index.Keep(ctx, store) }()
+		} else {
+			close(kept)
 		}
 		for _, src := range feed.Sources(sources, local, dir) {
 			r.Index.Follow(ctx, src)
 		}
 		<-ctx.Done()
+		<-kept
 		return nil
 	})); err != nil {
 		return err
