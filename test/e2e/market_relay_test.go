@@ -323,8 +323,8 @@ func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 	m.startBidder(t, 1, m.relay)
 
 	// The requester restarts too, once its kept index knows both offerings: it resumes the
-	// relay from the kept cursor, past every offering. It knows the bidders only from the
-	// index it kept (a cursor alone would leave it none, and web2 and web3 would end NoBids).
+	// relay from the kept cursor, and knows the first bidder (which does not restart) only
+	// from the index it kept.
 	var kept *computecontract.IndexSnapshot
 	testenv.Eventually(t, 20*time.Second, "the requester's kept index knows both offerings", func() (bool, error) {
 		var sec corev1.Secret
@@ -354,6 +354,21 @@ func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 	t0 = time.Now()
 	deploy("web2", "web3")
 	t.Logf("web2 and web3 Deployed in %s", time.Since(t0).Round(time.Millisecond))
+	// What the restarted requester keeps holds what it restored: the first bidder, which did
+	// not restart, published its offering only before the kept cursor.
+	testenv.Eventually(t, 10*time.Second, "the restarted requester keeps both offerings, past its restored cursor", func() (bool, error) {
+		var sec corev1.Secret
+		if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
+			return false, err
+		}
+		snap, err := computecontract.SnapshotOf(&sec)
+		if err != nil || snap == nil {
+			return false, fmt.Errorf("snapshot %v: %v", snap, err)
+		}
+		_, b0 := snap.Offerings[m.bidders[0].did]
+		return b0 && snap.Cursors[feed.CursorKey(m.relay)] > requesterCursor,
+			fmt.Errorf("offering of %s kept: %v; relay cursor %d (restored %d)", m.bidders[0].handle, b0, snap.Cursors[feed.CursorKey(m.relay)], requesterCursor)
+	})
 	for _, p := range []struct {
 		who    string
 		log    string
