@@ -40,9 +40,12 @@ type ControllerOptions struct {
 	HealthAddr string
 	// GracefulShutdown bounds how long reconciles in flight get once the process is asked to
 	// stop (0: controller-runtime's 30 s).
-	GracefulShutdown   time.Duration
-	LeaderElection     bool
-	LeaderElectionNS   string
+	GracefulShutdown time.Duration
+	LeaderElection   bool
+	LeaderElectionNS string
+	// StateNamespace holds what the controllers keep of their own (the requester's market
+	// index); empty: the leader election's namespace.
+	StateNamespace     string
 	Observer           ctrlmanager.ReconcileObserver
 	SkipNameValidation bool
 	Logger             *slog.Logger
@@ -123,8 +126,12 @@ func NewControllers(cfg *rest.Config, o ControllerOptions) (manager.Manager, err
 		return nil, err
 	}
 	// The requester's index is kept in the controllers' own namespace, beside their Lease.
+	stateNS := o.StateNamespace
+	if stateNS == "" {
+		stateNS = ctrlmanager.LeaderElectionNamespace(o.LeaderElectionNS)
+	}
 	store := &computecontract.SecretStore{Client: m.GetClient(), Reader: m.GetAPIReader(),
-		Key: client.ObjectKey{Namespace: ctrlmanager.LeaderElectionNamespace(o.LeaderElectionNS), Name: computecontract.IndexSecretName}}
+		Key: client.ObjectKey{Namespace: stateNS, Name: computecontract.IndexSecretName}}
 	if err := computecontract.Setup(m, res, o.PDS, o.MarketSources, o.MarketDirectory, store, o.Logger, o.Observer); err != nil {
 		return nil, err
 	}

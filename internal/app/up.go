@@ -102,6 +102,9 @@ const DefaultNodeBidWindow = 2 * time.Second
 // memWatchInterval is how often up samples its heap for a spike to hand back.
 const memWatchInterval = 5 * time.Second
 
+// UpStateNamespace is where `up`'s controllers keep their own state.
+const UpStateNamespace = "socialweb-system"
+
 // DefaultDataDir is $XDG_STATE_HOME/socialweb, else ~/.local/state/socialweb: state, not
 // configuration and not the working directory.
 func DefaultDataDir() string {
@@ -260,6 +263,9 @@ func Up(ctx context.Context, o UpOptions) error {
 	}
 	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
 		NodeBidWindow: o.NodeBidWindow, Quota: o.Quota,
+		// Outside any workspace, so that deleting one (every Secret in it) leaves the
+		// requester's index alone; the core serves no Namespaces, any name holds objects.
+		StateNamespace: UpStateNamespace,
 		// The local bidders live on srv, whatever PDS a requester's repo is on.
 		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
 	if err != nil {
