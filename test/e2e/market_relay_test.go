@@ -21,8 +21,8 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/atclient"
-	"socialweb.computer/internal/controllers/computecontract"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/controllers/computecontract"
 	"socialweb.computer/internal/infra"
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
@@ -325,28 +325,31 @@ func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 	// The requester restarts too, once its kept index knows both offerings: it resumes the
 	// relay from the kept cursor, and knows the first bidder (which does not restart) only
 	// from the index it kept.
-	var kept *computecontract.IndexSnapshot
-	testenv.Eventually(t, 20*time.Second, "the requester's kept index knows both offerings", func() (bool, error) {
+	// keptIndex is the requester's index as its Secret holds it.
+	keptIndex := func() (*computecontract.IndexSnapshot, error) {
 		var sec corev1.Secret
 		if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
-			return false, err
+			return nil, err
 		}
 		snap, err := computecontract.SnapshotOf(&sec)
-		if err != nil || snap == nil {
-			return false, fmt.Errorf("snapshot %v: %v", snap, err)
+		if err == nil && snap == nil {
+			err = errors.New("the index Secret holds no snapshot")
 		}
-		kept = snap
+		return snap, err
+	}
+	testenv.Eventually(t, 20*time.Second, "the requester's kept index knows both offerings", func() (bool, error) {
+		snap, err := keptIndex()
+		if err != nil {
+			return false, err
+		}
 		_, b0 := snap.Offerings[m.bidders[0].did]
 		_, b1 := snap.Offerings[m.bidders[1].did]
 		return b0 && b1 && snap.Cursors[feed.CursorKey(m.relay)] > 0, fmt.Errorf("cursors %v, %d offerings", snap.Cursors, len(snap.Offerings))
 	})
 	stopProc(t, m.ctrl)
-	var sec corev1.Secret
-	if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
-		t.Fatal(err)
-	}
-	if kept, err = computecontract.SnapshotOf(&sec); err != nil || kept == nil {
-		t.Fatalf("the index kept at the requester's stop: %v, %v", kept, err)
+	kept, err := keptIndex()
+	if err != nil {
+		t.Fatalf("the index kept at the requester's stop: %v", err)
 	}
 	requesterCursor := kept.Cursors[feed.CursorKey(m.relay)]
 	m.startRequester(t, m.relay)
@@ -357,13 +360,9 @@ func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
 	// What the restarted requester keeps holds what it restored: the first bidder, which did
 	// not restart, published its offering only before the kept cursor.
 	testenv.Eventually(t, 10*time.Second, "the restarted requester keeps both offerings, past its restored cursor", func() (bool, error) {
-		var sec corev1.Secret
-		if err := m.env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: computecontract.IndexSecretName}, &sec); err != nil {
+		snap, err := keptIndex()
+		if err != nil {
 			return false, err
-		}
-		snap, err := computecontract.SnapshotOf(&sec)
-		if err != nil || snap == nil {
-			return false, fmt.Errorf("snapshot %v: %v", snap, err)
 		}
 		_, b0 := snap.Offerings[m.bidders[0].did]
 		return b0 && snap.Cursors[feed.CursorKey(m.relay)] > requesterCursor,

@@ -112,7 +112,9 @@ func (s *SecretStore) reread(ctx context.Context, err error) error {
 }
 
 // SnapshotOf reads the snapshot an index Secret holds (nil: none).
-func SnapshotOf(sec *corev1.Secret) (*IndexSnapshot, error) { return decodeSnapshot(sec.Data[indexKey]) }
+func SnapshotOf(sec *corev1.Secret) (*IndexSnapshot, error) {
+	return decodeSnapshot(sec.Data[indexKey])
+}
 
 func encodeSnapshot(snap *IndexSnapshot) ([]byte, error) {
 	var buf bytes.Buffer
