@@ -273,9 +273,14 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (exit error) 
 	d.create(&v1alpha1.EphemeralInfra{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eph"},
 		Spec: v1alpha1.EphemeralInfraSpec{TTLSeconds: 600, InfraSpec: v1alpha1.InfraSpec{
 			Contracts: []v1alpha1.InfraContract{{Name: "job", State: v1alpha1.ContractRequested}}}}})
-	d.wait("the EphemeralInfra reports its deadline and its contract", &v1alpha1.EphemeralInfra{}, key("eph"), func(o client.Object) bool {
-		e := o.(*v1alpha1.EphemeralInfra)
-		return e.Status.ExpiresAt != nil && len(e.Status.Contracts) == 1 && e.Status.Contracts[0].Phase != ""
+	// Gone already counts: it ends only after its contract's phase is in its status.
+	d.poll("the EphemeralInfra reports its deadline and its contract", func() (bool, error) {
+		var e v1alpha1.EphemeralInfra
+		if err := d.c.Get(context.Background(), key("eph"), &e); err != nil {
+			return apierrors.IsNotFound(err), err
+		}
+		b, _ := json.Marshal(&e)
+		return e.Status.ExpiresAt != nil && len(e.Status.Contracts) == 1 && e.Status.Contracts[0].Phase != "", errors.New(string(b))
 	})
 	// Its contract (a vm one, with no repo to write its rfp in) may have failed already, which
 	// ends it as much as a release does: then it is gone or going by itself.
@@ -285,7 +290,8 @@ func runUnderRBAC(t *testing.T, enf *enforcement, refused *access) (exit error) 
 			return client.IgnoreNotFound(err)
 		}
 		eph.Spec.Contracts[0].State = v1alpha1.ContractReleased
-		return env.Client.Update(context.Background(), &eph)
+		// It may end and go between the read and this write.
+		return client.IgnoreNotFound(env.Client.Update(context.Background(), &eph))
 	}); err != nil {
 		t.Fatal(err)
 	}
