@@ -48,6 +48,9 @@ type gate struct {
 	pressing chan struct{}
 	// get reads a pod from the apiserver (nil: the informer alone tells).
 	get func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// shown says whether the informer shows the pod (its UID) already: then it tells, and
+	// nothing is read (nil: every request's pod is read).
+	shown func(namespace, name string, uid types.UID) bool
 	// node is this node's name: a pod read for a request counts only when bound here.
 	node string
 }
@@ -178,11 +181,14 @@ func (g *gate) add(req podgate.Request, now time.Time) (uint64, chan struct{}) {
 	return seq, done
 }
 
-// read fetches the request's pod from the apiserver, so the rules need not wait for the
-// informer to show it: kept with the learnt addresses when it is the request's pod (its UID)
+// read fetches the request's pod from the apiserver when the informer does not show it yet,
+// so the rules need not wait for the informer: kept with the learnt addresses when it is the request's pod (its UID)
 // and bound to this node.
 func (g *gate) read(ctx context.Context, req podgate.Request) {
 	if g.get == nil || req.Namespace == "" || req.Name == "" {
+		return
+	}
+	if g.shown != nil && g.shown(req.Namespace, req.Name, types.UID(req.UID)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

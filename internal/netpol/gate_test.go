@@ -210,3 +210,36 @@ func TestGateReadsThePod(t *testing.T) {
 		})
 	}
 }
+
+// A pod the informer shows already (its UID) is not read from the apiserver: the informer
+// tells. A namesake it shows (another UID) does not stop the read.
+func TestGateReadsOnlyWhatTheInformerDoesNotShow(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		shownUID types.UID
+		reads    int
+	}{
+		{"shown", "u1", 0},
+		{"a namesake shown", "u0", 1},
+		{"not shown", "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(func() {})
+			g.node = self
+			reads := 0
+			g.get = func(context.Context, string, string) (*corev1.Pod, error) {
+				reads++
+				return pod("default", "p", self, "", nil, withUID("u1")), nil
+			}
+			g.shown = func(ns, name string, uid types.UID) bool {
+				return tc.shownUID != "" && ns == "default" && name == "p" && uid == tc.shownUID
+			}
+			req := podgate.Request{UID: "u1", Namespace: "default", Name: "p", IPs: []netip.Addr{netip.MustParseAddr("10.42.0.7")}}
+			g.add(req, time.Now())
+			g.read(context.Background(), req)
+			if reads != tc.reads {
+				t.Fatalf("%d reads from the apiserver, want %d", reads, tc.reads)
+			}
+		})
+	}
+}

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -110,6 +111,10 @@ func Run(ctx context.Context, o Options) error {
 	g.node = o.NodeName
 	g.get = func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 		return cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	g.shown = func(namespace, name string, uid types.UID) bool {
+		p, err := pods.Lister().Pods(namespace).Get(name)
+		return err == nil && p.UID == uid
 	}
 	if o.GateSocket != "" {
 		// Served before the informers sync, so a sandbox's request waits here rather than
