@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,12 +51,17 @@ up); a second signal ends it at once.`,
 			if plcURL != "" {
 				o.MarketDirectory = &identity.BaseDirectory{PLCURL: plcURL, SkipHandleVerification: true}
 			}
-			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: l}))
+			logOut := &closableWriter{w: cmd.ErrOrStderr()}
+			o.Logger = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: l}))
 			// The manager's own stop is bounded by the grace period plus the Lease release;
 			// this is the backstop for everything before and around it.
 			exitAfterStop(cmd.Context(), o.GracefulShutdown+ctrlmanager.StopSlack+time.Second)
 			fmt.Fprintf(cmd.ErrOrStderr(), "running controllers against %s\n", cfg.Host)
-			return app.RunControllers(cmd.Context(), cfg, o)
+			err = app.RunControllers(cmd.Context(), cfg, o)
+			// The manager's goroutines may still log its stop ("error received after stop
+			// sequence was engaged"): the error that ended it is the last line a user sees.
+			logOut.Close()
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API server to run against (default: the in-cluster config of the pod)")
@@ -111,4 +118,27 @@ func exitAfterStop(ctx context.Context, bound time.Duration) {
 		}
 		os.Exit(1)
 	}()
+}
+
+// closableWriter passes writes on until Close, and drops them after.
+type closableWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (c *closableWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
+// Close makes later writes no-ops; a write in progress ends first.
+func (c *closableWriter) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 }
