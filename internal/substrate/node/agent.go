@@ -163,8 +163,10 @@ func (a *agent) start() error {
 	upstream, where := addr, " in "+ns.Netns
 	if ns.Netns == "" {
 		upstream, where = ns.Upstream, ""
+		a.ln, err = net.Listen("tcp", addr)
+	} else {
+		a.ln, err = listenInNetns(ns.netnsPath(), addr)
 	}
-	a.ln, err = ns.listen(addr)
 	if err != nil {
 		return fmt.Errorf("forward %s%s: %w", addr, where, err)
 	}
@@ -253,14 +255,7 @@ func (a *agent) start() error {
 	}
 
 	// 6. The pod network: the Node's pod CIDR into the CNI config, the overlay to the
-	// cluster's other nodes (podnet), in the node's namespaces like containerd. A vm
-	// guest masquerades its pods to its own address for the host's egress chain (a
-	// namespace node's masquerade is made on the host with its namespace, setupEgress).
-	if ns.PodNet && ns.Flavour == FlavourVM && ns.Netns == "" {
-		if err := podnet.EnsureNodeMasq(""); err != nil {
-			return fmt.Errorf("masquerade in the node: %w", err)
-		}
-	}
+	// cluster's other nodes (podnet), in the node's namespaces like containerd.
 	if ns.PodNet {
 		a.podnet, err = a.spawnRestartable("pod network", "podnet.log", ns.Binary, "node-podnet", ns.Dir)
 		if err != nil {
@@ -269,12 +264,18 @@ func (a *agent) start() error {
 		a.logf("pod network started")
 	}
 
-	// 7. Services and DNS.
-	if err := a.startServices(); err != nil {
-		return fmt.Errorf("services: %w", err)
+	// 7. Services and DNS. A vm node has neither yet (docs/networking.md).
+	if ns.Flavour != FlavourVM {
+		if err := a.startServices(); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
 	}
 	// 8. NetworkPolicy, as the node (internal/netpol), with the services' kubeconfig (the
-	// node's renewed client certificate).
+	// node's renewed client certificate). Not yet in a vm node: its image's initramfs carries
+	// no nf_tables or br_netfilter module (docs/networking.md).
+	if ns.Netns == "" {
+		return nil
+	}
 	netpolArgv := []string{ns.Binary, "kube", "netpol", "--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName}
 	if ns.CNIGate != "" {
 		netpolArgv = append(netpolArgv, "--gate-socket", ns.netpolSocket())
@@ -429,22 +430,6 @@ func waitFor(d time.Duration, ok func() bool) error {
 }
 
 // listenInNetns opens a TCP listener inside the network namespace at nsPath.
-// listen listens on addr in the node's network namespace: the agent's own in a vm guest.
-func (ns nodeState) listen(addr string) (net.Listener, error) {
-	if ns.Netns == "" {
-		return net.Listen("tcp", addr)
-	}
-	return listenInNetns(ns.netnsPath(), addr)
-}
-
-// runInNet runs argv in the node's network namespace: the agent's own in a vm guest.
-func (ns nodeState) runInNet(argv ...string) error {
-	if ns.Netns == "" {
-		return run(argv[0], argv[1:]...)
-	}
-	return run("nsenter", append([]string{"--net=" + ns.netnsPath(), "--"}, argv...)...)
-}
-
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	var ln net.Listener
 	err := netns.Do(nsPath, func() (err error) {
@@ -871,8 +856,12 @@ serializeImagePulls: false
 `, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns)
 }
 
-// kubeletDNS points pods at the node's DNS server (services.go).
+// kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);
+// a vm node has none yet, and its pods get no nameserver rather than one that never answers.
 func kubeletDNS(ns nodeState) string {
+	if ns.Flavour == FlavourVM {
+		return ""
+	}
 	return fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", clusternet.NodeLocalDNS, clusternet.ClusterDomain)
 }
 
