@@ -182,8 +182,9 @@ func (g *gate) add(req podgate.Request, now time.Time) (uint64, chan struct{}) {
 }
 
 // read fetches the request's pod from the apiserver when the informer does not show it yet,
-// so the rules need not wait for the informer: kept with the learnt addresses when it is the request's pod (its UID)
-// and bound to this node.
+// so the rules need not wait for the informer: kept with the learnt addresses when it is the
+// request's pod (its UID) and bound to this node. A pod the informer shows is not read: a
+// read copy counts only until the informer shows its UID (withReadPods, prune).
 func (g *gate) read(ctx context.Context, req podgate.Request) {
 	if g.get == nil || req.Namespace == "" || req.Name == "" {
 		return
