@@ -306,6 +306,13 @@ func webPodsRunOn(kc string, claims map[string]v1alpha1.NodeClaim) (bool, error)
 func TestScale_MixedRequestsRunWhereSimulated(t *testing.T) {
 	n := startNodeUp(t)
 	kc := n.cluster("mix", "maxNodes: 2, podsPerNode: 10, scaleHold: 60s")
+	t.Cleanup(func() {
+		if t.Failed() {
+			pods, _ := tkubectlErr(kc, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} node={.spec.nodeName} nominated={.status.nominatedNodeName} {.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}`)
+			nodes, _ := tkubectlErr(kc, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} taints={.spec.taints} allocatable={.status.allocatable.cpu}{"\n"}{end}`)
+			t.Logf("pods:\n%s\nnodes:\n%s\nnode host:\n%s", pods, nodes, n.dump())
+		}
+	})
 
 	t0 := time.Now()
 	var manifest []string

@@ -40,6 +40,9 @@
 // are: pods in a stable order, larger first (by the larger of their shares of a new node's
 // cpu and memory, then cpu, memory, namespace/name); each goes on the first existing node
 // (by name) that passes, else the first hypothetical node already opened, else a new one.
+// A pod nominated (status.nominatedNodeName) to one of the given nodes is placed there
+// before the others when it passes: the scheduler tries a pod's nominated node first and
+// holds its room, so the plan keeps what it nominated rather than re-packing it.
 // Each placed pod joins the snapshot, so later pods see it (two pods with hostname
 // anti-affinity to each other get a node each). A new node is tried even when maxNew are
 // in use, so that a pod no new node can run says why rather than that room ran out.

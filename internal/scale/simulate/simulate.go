@@ -167,9 +167,29 @@ func Plan(pending []*corev1.Pod, nodes []*corev1.Node, bound []*corev1.Pod, temp
 	order := sortedPending(pending, template)
 	sim.addNamespaces(order)
 
+	// Nominated pods first, each on its nominated node when it passes there: the scheduler
+	// tries that node first and holds its room, and a plan that re-packed them would move
+	// nominations the scheduler already acts on.
+	nominated := map[*corev1.Pod]string{}
+	for _, p := range order {
+		n := p.Status.NominatedNodeName
+		if n == "" || !slices.ContainsFunc(cluster, func(c *corev1.Node) bool { return c.Name == n }) {
+			continue
+		}
+		if sim.fits(ctx, p, cluster, placed, n) == "" {
+			nominated[p] = n
+			placed = append(placed, boundTo(p, n))
+		}
+	}
+
 	var res Result
 	for _, p := range order {
 		pl := Placement{Pod: p.Namespace + "/" + p.Name}
+		if name, ok := nominated[p]; ok {
+			pl.Node = name
+			res.Placements = append(res.Placements, pl)
+			continue
+		}
 		if name := sim.firstFit(ctx, p, cluster, placed); name != "" {
 			placed = append(placed, boundTo(p, name))
 			if k := newNodeIndex(cluster, name); k > 0 {

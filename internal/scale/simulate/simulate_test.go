@@ -39,6 +39,10 @@ func labelled(k, v string) podOpt { return func(p *corev1.Pod) { p.Labels[k] = v
 
 func on(node string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = node } }
 
+func nominatedTo(node string) podOpt {
+	return func(p *corev1.Pod) { p.Status.NominatedNodeName = node }
+}
+
 // antiAffine keeps the pod off any node that runs a pod labelled k=v.
 func antiAffine(k, v string) podOpt {
 	return func(p *corev1.Pod) {
@@ -141,6 +145,24 @@ func TestPlan(t *testing.T) {
 		bound:    []*corev1.Pod{pod("running", 500, gib, on("n1"))},
 		template: offer, maxNew: 10,
 		want: Result{Placements: []Placement{{Pod: "app/new", Node: "n1"}}},
+	}, {
+		// Left to first-fit decreasing, l1 and s1 would share n1; nominated as an earlier
+		// plan placed them when n2 was the first node, they stay where they were sent.
+		name: "nominated pods stay on the node they were nominated to",
+		pending: []*corev1.Pod{pod("s1", 600, gib), pod("s2", 600, gib, nominatedTo("n1")), pod("l1", 1200, gib, nominatedTo("n2")),
+			pod("l2", 1200, gib, nominatedTo("n1"))},
+		nodes:    []*corev1.Node{node("n1"), node("n2")},
+		template: offer, maxNew: 10,
+		want: Result{Placements: []Placement{{Pod: "app/l1", Node: "n2"}, {Pod: "app/l2", Node: "n1"},
+			{Pod: "app/s1", Node: "n2"}, {Pod: "app/s2", Node: "n1"}}},
+	}, {
+		name: "two nominated to a node that takes one: the larger keeps it; a nomination to a node not given is not followed",
+		pending: []*corev1.Pod{pod("big", 1500, gib, nominatedTo("n1")), pod("gone", 100, gib, nominatedTo("n9")),
+			pod("second", 1000, gib, nominatedTo("n1"))},
+		nodes:    []*corev1.Node{node("n1"), node("n2")},
+		template: offer, maxNew: 10,
+		want: Result{Placements: []Placement{{Pod: "app/big", Node: "n1"}, {Pod: "app/second", Node: "n2"},
+			{Pod: "app/gone", Node: "n1"}}},
 	}, {
 		name:     "an existing node too full for the pod: a new one",
 		pending:  []*corev1.Pod{pod("new", 1000, gib)},
