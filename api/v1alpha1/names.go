@@ -86,3 +86,12 @@ const (
 	// ReasonNameConflict: a collection's child name is already taken by an object it does not own.
 	ReasonNameConflict ConditionReason = "NameConflict"
 )
+
+// Taints set on tenant Nodes.
+const (
+	// TaintNodeUnregistered is on a NodeClaim's Node from its registration (effect
+	// NoSchedule) until the node host has nominated to it the pending pods its plan placed
+	// there: lifted once the node is Ready and they are, so the scheduler's first try on the
+	// node places those pods, not the first in its queue. Karpenter's karpenter.sh/unregistered.
+	TaintNodeUnregistered = "node.socialweb.computer/unregistered"
+)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -30,14 +31,17 @@ func TestPayloadOf(t *testing.T) {
 	// A node contract's userData is its join, as the node substrate reads it; the bundle's
 	// credentials are secrets, named only.
 	spec := v1alpha1.ComputeContractSpec{ComputeKind: v1alpha1.ComputeKindNode,
-		NodeJoin:   &v1alpha1.NodeJoin{Server: "https://127.0.0.1:6443", NodeName: "n-abc", BundleSecretRef: &v1alpha1.SecretKeyRef{Name: "b"}},
+		NodeJoin: &v1alpha1.NodeJoin{Server: "https://127.0.0.1:6443", NodeName: "n-abc", BundleSecretRef: &v1alpha1.SecretKeyRef{Name: "b"},
+			Labels: map[string]string{"pool": "a"}, Taints: []string{"node.socialweb.computer/unregistered:NoSchedule"}},
 		SecretsRef: &v1alpha1.SecretKeyRef{Name: "b"}}
 	vm, err = payloadOf(spec, []string{"ca", "kubeconfig"})
 	if err != nil || *vm.ComputeKind != mk.ComputeVMComputeKindNode || vm.UserData == nil {
 		t.Fatalf("node: %+v %v", vm, err)
 	}
 	var j node.Join
-	if err := json.Unmarshal([]byte(*vm.UserData), &j); err != nil || j != (node.Join{Server: "https://127.0.0.1:6443", NodeName: "n-abc"}) {
+	want := node.Join{Server: "https://127.0.0.1:6443", NodeName: "n-abc", Labels: map[string]string{"pool": "a"},
+		Taints: []string{"node.socialweb.computer/unregistered:NoSchedule"}}
+	if err := json.Unmarshal([]byte(*vm.UserData), &j); err != nil || !reflect.DeepEqual(j, want) {
 		t.Fatalf("node userData %q: %+v %v", *vm.UserData, j, err)
 	}
 

@@ -121,7 +121,7 @@ func (r *Reconciler) rfpAgain(ctx context.Context, rd *round) (reconcile.Result,
 }
 
 // payloadOf is the compute.vm payload of spec. A node contract's userData is its nodeJoin
-// as the JSON the node substrate boots from (node.Join{server, nodeName}); its credentials
+// as the JSON the node substrate boots from (node.Join{server, nodeName, labels, taints}); its credentials
 // are the secrets (the join bundle Secret's kubeconfig and ca), never the payload.
 func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeVM, error) {
 	kind := string(spec.ComputeKind)
@@ -135,7 +135,8 @@ func payloadOf(spec v1alpha1.ComputeContractSpec, secrets []string) (mk.ComputeV
 		if ud != "" {
 			return vm, &PayloadError{Reason: "a node contract with nodeJoin takes no userData: its userData is the join"}
 		}
-		raw, err := json.Marshal(node.Join{Server: spec.NodeJoin.Server, NodeName: spec.NodeJoin.NodeName})
+		raw, err := json.Marshal(node.Join{Server: spec.NodeJoin.Server, NodeName: spec.NodeJoin.NodeName,
+			Labels: spec.NodeJoin.Labels, Taints: spec.NodeJoin.Taints})
 		if err != nil {
 			return vm, err
 		}

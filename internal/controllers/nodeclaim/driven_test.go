@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,7 +285,9 @@ func TestNodeClaims_DrivenStatus_TwoClaimsOneInfra(t *testing.T) {
 		}
 		if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode || cc.Spec.OwnerDid != "did:plc:owner" || cc.Spec.NodeJoin == nil ||
 			cc.Spec.NodeJoin.NodeName != c.Name || cc.Spec.NodeJoin.Server != server || cc.Spec.SecretsRef == nil ||
-			cc.Spec.NodeJoin.BundleSecretRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name {
+			cc.Spec.NodeJoin.BundleSecretRef == nil || cc.Spec.SecretsRef.Name != cc.Spec.NodeJoin.BundleSecretRef.Name ||
+			// The node registers closed until the node host has nominated its pods.
+			!slices.Equal(cc.Spec.NodeJoin.Taints, []string{v1alpha1.TaintNodeUnregistered + ":NoSchedule"}) {
 			t.Fatalf("%s spec %+v (nodeJoin %+v)", name, cc.Spec, cc.Spec.NodeJoin)
 		}
 		// The claim's size is its contract's; a claim that states none leaves the default.

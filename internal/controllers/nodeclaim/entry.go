@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,7 +62,9 @@ func (r *Reconciler) entryOf(p *pass, state v1alpha1.ContractState) *infra.NodeE
 			NodeClaimRef: &v1alpha1.ObjectRef{Namespace: c.Namespace, Name: c.Name}}}
 	if p.bundle != nil {
 		ref := *p.bundle
-		e.Node.NodeJoin = &v1alpha1.NodeJoin{Server: p.server, NodeName: c.Spec.NodeName, BundleSecretRef: &ref}
+		// The node registers closed to pods until the node host opens it (nodehost/open.go).
+		e.Node.NodeJoin = &v1alpha1.NodeJoin{Server: p.server, NodeName: c.Spec.NodeName, BundleSecretRef: &ref,
+			Taints: []string{v1alpha1.TaintNodeUnregistered + ":" + string(corev1.TaintEffectNoSchedule)}}
 	}
 	e.PolicyArgs = map[string]string{}
 	if r.BidWindow > 0 {

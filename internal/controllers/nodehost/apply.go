@@ -87,7 +87,12 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		p.outcome = outcome{reason: ConditionReason(d.Reason), message: message + "; " + counts}
 	}
 	if w != nil {
-		r.nominate(ctx, p, w, Nominations(in, d, provisioned))
+		// Nominated first, then opened: a node opens only once no nomination to it is
+		// outstanding (open.go), which this pass's nominations are until a later pass
+		// reads them back.
+		ns := Nominations(in, d, provisioned)
+		r.nominate(ctx, p, w, ns)
+		r.open(ctx, p, w, p.nodes, NodesToOpen(in.Now, p.nodes, ns))
 	}
 	return nil
 }

@@ -141,6 +141,8 @@ type pass struct {
 	claims []*v1alpha1.NodeClaim
 	// joined are the tenant's Ready nodes (nil when the tenant was not read).
 	joined map[string]bool
+	// nodes are the tenant's Nodes the decision read (nil when the tenant was not read).
+	nodes []*corev1.Node
 	// outcome is what the status reports.
 	outcome outcome
 }
@@ -250,6 +252,7 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		return scale.Decision{}, err
 	}
 	pods, held := w.withVolumes(pods)
+	p.nodes = nodes
 	p.joined = map[string]bool{}
 	for _, n := range nodes {
 		if NodeJoined(n) {

@@ -185,7 +185,13 @@ func InputOf(now time.Time, pods []*corev1.Pod, nodes []*corev1.Node, claims []*
 	}
 	for _, n := range nodes {
 		if n != nil && NodeJoined(n) {
-			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: readySince(n), Draining: nodeDraining(n)})
+			since := readySince(n)
+			if unregistered(n) {
+				// Closed to the scheduler until the node host opens it (open.go): its free
+				// slots count for the pending pods until it has been open a while.
+				since = now
+			}
+			in.Nodes = append(in.Nodes, scale.Node{Name: n.Name, ReadySince: since, Draining: nodeDraining(n)})
 			// A new node offers what the largest joined one does: every node of a
 			// cluster is rented by the same contract size.
 			in.NodeSize.MilliCPU = max(in.NodeSize.MilliCPU, n.Status.Allocatable.Cpu().MilliValue())

@@ -64,6 +64,7 @@ func Nominations(in scale.Input, d scale.Decision, provisioned []string) []Nomin
 // next decision: a nomination is a hint to the scheduler, and the pod gets a node without it.
 func (r *Reconciler) nominate(ctx context.Context, p *pass, w *tenantWatch, ns []Nomination) {
 	failed := 0
+	var done []string
 	for _, n := range ns {
 		namespace, name, ok := strings.Cut(n.Pod, "/")
 		if !ok {
@@ -74,9 +75,11 @@ func (r *Reconciler) nominate(ctx context.Context, p *pass, w *tenantWatch, ns [
 		if err != nil && !apierrors.IsNotFound(err) {
 			failed++
 			r.Log.Error("nodehost_nominate_failed", "cluster", p.key.String(), "pod", n.Pod, "node", n.Node, "error", err.Error())
+			continue
 		}
+		done = append(done, n.Pod+"="+n.Node)
 	}
 	if len(ns) > 0 {
-		r.Log.Info("nodehost_nominated", "cluster", p.key.String(), "pods", len(ns)-failed, "failed", failed)
+		r.Log.Info("nodehost_nominated", "cluster", p.key.String(), "pods", len(ns)-failed, "failed", failed, "nominations", done)
 	}
 }

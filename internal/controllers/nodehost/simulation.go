@@ -127,8 +127,10 @@ func PlanInputOf(pods []*corev1.Pod, nodes []*corev1.Node, claims []*v1alpha1.No
 		// Ready True: the node lifecycle controller is about to lift its not-ready or
 		// unreachable taint, and the scheduler will place pods there; counted with it the
 		// node would take nothing and a new one be rented for the same pods.
+		// The node host's own TaintNodeUnregistered is lifted once the node's pods are
+		// nominated (open.go): the plan places them there meanwhile.
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
+			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable || isUnregisteredTaint(t)
 		})
 		limit := int64(perNode) + daemons[n.Name]
 		if have, ok := n.Status.Allocatable[corev1.ResourcePods]; !ok || have.Value() > limit {

@@ -58,6 +58,7 @@ func TestPlanInputOf(t *testing.T) {
 	n1 := sized(node("n1", corev1.ConditionTrue), "2", "4Gi", "110")
 	n1.Labels = map[string]string{corev1.LabelHostname: "n1", ClaimLabel: "c-n1", corev1.LabelArchStable: "amd64"}
 	n1.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+		{Key: v1alpha1.TaintNodeUnregistered, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "dedicated", Value: "ci", Effect: corev1.TaintEffectNoSchedule}}
 	n2 := sized(node("n2", corev1.ConditionFalse), "2", "4Gi", "110") // registered, not Ready: its claim is in flight
 	n3 := sized(node("n3", corev1.ConditionTrue), "1", "8Gi", "110")  // its claim is being deleted
@@ -123,11 +124,11 @@ func TestPlanInputOf(t *testing.T) {
 	if d := cmp.Diff(map[string]int64{"n1": 4, "n0": 3, "n2": 4, "n4": 3}, podsOf); d != "" {
 		t.Errorf("pods each node takes (-want +got)\n%s", d)
 	}
-	// Ready: the not-ready taint is stale; the others stay.
+	// Ready: the not-ready taint is stale, the node host lifts its own; the others stay.
 	if d := cmp.Diff([]corev1.Taint{{Key: "dedicated", Value: "ci", Effect: corev1.TaintEffectNoSchedule}}, pi.Nodes[0].Spec.Taints); d != "" {
 		t.Errorf("n1 taints (-want +got)\n%s", d)
 	}
-	if n1.Status.Allocatable.Pods().Value() != 110 || len(n1.Spec.Taints) != 2 {
+	if n1.Status.Allocatable.Pods().Value() != 110 || len(n1.Spec.Taints) != 3 {
 		t.Errorf("the tenant's Node was changed: %v", n1.Status.Allocatable)
 	}
 	if got := pi.Nodes[3].Labels; got[corev1.LabelHostname] != "n4" || got[corev1.LabelArchStable] != "amd64" || got[ClaimLabel] != "" {

@@ -3,9 +3,11 @@ package node
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -241,9 +243,16 @@ func (a *agent) start() error {
 		"--root-dir", ns.kubeletRoot(),
 		"--cert-dir", ns.work("kubelet", "pki"),
 	}
+	labels := maps.Clone(ns.Labels)
 	if ns.Runtime.UserNamespaces() {
 		// The Node says so: a pod with hostUsers: false selects it (LabelUserNamespaces).
-		kubeletArgv = append(kubeletArgv, "--node-labels", LabelUserNamespaces+"=true")
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelUserNamespaces] = "true"
+	}
+	if len(labels) > 0 {
+		kubeletArgv = append(kubeletArgv, "--node-labels", nodeLabelsFlag(labels))
 	}
 	a.kubelet, err = a.spawn("kubelet", "kubelet.log", kubeletArgv...)
 	if err != nil {
@@ -853,7 +862,20 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns)
+`, ns.NodeIP, ns.work("pod-logs"), ns.sock(), ns.sock(), ns.secret(SecretCA)) + kubeletReserved(ns) + kubeletDNS(ns) + kubeletTaints(ns)
+}
+
+// kubeletTaints is the registerWithTaints stanza of the Join's taints, as JSON (which YAML
+// reads as is, so no key or value is read as YAML of its own).
+func kubeletTaints(ns nodeState) string {
+	if len(ns.Taints) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(ns.Taints)
+	if err != nil {
+		return ""
+	}
+	return "registerWithTaints: " + string(b) + "\n"
 }
 
 // kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);

@@ -6,7 +6,7 @@
 // forwards the tenant apiserver's port into the namespace, imports the images and tears
 // everything down when stopped.
 //
-// The guest's userData is a JSON Join{Server, NodeName}; its secrets "kubeconfig" and "ca" are
+// The guest's userData is a JSON Join{Server, NodeName, Labels, Taints}; its secrets "kubeconfig" and "ca" are
 // the join bundle Secret's keys of those names (internal/tenant.MintNodeBundle). See docs/substrates.md.
 package node
 
@@ -27,6 +27,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/nodedns"
@@ -62,6 +64,12 @@ type Join struct {
 	Server string `json:"server"`
 	// NodeName is the node's name (the bundle's certificate is for system:node:<NodeName>).
 	NodeName string `json:"nodeName"`
+	// Labels are set on the Node when it registers (the kubelet's --node-labels); none in
+	// the kubernetes.io or k8s.io namespaces.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Taints are set on the Node when it registers (the kubelet's registerWithTaints), each
+	// as key[=value]:Effect, so no pod lands there before whoever asked lifts them.
+	Taints []string `json:"taints,omitempty"`
 }
 
 // Config configures the substrate.
@@ -325,6 +333,9 @@ type nodeState struct {
 	// rules know its addresses (podgate: the small socialweb-cni-netpol beside Binary, else
 	// Binary under its name); empty for a node booted before it and for the vm flavour.
 	CNIGate string `json:"cniGate,omitempty"`
+	// Labels and Taints are the Join's, for the kubelet to register the Node with.
+	Labels map[string]string `json:"labels,omitempty"`
+	Taints []corev1.Taint    `json:"taints,omitempty"`
 
 	// PodNet: the node's pod network is the cluster's (its Node's spec.podCIDR, the
 	// overlay, egress through the host's chains; docs/networking.md), with the bidder's
@@ -389,6 +400,13 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if !nodeNameRE(j.NodeName) {
 		return fail(substrate.ErrInvalidSpec, "nodeName %q: want a DNS-1123 subdomain", j.NodeName)
 	}
+	taints, err := j.registerTaints()
+	if err != nil {
+		return fail(substrate.ErrInvalidSpec, "%v", err)
+	}
+	if err := j.validateLabels(); err != nil {
+		return fail(substrate.ErrInvalidSpec, "%v", err)
+	}
 	for _, k := range []string{SecretKubeconfig, SecretCA} {
 		if len(spec.Secrets[k]) == 0 {
 			return fail(substrate.ErrInvalidSpec, "secret %s missing (the join bundle's kubeconfig and ca)", k)
@@ -424,7 +442,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	h := sha256.Sum256([]byte(dir))
 	tag := hex.EncodeToString(h[:])[:10]
 	ns = nodeState{
-		NodeName: j.NodeName, Server: j.Server, Index: idx,
+		NodeName: j.NodeName, Server: j.Server, Index: idx, Labels: j.Labels, Taints: taints,
 		Netns: "swnode-" + tag, HostLink: "swn" + tag, HostIP: hostIP, NodeIP: nodeIP,
 		RunDir: "/run/swnode/" + tag, Dir: dir, Binary: s.cfg.Binary, Runtime: s.runtime, ImageDir: s.cfg.ImageDir, Registry: s.cfg.RegistryConfigDir,
 		PauseTar:  filepath.Join(s.cfg.StateDir, ".images", "pause.tar"),

@@ -118,6 +118,10 @@ func TestBootRefusesInvalidSpecs(t *testing.T) {
 		"bad node name": {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"N_1"}`), Secrets: secrets},
 		"no bundle":     {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n"}`)},
 		"ports":         {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n"}`), Secrets: secrets, Ports: []substrate.Port{{Name: "p", Guest: 80}}},
+		"taint effect":  {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n","taints":["a=b:Never"]}`), Secrets: secrets},
+		"yaml in taint": {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n","taints":["a\nregisterNode: false:NoSchedule"]}`), Secrets: secrets},
+		"cluster label": {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n","labels":{"node-role.kubernetes.io/control-plane":""}}`), Secrets: secrets},
+		"comma label":   {ID: "a", UserData: []byte(`{"server":"https://127.0.0.1:6443","nodeName":"n","labels":{"a":"b,c=d"}}`), Secrets: secrets},
 	} {
 		if _, err := s.Boot(context.Background(), spec); !errors.Is(err, substrate.ErrInvalidSpec) {
 			t.Errorf("%s: %v, want ErrInvalidSpec", name, err)

@@ -1,0 +1,88 @@
+package nodehost
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+)
+
+// OpenDeadline is how long a Ready node stays closed (v1alpha1.TaintNodeUnregistered) while
+// its nominations are outstanding: the scheduler clears a nomination on each failed try,
+// and a node is not held closed by a loop of clearing and nominating again.
+const OpenDeadline = 30 * time.Second
+
+// NodesToOpen are the nodes whose TaintNodeUnregistered the node host lifts, sorted: each
+// Ready node carrying it that no outstanding nomination names (every pending pod the plan
+// placed there already shows it nominated there), or that has been Ready for OpenDeadline.
+//
+// Why the taint: a node is tried by the scheduler as soon as it is Ready, and each failed
+// try clears a pod's nomination (preemption finds nothing to preempt). A node registering
+// NotReady makes every pending pod fail once, so the nominations are gone when it turns
+// Ready, and the first pods in the scheduler's queue take the node whatever the plan
+// said: two small pods fill a node the plan kept for a large one, which then fits nowhere.
+// Closed until the nominations are back, the node's first try follows the plan.
+func NodesToOpen(now time.Time, nodes []*corev1.Node, outstanding []Nomination) []string {
+	waiting := map[string]bool{}
+	for _, n := range outstanding {
+		waiting[n.Node] = true
+	}
+	var out []string
+	for _, n := range nodes {
+		if n == nil || !unregistered(n) || !NodeJoined(n) {
+			continue
+		}
+		if !waiting[n.Name] || now.Sub(readySince(n)) >= OpenDeadline {
+			out = append(out, n.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unregistered reports whether n still carries TaintNodeUnregistered.
+func unregistered(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, isUnregisteredTaint)
+}
+
+func isUnregisteredTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintNodeUnregistered }
+
+// open lifts TaintNodeUnregistered from each node named. The patch carries the node's
+// resourceVersion, so a taint list changed meanwhile is not overwritten (the next pass
+// opens it). A failure is logged: the next pass tries again.
+func (r *Reconciler) open(ctx context.Context, p *pass, w *tenantWatch, nodes []*corev1.Node, names []string) {
+	byName := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for _, name := range names {
+		n := byName[name]
+		if n == nil {
+			continue
+		}
+		taints := slices.DeleteFunc(slices.Clone(n.Spec.Taints), isUnregisteredTaint)
+		if taints == nil {
+			taints = []corev1.Taint{}
+		}
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": n.ResourceVersion},
+			"spec":     map[string]any{"taints": taints},
+		})
+		_, err := w.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			r.Log.Error("nodehost_open_failed", "cluster", p.key.String(), "node", name, "error", err.Error())
+			continue
+		}
+		if err == nil {
+			r.Log.Info("nodehost_node_opened", "cluster", p.key.String(), "node", name)
+		}
+	}
+}

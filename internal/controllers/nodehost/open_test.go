@@ -1,0 +1,75 @@
+package nodehost
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/scale"
+)
+
+func TestNodesToOpen(t *testing.T) {
+	closed := func(name string, ready corev1.ConditionStatus) *corev1.Node {
+		n := node(name, ready)
+		n.Spec.Taints = []corev1.Taint{{Key: "gpu", Effect: corev1.TaintEffectNoSchedule},
+			{Key: v1alpha1.TaintNodeUnregistered, Effect: corev1.TaintEffectNoSchedule}}
+		return n
+	}
+	// node() makes a node Ready 3 s before t0.
+	for _, tc := range []struct {
+		name        string
+		now         time.Time
+		nodes       []*corev1.Node
+		outstanding []Nomination
+		want        []string
+	}{{
+		name:  "Ready, closed, nothing outstanding: opened",
+		now:   t0,
+		nodes: []*corev1.Node{closed("b", corev1.ConditionTrue), closed("a", corev1.ConditionTrue)},
+		want:  []string{"a", "b"},
+	}, {
+		name:        "a nomination to it outstanding: kept closed; one to another node does not hold it",
+		now:         t0,
+		nodes:       []*corev1.Node{closed("a", corev1.ConditionTrue), closed("b", corev1.ConditionTrue)},
+		outstanding: []Nomination{{Pod: "app/x", Node: "a"}},
+		want:        []string{"b"},
+	}, {
+		name:        "outstanding for OpenDeadline since it turned Ready: opened anyway",
+		now:         t0.Add(OpenDeadline),
+		nodes:       []*corev1.Node{closed("a", corev1.ConditionTrue)},
+		outstanding: []Nomination{{Pod: "app/x", Node: "a"}},
+		want:        []string{"a"},
+	}, {
+		name:  "not Ready yet: the scheduler would fail the pods on it, clearing their nominations",
+		now:   t0,
+		nodes: []*corev1.Node{closed("a", corev1.ConditionFalse), closed("b", "")},
+	}, {
+		name:  "open already, or never closed by the node host: nothing to do",
+		now:   t0,
+		nodes: []*corev1.Node{node("a", corev1.ConditionTrue)},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, NodesToOpen(tc.now, tc.nodes, tc.outstanding)); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+// A node the node host has not opened is planned on (its pods nominated there) and its
+// free slots still count for the pending pods: the scheduler has not tried it.
+func TestClosedNodeIsPlannedOnAndSettling(t *testing.T) {
+	n := node("a", corev1.ConditionTrue)
+	n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintNodeUnregistered, Effect: corev1.TaintEffectNoSchedule}}
+	in := InputOf(t0, nil, []*corev1.Node{n}, nil, Settings{}, scale.State{})
+	if len(in.Nodes) != 1 || !in.Nodes[0].ReadySince.Equal(t0) {
+		t.Errorf("closed node in the input: %+v, want Ready since now (%v)", in.Nodes, t0)
+	}
+	in = InputOf(t0, nil, []*corev1.Node{node("a", corev1.ConditionTrue)}, nil, Settings{}, scale.State{})
+	if len(in.Nodes) != 1 || !in.Nodes[0].ReadySince.Equal(t0.Add(-3*time.Second)) {
+		t.Errorf("open node in the input: %+v, want Ready since its condition", in.Nodes)
+	}
+}
