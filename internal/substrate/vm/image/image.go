@@ -45,10 +45,21 @@ const BusyboxPackage = "busybox-static"
 // device, in load order.
 var NetModules = []string{"virtio_ring", "virtio", "virtio_mmio", "failover", "net_failover", "virtio_net"}
 
-// NodeModules are carried in the initramfs for the node substrate's vm flavour, which loads
-// them in this order (dependencies first): its disks (virtio_blk), the CNI bridge and the
-// pods' veth pairs, and containerd's overlay snapshots. Other guests leave them unloaded.
-var NodeModules = []string{"virtio_blk", "llc", "stp", "bridge", "veth", "overlay"}
+// NodeModules are carried in the initramfs, with what they depend on, for the node
+// substrate's vm flavour, which loads them in the order of NodeModuleOrderFile: its disks
+// (virtio_blk), the CNI bridge and the pods' veth pairs, containerd's overlay snapshots,
+// the pod network's overlay (tun), and the netfilter of kube-proxy's rules (iptables-nft:
+// nf_tables with the xtables matches and targets of k8s.io/kubernetes pkg/proxy/iptables,
+// as the node's iptables extensions, rootdisk.go), of the node's NetworkPolicy (nftables,
+// internal/netpol) and of its masquerade (internal/podnet). br_netfilter puts bridged pod
+// traffic through them. Other guests leave them unloaded.
+var NodeModules = []string{
+	"virtio_blk", "bridge", "veth", "overlay", "tun", "br_netfilter",
+	"nf_tables", "nft_compat", "nft_ct", "nft_chain_nat", "nft_nat", "nft_masq", "nft_reject_inet",
+	"nf_conntrack_netlink", "xt_conntrack", "xt_comment", "xt_statistic", "xt_addrtype",
+	"xt_mark", "xt_MASQUERADE", "xt_nat", "xt_multiport", "xt_recent", "xt_nfacct",
+	"xt_tcpudp", "xt_state", "xt_sctp", "ipt_REJECT", "ip6t_REJECT",
+}
 
 //go:embed init.sh
 var initScript []byte
@@ -196,7 +207,7 @@ func BuildImage(ctx context.Context, outDir string, progress io.Writer) error {
 	m.KernelRelease = strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
 	done()
 
-	done = phase(4, "initramfs", "busybox "+m.BusyboxVersion+", modules "+strings.Join(NetModules, " "))
+	done = phase(4, "initramfs", "busybox "+m.BusyboxVersion+", modules "+strings.Join(NetModules, " ")+" and the node's (node.order)")
 	ar, err := baseArchive(filepath.Join(bdir, "bin", "busybox"), filepath.Join(kdir, "lib", "modules", m.KernelRelease))
 	if err != nil {
 		return err
@@ -272,34 +283,44 @@ func baseArchive(busybox, modDir string) (*Archive, error) {
 		}
 		ar.Add(Entry{Name: p, Kind: Symlink, Link: "/bin/busybox"})
 	}
-	wanted := append(slices.Clone(NetModules), NodeModules...)
-	found := map[string]string{}
+	paths := map[string]string{}
 	err = filepath.WalkDir(modDir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		name := strings.TrimSuffix(d.Name(), ".ko")
-		for _, m := range wanted {
-			if name == m {
-				found[m] = p
-			}
+		if name, ok := strings.CutSuffix(d.Name(), ".ko"); ok {
+			paths[name] = p
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range wanted {
-		p, ok := found[m]
+	read := func(m string) ([]byte, error) {
+		p, ok := paths[m]
 		if !ok {
 			return nil, fmt.Errorf("kernel modules: %s.ko not found under %s", m, modDir)
 		}
-		data, err := os.ReadFile(p)
+		return os.ReadFile(p)
+	}
+	nodeOrder, err := loadOrder(NodeModules, NetModules, func(m string) ([]string, error) {
+		data, err := read(m)
+		if err != nil {
+			return nil, err
+		}
+		return moduleDepends(data)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range append(slices.Clone(NetModules), nodeOrder...) {
+		data, err := read(m)
 		if err != nil {
 			return nil, err
 		}
 		ar.Add(Entry{Name: "lib/modules/" + m + ".ko", Kind: File, Mode: 0o644, Data: data})
 	}
+	ar.Add(Entry{Name: NodeModuleOrderFile, Kind: File, Mode: 0o644, Data: []byte(strings.Join(nodeOrder, "\n") + "\n")})
 	return ar, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,4 +92,62 @@ func TestBuildImage(t *testing.T) {
 			t.Errorf("scratch left behind: %s", e.Name())
 		}
 	}
+
+	// The node modules' order, from the real modules' .modinfo: nf_tables after nfnetlink
+	// (its dependency, named nowhere in NodeModules), virtio_blk's virtio left to init.
+	files := initrdFiles(t, im.Initrd)
+	order := strings.Fields(string(files[NodeModuleOrderFile]))
+	t.Logf("node modules: %v", order)
+	at := func(m string) int { return slices.Index(order, m) }
+	if at("nfnetlink") < 0 || at("nf_tables") < at("nfnetlink") || at("nft_ct") < at("nf_conntrack") || at("br_netfilter") < at("bridge") {
+		t.Errorf("node modules out of dependency order: %v", order)
+	}
+	if at("virtio") >= 0 || at("virtio_ring") >= 0 {
+		t.Errorf("node modules reload what init loads: %v", order)
+	}
+	for _, m := range append(slices.Clone(NetModules), order...) {
+		if _, ok := files["lib/modules/"+m+".ko"]; !ok {
+			t.Errorf("the initrd lacks lib/modules/%s.ko", m)
+		}
+	}
+}
+
+// initrdFiles reads a gzip'd newc archive: each regular file's contents by name.
+func initrdFiles(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	pad := func(n int) int { return (n + 3) &^ 3 }
+	for off := 0; off+110 <= len(raw); {
+		field := func(i int) int {
+			v, err := strconv.ParseUint(string(raw[off+6+8*i:off+14+8*i]), 16, 32)
+			if err != nil {
+				t.Fatalf("newc header at %d: %v", off, err)
+			}
+			return int(v)
+		}
+		mode, size, nameSize := field(1), field(6), field(11)
+		name := string(raw[off+110 : off+110+nameSize-1])
+		data := pad(off + 110 + nameSize)
+		if name == "TRAILER!!!" {
+			break
+		}
+		if mode&0o170000 == 0o100000 {
+			files[name] = raw[data : data+size]
+		}
+		off = pad(data + size)
+	}
+	return files
 }
