@@ -23,9 +23,11 @@ const (
 	// so a pod's query never leaves its node.
 	NodeLocalDNS = "169.254.20.10"
 
-	// NodeNetwork is the range the node substrate gives its nodes' links on a host (a /30
-	// each); the host routes it nowhere else.
-	NodeNetwork = "10.78.0.0/16"
+	// NodeNetwork is the range the node substrate gives its nodes' links on a host: a /30
+	// each in 10.78.0.0/16 to namespace nodes, a /29 each in 10.79.0.0/16 to vm nodes. The
+	// host routes it nowhere else, and no node's pod reaches another node's link through
+	// the host.
+	NodeNetwork = "10.78.0.0/15"
 
 	// OverlayPort is the UDP port of every node's overlay (WireGuard) endpoint.
 	OverlayPort = 51820

@@ -70,10 +70,10 @@ func TestNodeChainRulesOrder(t *testing.T) {
 	// before the operator's allows (an allow of 10/8 never opens the node links, the pod
 	// or service networks, or link-local); allows before the deny list; accept last.
 	order := []string{
-		"-o swn+ -d 10.78.0.0/16 -p udp --dport 51820 -j ACCEPT",
+		"-o swn+ -d 10.78.0.0/15 -p udp --dport 51820 -j ACCEPT",
 		"--dst-type LOCAL -j DROP",
 		"-d 10.255.255.53/32 -p udp --dport 53 -j ACCEPT", "-d 10.255.255.53/32 -p tcp --dport 53 -j ACCEPT",
-		"-d 10.78.0.0/16 -j DROP", "-d 169.254.0.0/16 -j DROP",
+		"-d 10.78.0.0/15 -j DROP", "-d 169.254.0.0/16 -j DROP",
 		"-d 10.1.0.0/16 -j ACCEPT",
 		"-d 10.0.0.0/8 -j DROP", "-d 8.8.8.8/32 -j DROP",
 	}

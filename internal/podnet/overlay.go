@@ -141,7 +141,9 @@ func Start(cfg Config) (*Overlay, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	nl, err := netlink.NewHandle()
+	// Routes, rules and addresses only: a handle of every family also opens xfrm and
+	// netfilter sockets, which a kernel with those as unloaded modules refuses (a vm node's).
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}

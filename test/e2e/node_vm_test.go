@@ -10,21 +10,27 @@ import (
 	"time"
 
 	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/testenv"
 )
 
 // A tenant cluster gains a node of the vm flavour: containerd and the kubelet inside a qemu
 // microVM booted from the shared root disk, on a tap device in the node's namespace. The
 // node registers with the guest's address as its InternalIP and goes Ready, a pod of an
 // image carried on its state disk runs to Succeeded, the apiserver reaches the kubelet in
-// the guest for the pod's log, and Stop leaves no process, namespace or disk.
+// the guest for the pod's log, a Service answers by name, a NetworkPolicy holds and pods
+// reach the internet and not the host (vmNodeNetwork), and Stop leaves no process,
+// namespace or disk.
 func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	img := vmImage(t)
 	const nodeName = "vm-node-a"
 	tc := joinableCluster(t, "v1", nodeName, time.Hour)
+	writeProbeImage(t, tc.images)
+	inet := substratetest.NewInternet(t)
 	state := filepath.Join(t.TempDir(), "nodes")
-	cfg := node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, EgressDeny: testEgressDeny, EgressAllow: testEgressAllow,
+	cfg := node.Config{StateDir: state, Binary: socialwebBin, ImageDir: tc.images, DNSUpstream: "none", EgressDeny: testEgressDeny, EgressAllow: testEgressAllow,
 		Flavour: node.FlavourVM, VMImageDir: img, Accelerator: os.Getenv("SOCIALWEB_VM_ACCEL")}
 	s, err := node.New(cfg)
 	if err != nil {
@@ -52,6 +58,13 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	if pids := procsWithArg("--hostname-override\x00" + nodeName); len(pids) != 0 {
 		t.Errorf("a kubelet of the vm node runs on the host: %v", pids)
 	}
+	var hostSide struct {
+		HostIP string `json:"hostIP"`
+	}
+	if err := guestproc.ReadJSON(filepath.Join(state, "v1-a", "node.json"), &hostSide); err != nil || hostSide.HostIP == "" {
+		t.Fatalf("the node's host side: %+v %v", hostSide, err)
+	}
+	vmNodeNetwork(t, kc, nodeName, inet, hostSide.HostIP, dump)
 
 	// A new value over the same state dir (a restarted bidder) finds the machine and stops it.
 	s2, err := node.New(cfg)
@@ -84,5 +97,78 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	}
 	if err := s.Remove(ctx, "v1-a"); err != nil {
 		t.Error(err)
+	}
+}
+
+// vmNetworkObjects: a web server (app=web, its port named http, probed by the node) behind
+// a Service, and two probe pods: a client (role=client), which webIngress lets in, and a
+// stranger, which it does not.
+var vmNetworkObjects = strings.SplitN(netpolPods, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: client", 2)[0] + `---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: http}]
+` + vmProbePod("client", "{role: client}") + vmProbePod("stranger", "{}")
+
+func vmProbePod(name, labels string) string {
+	return `---
+apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: default, labels: ` + labels + `}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: ` + probeImage + `, imagePullPolicy: Never, args: [sleep]}
+`
+}
+
+// vmNodeNetwork checks what the guest kernel's netfilter modules make possible in a vm node:
+// a Service reached by its name (the node's DNS server and kube-proxy's rules), a
+// NetworkPolicy enforced (the node's nftables rules) while the node's probes still pass, and
+// egress (the guest's masquerade and the host's chain for the node's link): the internet
+// namespace answers, a listener on the host's end of the node's link does not.
+func vmNodeNetwork(t *testing.T, kc, nodeName string, inet *substratetest.Internet, hostIP string, dump func() string) {
+	t.Helper()
+	tkubectl(t, kc, vmNetworkObjects, "apply", "-f", "-")
+	for _, p := range []string{"web", "client", "stranger"} {
+		waitPod(t, kc, p, "Running", nodeName, 5*time.Minute)
+	}
+	get := func(from, url string) (string, error) {
+		out, err := tkubectlErr(kc, "exec", from, "--", "/svcprobe", "get", url)
+		return strings.TrimSpace(out), err
+	}
+	const web = "http://web.default.svc.cluster.local/"
+	reaches := func(from string, want bool) {
+		t.Helper()
+		testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%s reaches %s: %v", from, web, want), func() (bool, error) {
+			out, err := get(from, web)
+			return (err == nil && out == "200 web-ok") == want, fmt.Errorf("%q %v\n%s", out, err, dump())
+		})
+	}
+	reaches("client", true)
+	reaches("stranger", true)
+	tkubectl(t, kc, webIngress, "apply", "-f", "-")
+	reaches("stranger", false)
+	reaches("client", true)
+	time.Sleep(2 * time.Second)
+	if out, err := get("stranger", web); err == nil {
+		t.Errorf("stranger reached web, which the policy does not allow: %q\n%s", out, dump())
+	}
+	if r := tkubectl(t, kc, "", "get", "pod", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); r != "True" {
+		t.Errorf("web is Ready=%q under an ingress policy: the node's probes were refused\n%s", r, dump())
+	}
+	tkubectl(t, kc, "", "delete", "networkpolicy", "web-ingress")
+	reaches("stranger", true)
+
+	testenv.Eventually(t, 60*time.Second, "a pod reaches the internet namespace", func() (bool, error) {
+		out, err := get("client", "http://"+inet.HTTP+"/")
+		return err == nil && out == "200 "+inet.Body, fmt.Errorf("%q %v\n%s", out, err, dump())
+	})
+	addr, hits := countingListener(t, hostIP+":0")
+	if out, err := get("client", "http://"+addr+"/"); err == nil || hits.Load() != 0 {
+		t.Errorf("a pod reached the host's end of its node's link (%s): %q %v, %d connections", addr, out, err, hits.Load())
 	}
 }

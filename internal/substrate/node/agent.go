@@ -165,10 +165,8 @@ func (a *agent) start() error {
 	upstream, where := addr, " in "+ns.Netns
 	if ns.Netns == "" {
 		upstream, where = ns.Upstream, ""
-		a.ln, err = net.Listen("tcp", addr)
-	} else {
-		a.ln, err = listenInNetns(ns.netnsPath(), addr)
 	}
+	a.ln, err = ns.listen(addr)
 	if err != nil {
 		return fmt.Errorf("forward %s%s: %w", addr, where, err)
 	}
@@ -264,7 +262,14 @@ func (a *agent) start() error {
 	}
 
 	// 6. The pod network: the Node's pod CIDR into the CNI config, the overlay to the
-	// cluster's other nodes (podnet), in the node's namespaces like containerd.
+	// cluster's other nodes (podnet), in the node's namespaces like containerd. A vm
+	// guest masquerades its pods to its own address for the host's egress chain (a
+	// namespace node's masquerade is made on the host with its namespace, setupEgress).
+	if ns.PodNet && ns.Flavour == FlavourVM && ns.Netns == "" {
+		if err := podnet.EnsureNodeMasq(""); err != nil {
+			return fmt.Errorf("masquerade in the node: %w", err)
+		}
+	}
 	if ns.PodNet {
 		a.podnet, err = a.spawnRestartable("pod network", "podnet.log", ns.Binary, "node-podnet", ns.Dir)
 		if err != nil {
@@ -273,18 +278,12 @@ func (a *agent) start() error {
 		a.logf("pod network started")
 	}
 
-	// 7. Services and DNS. A vm node has neither yet (docs/networking.md).
-	if ns.Flavour != FlavourVM {
-		if err := a.startServices(); err != nil {
-			return fmt.Errorf("services: %w", err)
-		}
+	// 7. Services and DNS.
+	if err := a.startServices(); err != nil {
+		return fmt.Errorf("services: %w", err)
 	}
 	// 8. NetworkPolicy, as the node (internal/netpol), with the services' kubeconfig (the
-	// node's renewed client certificate). Not yet in a vm node: its image's initramfs carries
-	// no nf_tables or br_netfilter module (docs/networking.md).
-	if ns.Netns == "" {
-		return nil
-	}
+	// node's renewed client certificate).
 	netpolArgv := []string{ns.Binary, "kube", "netpol", "--kubeconfig", ns.servicesPath("kubeconfig"), "--node-name", ns.NodeName}
 	if ns.CNIGate != "" {
 		netpolArgv = append(netpolArgv, "--gate-socket", ns.netpolSocket())
@@ -439,6 +438,22 @@ func waitFor(d time.Duration, ok func() bool) error {
 }
 
 // listenInNetns opens a TCP listener inside the network namespace at nsPath.
+// listen listens on addr in the node's network namespace: the agent's own in a vm guest.
+func (ns nodeState) listen(addr string) (net.Listener, error) {
+	if ns.Netns == "" {
+		return net.Listen("tcp", addr)
+	}
+	return listenInNetns(ns.netnsPath(), addr)
+}
+
+// runInNet runs argv in the node's network namespace: the agent's own in a vm guest.
+func (ns nodeState) runInNet(argv ...string) error {
+	if ns.Netns == "" {
+		return run(argv[0], argv[1:]...)
+	}
+	return run("nsenter", append([]string{"--net=" + ns.netnsPath(), "--"}, argv...)...)
+}
+
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	var ln net.Listener
 	err := netns.Do(nsPath, func() (err error) {
@@ -878,12 +893,8 @@ func kubeletTaints(ns nodeState) string {
 	return "registerWithTaints: " + string(b) + "\n"
 }
 
-// kubeletDNS points pods at the node's DNS server, where the node runs one (services.go);
-// a vm node has none yet, and its pods get no nameserver rather than one that never answers.
+// kubeletDNS points pods at the node's DNS server (services.go).
 func kubeletDNS(ns nodeState) string {
-	if ns.Flavour == FlavourVM {
-		return ""
-	}
 	return fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", clusternet.NodeLocalDNS, clusternet.ClusterDomain)
 }
 

@@ -593,9 +593,21 @@ func setupNetwork(ns nodeState) error {
 	return setupEgress(ns)
 }
 
-// setupEgress lets the node's pods out: masquerade inside the node, the host's shared
-// chains, and the node's own chain with the egress policy (podnet).
+// setupEgress lets the node's pods out: masquerade inside the node, then the host's part.
 func setupEgress(ns nodeState) error {
+	if !ns.PodNet {
+		return nil
+	}
+	if err := podnet.EnsureNodeMasq(ns.netnsPath()); err != nil {
+		return fmt.Errorf("masquerade in the node: %w", err)
+	}
+	return setupHostEgress(ns)
+}
+
+// setupHostEgress is the host's part of a node's egress: the host's shared chains, and the
+// node's own chain with the egress policy (podnet) for what comes in by its link. A vm
+// node's guest masquerades its pods itself (its agent, ensureGuestMasq).
+func setupHostEgress(ns nodeState) error {
 	if !ns.PodNet {
 		return nil
 	}
@@ -612,9 +624,6 @@ func setupEgress(ns nodeState) error {
 			return fmt.Errorf("DNS upstream %q: %w", u, err)
 		}
 		p.DNS = append(p.DNS, ap)
-	}
-	if err := podnet.EnsureNodeMasq(ns.netnsPath()); err != nil {
-		return fmt.Errorf("masquerade in the node: %w", err)
 	}
 	host := podnet.Host{}
 	if err := host.Ensure(); err != nil {

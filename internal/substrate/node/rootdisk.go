@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"socialweb.computer/internal/netpol/podgate"
 )
 
 // The vm flavour's root disk: one read-only ext4 file system shared by every vm node of a
@@ -34,7 +36,10 @@ const (
 // keep there whatever their flags say (device-plugins, the CNI result cache) is written too;
 // /var/log, /run and /tmp are tmpfs.
 const (
-	guestBinary   = "/usr/local/bin/socialweb"
+	guestBinary = "/usr/local/bin/socialweb"
+	// guestCNIGate is the gate plugin's binary (the host's may be under /tmp, which the
+	// guest mounts over).
+	guestCNIGate  = "/usr/local/bin/" + podgate.PluginName
 	guestVarLib   = "/var/lib"
 	guestStateDir = guestVarLib + "/socialweb"
 )
@@ -115,7 +120,8 @@ func rootTopFiles(binary string, rt nodeRuntime) ([][2]string, error) {
 		files = append(files, [2]string{filepath.Join(CNIBinDir, p), filepath.Join(CNIBinDir, p)})
 	}
 	if g := cniGateBeside(binary); g != binary {
-		files = append(files, [2]string{g, g})
+		// At its host path for a contained node, at a path of its own for a vm guest.
+		files = append(files, [2]string{g, g}, [2]string{g, guestCNIGate})
 	}
 	// kube-proxy's iptables (iptables-restore and iptables-save are the same multi-call
 	// binary under their names) and the extensions its rules load (dlopen: ldd does not

@@ -27,7 +27,7 @@ import (
 	"socialweb.computer/internal/tenant"
 )
 
-// Services and DNS in a node (the namespace flavour): kube-proxy (`socialweb kube proxy`,
+// Services and DNS in a node: kube-proxy (`socialweb kube proxy`,
 // iptables mode) and the node's DNS server (`socialweb node-dns`, CoreDNS) run inside the
 // node's namespaces beside the kubelet, with the node's own credentials. Two addresses are
 // the node's own, on its loopback device (this kernel has no dummy interfaces):
@@ -131,12 +131,12 @@ func (a *agent) startServices() error {
 		return err
 	}
 	for _, ip := range []string{clusternet.NodeLocalDNS, tenant.AdvertiseIP.String()} {
-		if err := run("ip", "-n", ns.Netns, "addr", "replace", ip+"/32", "dev", "lo"); err != nil {
+		if err := ns.runInNet("ip", "addr", "replace", ip+"/32", "dev", "lo"); err != nil {
 			return err
 		}
 	}
 	for _, r := range podsToNodeRules() {
-		if err := run("nsenter", append([]string{"--net=" + ns.netnsPath(), "--", "iptables", "-w"}, r...)...); err != nil {
+		if err := ns.runInNet(append([]string{"iptables", "-w"}, r...)...); err != nil {
 			return err
 		}
 	}
@@ -297,14 +297,14 @@ func (f *apiForwarder) reconcile(want []string) {
 		if f.lns[addr] != nil {
 			continue
 		}
-		ln, err := listenInNetns(f.ns.netnsPath(), addr)
+		ln, err := f.ns.listen(addr)
 		if err != nil {
 			f.logf("kubernetes Service: listen on %s: %v", addr, err)
 			continue
 		}
 		f.lns[addr] = ln
 		go forwardTo(ln, gateAddr(f.ns))
-		f.logf("kubernetes Service: forwarding %s in %s to %s", addr, f.ns.Netns, gateAddr(f.ns))
+		f.logf("kubernetes Service: forwarding %s to %s", addr, gateAddr(f.ns))
 	}
 	for addr, ln := range f.lns {
 		if !keep[addr] {

@@ -113,6 +113,13 @@ func (s *Substrate) prepareVM(ctx context.Context, ns *nodeState, spec substrate
 		RunDir: "/run/swnode", Dir: guestStateDir + "/node", Binary: guestBinary,
 		ImageDir: guestStateDir + "/images", PauseTar: guestStateDir + "/pause.tar",
 		PodSubnet: ns.PodSubnet, PodNet: ns.PodNet, Cgroup: "socialweb-node", Console: true,
+		// The gate plugin: its own binary in the root disk (rootTopFiles), or the
+		// binary itself.
+		CNIGate:      guestBinary,
+		DNSUpstreams: ns.DNSUpstreams, DNSUpstreamWhy: ns.DNSUpstreamWhy,
+	}
+	if cniGateBeside(ns.Binary) != ns.Binary {
+		guest.CNIGate = guestCNIGate
 	}
 	// The seed is the state disk's root, the guest's /var/lib.
 	in := func(p string) string { return filepath.Join(seed, strings.TrimPrefix(p, guestVarLib)) }
@@ -192,7 +199,7 @@ const vmTap = "tap0"
 // serial console).
 func vmBootScript(ns nodeState) string {
 	return fmt.Sprintf(`set -e
-for m in %s; do insmod /lib/modules/$m.ko; done
+for m in $(cat /%s); do insmod /lib/modules/$m.ko; done
 i=0
 until root=$(findfs LABEL=%s 2>/dev/null) && state=$(findfs LABEL=%s 2>/dev/null); do
 	i=$((i+1))
@@ -214,14 +221,14 @@ ip addr add %s/29 dev eth0
 ip route add default via %s
 echo "socialweb-node: disks mounted, eth0 %s"
 exec chroot /node %s node-agent %s/node
-`, strings.Join(image.NodeModules, " "), rootDiskLabel, stateDiskLabel, guestVarLib, ns.NodeIP, ns.HostIP, ns.NodeIP, guestBinary, guestStateDir)
+`, image.NodeModuleOrderFile, rootDiskLabel, stateDiskLabel, guestVarLib, ns.NodeIP, ns.HostIP, ns.NodeIP, guestBinary, guestStateDir)
 }
 
 // setupVMNetwork makes a vm node's namespace: the veth pair (host end HostIP/29), and in the
 // namespace a bridge holding the veth's end and the tap qemu opens, the bridge at BridgeIP.
 // The guest, on the tap, is on the host's link: the apiserver reaches its kubelet at NodeIP.
 func setupVMNetwork(ns nodeState) error {
-	return makeNamespace(ns, "/29",
+	if err := makeNamespace(ns, "/29",
 		[]string{"link", "add", "br0", "type", "bridge"},
 		[]string{"tuntap", "add", "dev", vmTap, "mode", "tap"},
 		[]string{"link", "set", "eth0", "master", "br0"},
@@ -231,7 +238,10 @@ func setupVMNetwork(ns nodeState) error {
 		[]string{"link", "set", vmTap, "up"},
 		[]string{"link", "set", "br0", "up"},
 		[]string{"link", "set", "lo", "up"},
-	)
+	); err != nil {
+		return err
+	}
+	return setupHostEgress(ns)
 }
 
 // runVMHost is the agent of a vm node on the host: it serves the apiserver port to the guest
