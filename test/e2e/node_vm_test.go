@@ -136,16 +136,25 @@ func vmNodeNetwork(t *testing.T, kc, nodeName string, inet *substratetest.Intern
 	for _, p := range []string{"web", "client", "stranger"} {
 		waitPod(t, kc, p, "Running", nodeName, 5*time.Minute)
 	}
+	pods := func() string {
+		out, _ := tkubectlErr(kc, "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.containers[0].image} restarts={.status.containerStatuses[0].restartCount}{"\n"}{end}`)
+		return out
+	}
 	get := func(from, url string) (string, error) {
 		out, err := tkubectlErr(kc, "exec", from, "--", "/svcprobe", "get", url)
 		return strings.TrimSpace(out), err
+	}
+	// kubectl exec lands in the container's root: the page web's server wrote at its start,
+	// not the guest's own root (a chroot'ed node put it in the initramfs's).
+	if out, err := tkubectlErr(kc, "exec", "web", "--", "/bin/busybox", "cat", "/tmp/www/index.html"); err != nil || strings.TrimSpace(out) != "web-ok" {
+		t.Errorf("kubectl exec does not land in the container's root: %q %v\n%s", out, err, dump())
 	}
 	const web = "http://web.default.svc.cluster.local/"
 	reaches := func(from string, want bool) {
 		t.Helper()
 		testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%s reaches %s: %v", from, web, want), func() (bool, error) {
 			out, err := get(from, web)
-			return (err == nil && out == "200 web-ok") == want, fmt.Errorf("%q %v\n%s", out, err, dump())
+			return (err == nil && out == "200 web-ok") == want, fmt.Errorf("%q %v\n%s%s", out, err, pods(), dump())
 		})
 	}
 	reaches("client", true)

@@ -195,8 +195,11 @@ const vmTap = "tap0"
 // vmBootScript is the guest's userData, run by the image's init once eth0 is up: it loads
 // the node modules, mounts the root disk read-only with the state disk, the kernel's file
 // systems and cgroup v2 below it, gives eth0 the node's address, and becomes the node agent
-// chrooted into the root disk (its stderr, like the kubelet's and containerd's logs, is the
-// serial console).
+// in the root disk (its stderr, like the kubelet's and containerd's logs, is the serial
+// console). The root disk is moved over the initramfs's / first, as switch_root does (the
+// script is not PID 1, which switch_root requires): a process that joins a container's mount
+// namespace (`kubectl exec`) is put at the namespace's top-most root, the container's, and
+// with a plain chroot that was the initramfs instead.
 func vmBootScript(ns nodeState) string {
 	return fmt.Sprintf(`set -e
 for m in $(cat /%s); do insmod /lib/modules/$m.ko; done
@@ -220,7 +223,9 @@ ip addr flush dev eth0
 ip addr add %s/29 dev eth0
 ip route add default via %s
 echo "socialweb-node: disks mounted, eth0 %s"
-exec chroot /node %s node-agent %s/node
+cd /node
+mount --move . /
+exec chroot . %s node-agent %s/node
 `, image.NodeModuleOrderFile, rootDiskLabel, stateDiskLabel, guestVarLib, ns.NodeIP, ns.HostIP, ns.NodeIP, guestBinary, guestStateDir)
 }
 
