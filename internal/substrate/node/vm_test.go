@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"socialweb.computer/internal/substrate"
+	"socialweb.computer/internal/substrate/vm/image"
 )
 
 // Each vm node's /29 holds the host's end, the guest and the bridge, and no two nodes share
@@ -42,8 +43,9 @@ func TestVMAddrs(t *testing.T) {
 	}
 }
 
-// The guest finds its disks by label and mounts the state disk as /var/lib; the node's
-// addresses are the ones the host configured.
+// The guest loads the image's node modules in their order, finds its disks by label and
+// mounts the state disk as /var/lib, takes the addresses the host configured, and moves the
+// root disk over / before it becomes the agent.
 func TestVMBootScript(t *testing.T) {
 	h, n, b := vmAddrs(3)
 	s := vmBootScript(nodeState{HostIP: h, NodeIP: n, BridgeIP: b})
@@ -51,8 +53,8 @@ func TestVMBootScript(t *testing.T) {
 		"findfs LABEL=" + rootDiskLabel, "findfs LABEL=" + stateDiskLabel,
 		`mount -t ext4 -o ro "$root" /node`, `mount -t ext4 "$state" /node/var/lib`,
 		"ip addr add " + n + "/29 dev eth0", "ip route add default via " + h,
-		"exec chroot /node " + guestBinary + " node-agent " + guestStateDir + "/node",
-		"insmod /lib/modules/$m.ko",
+		"cd /node\nmount --move . /\nexec chroot . " + guestBinary + " node-agent " + guestStateDir + "/node",
+		"for m in $(cat /" + image.NodeModuleOrderFile + "); do insmod /lib/modules/$m.ko; done",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("boot script lacks %q:\n%s", want, s)
