@@ -389,7 +389,13 @@ func scaleUpOne(t *testing.T, n *nodeUp, flavour string) {
 		claim = c
 	}
 	t.Logf("pod -> claim Running in %.2fs", time.Since(t0).Seconds())
-	waitPod(t, kc, "hello", "Succeeded", claim.Spec.NodeName, 90*time.Second)
+	// Under TCG a vm node starts its kubelet, kube-proxy, DNS server and NetworkPolicy in
+	// tens of seconds each on a loaded host.
+	podTimeout := 90 * time.Second
+	if flavour == node.FlavourVM {
+		podTimeout = 5 * time.Minute
+	}
+	waitPod(t, kc, "hello", "Succeeded", claim.Spec.NodeName, podTimeout)
 	t.Logf("pod -> Succeeded in %.2fs", time.Since(t0).Seconds())
 	cc, ccKey := n.contractOf(claim)
 	if cc.Spec.ComputeKind != v1alpha1.ComputeKindNode || cc.Spec.RepoRef == nil || cc.Spec.RepoRef.Name != infra.NodeRequesterRepo {
