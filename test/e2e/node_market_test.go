@@ -381,6 +381,20 @@ func TestACC31_ScaleUpOne_VMFlavour(t *testing.T) {
 
 func scaleUpOne(t *testing.T, n *nodeUp, flavour string) {
 	kc := n.cluster("s1", "maxNodes: 1, scaleHold: 3s")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		pod, _ := tkubectlErr(kc, "get", "pod", "hello", "-o", "yaml")
+		nodes, _ := tkubectlErr(kc, "get", "nodes", "-o", "wide")
+		var logs strings.Builder
+		serials, _ := filepath.Glob(filepath.Join(n.state, "g*", "serial.log"))
+		for _, f := range serials {
+			out, _ := guestproc.Tail(f, 80)
+			fmt.Fprintf(&logs, "--- %s\n%s\n", f, out)
+		}
+		t.Logf("pod:\n%s\nnodes:\n%s\n%s", pod, nodes, logs.String())
+	})
 
 	t0 := time.Now()
 	tkubectl(t, kc, nodePod, "apply", "-f", "-")
