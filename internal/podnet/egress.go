@@ -440,3 +440,28 @@ func EnsureNodeMasq(netns string) error {
 	}
 	return ensureJump(netns, "nat", "POSTROUTING", jump)
 }
+
+// Reaches reports whether the policy lets a pod reach a: never an always-denied address,
+// else an allowed one, else one no deny range holds. The node chain's rules say the same
+// in iptables (NodeChainRules); this is for what a node dials on a pod's behalf.
+func (p EgressPolicy) Reaches(a netip.Addr) bool {
+	if !a.Is4() {
+		return false
+	}
+	for _, s := range alwaysDenied {
+		if netip.MustParsePrefix(s).Contains(a) {
+			return false
+		}
+	}
+	for _, allow := range p.Allow {
+		if allow.Contains(a) {
+			return true
+		}
+	}
+	for _, deny := range p.Deny {
+		if deny.Contains(a) {
+			return false
+		}
+	}
+	return true
+}

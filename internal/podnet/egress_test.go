@@ -333,3 +333,28 @@ func TestHostChainsStayWholeUnderConcurrentNodes(t *testing.T) {
 		t.Errorf("nat POSTROUTING jumps to %s %d times", ChainHostNAT, n)
 	}
 }
+
+func TestEgressPolicyReaches(t *testing.T) {
+	p, err := ParseEgressPolicy([]string{"10.1.2.0/24", "127.0.0.1", "169.254.169.254"}, []string{"198.51.100.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]bool{
+		"203.0.113.7":     true,  // the internet
+		"10.1.2.3":        true,  // an operator's hole in the private ranges
+		"10.1.3.3":        false, // the rest of them
+		"192.168.1.1":     false,
+		"198.51.100.9":    false, // the operator's own deny
+		"127.0.0.1":       false, // always denied, whatever is allowed
+		"169.254.169.254": false,
+		"10.78.0.6":       false, // the node links
+		"10.42.0.5":       false, // the pod network
+		"10.43.0.1":       false, // the service network
+		"0.0.0.0":         false,
+		"::1":             false,
+	} {
+		if got := p.Reaches(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("Reaches(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}

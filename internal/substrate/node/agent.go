@@ -166,6 +166,14 @@ func (a *agent) start() error {
 	if ns.Netns == "" {
 		upstream, where = ns.Upstream, ""
 	}
+	if h := u.Hostname(); h != LocalGate {
+		// A control plane on another host: its address is the node's own too, so the
+		// kubelet's connections stay in the node (pods are kept off the node's addresses by
+		// podsToNodeRules) and reach it only through this forward.
+		if err := ns.runInNet("ip", "addr", "replace", h+"/32", "dev", "lo"); err != nil {
+			return fmt.Errorf("the control plane's address %s on the node's loopback: %w", h, err)
+		}
+	}
 	a.ln, err = ns.listen(addr)
 	if err != nil {
 		return fmt.Errorf("forward %s%s: %w", addr, where, err)

@@ -2,11 +2,17 @@ package node
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"socialweb.computer/internal/podnet"
 )
 
 // JoinError is a Join the substrate refuses, with the field at fault.
@@ -99,4 +105,63 @@ func nodeLabelsFlag(labels map[string]string) string {
 		parts[i] = k + "=" + labels[k]
 	}
 	return strings.Join(parts, ",")
+}
+
+// LocalGate is the join server's address when the control plane runs on the node's own
+// host: the tenant gate's loopback listener.
+const LocalGate = "127.0.0.1"
+
+// checkJoinServer holds a Join's server to what a node may dial for its control plane:
+// https to an IPv4 address and a port (never a name: nothing resolves it on the requester's
+// say), and either the local gate (127.0.0.1) or an address the bidder's egress policy lets
+// pods reach that is not one of the host's own. The agent dials it from the host and serves
+// it inside the node, so a server the pods could not reach themselves, or the host's own
+// address (its other services), would be a way past the egress policy.
+func checkJoinServer(raw string, egress podnet.EgressPolicy, hostAddrs []netip.Addr) (netip.AddrPort, error) {
+	fail := func(why string) (netip.AddrPort, error) {
+		return netip.AddrPort{}, &JoinError{Field: "server", Reason: fmt.Sprintf("%q: %s", raw, why)}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fail("want https://IP:PORT")
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil || !addr.Is4() {
+		return fail("want an IPv4 address, not a name (nothing resolves names for a node's control plane)")
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || port == 0 {
+		return fail("want a port")
+	}
+	ap := netip.AddrPortFrom(addr, uint16(port))
+	if addr.String() == LocalGate {
+		return ap, nil
+	}
+	for _, h := range hostAddrs {
+		if h == addr {
+			return fail("an address of this host: a control plane here is joined at " + LocalGate)
+		}
+	}
+	if !egress.Reaches(addr) {
+		return fail("not an address this host's pods may reach (the bidder's egress policy)")
+	}
+	return ap, nil
+}
+
+// hostAddrs are the IPv4 addresses of the host's interfaces (none if they cannot be read:
+// the egress policy still holds).
+func hostAddrs() []netip.Addr {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
 }

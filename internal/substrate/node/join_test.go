@@ -2,10 +2,13 @@ package node
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"socialweb.computer/internal/podnet"
 )
 
 func TestParseTaint(t *testing.T) {
@@ -76,5 +79,44 @@ func TestKubeletConfigRegistersTheJoinsTaints(t *testing.T) {
 	want := `registerWithTaints: [{"key":"node.socialweb.computer/unregistered","effect":"NoSchedule"},{"key":"gpu","value":"a100","effect":"NoExecute"}]` + "\n"
 	if kc := kubeletConfig(ns); !strings.Contains(kc, want) {
 		t.Errorf("kubelet config lacks %q:\n%s", want, kc)
+	}
+}
+
+func TestCheckJoinServer(t *testing.T) {
+	egress, err := podnet.ParseEgressPolicy([]string{"10.1.2.0/24"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("10.1.2.1")}
+	for _, tc := range []struct {
+		server string
+		want   string // the AddrPort, or "" for a refusal
+	}{
+		{"https://127.0.0.1:6443", "127.0.0.1:6443"},
+		{"https://198.51.100.7:443", "198.51.100.7:443"}, // a control plane on another host
+		{"https://10.1.2.9:6443", "10.1.2.9:6443"},       // on the operator's allowed private range
+		{"https://203.0.113.10:22", ""},                  // this host's own address: its sshd
+		{"https://10.1.2.1:6443", ""},                    // this host's, on the allowed range
+		{"https://192.168.1.1:6443", ""},                 // the provider's network
+		{"https://169.254.169.254:80", ""},               // the cloud's metadata service
+		{"https://127.0.0.2:6443", ""},
+		{"https://10.43.0.1:443", ""}, // the service network
+		{"https://10.78.0.6:10250", ""},
+		{"http://198.51.100.7:443", ""},
+		{"https://gate.example:443", ""}, // a name
+		{"https://198.51.100.7", ""},     // no port
+		{"https://198.51.100.7:0", ""},
+		{"https://[2001:db8::1]:443", ""},
+		{"https://u:p@198.51.100.7:443", ""},
+		{"https://198.51.100.7:443/x", ""},
+	} {
+		got, err := checkJoinServer(tc.server, egress, host)
+		var je *JoinError
+		switch {
+		case tc.want == "" && !errors.As(err, &je):
+			t.Errorf("%s: %v %v, want a JoinError", tc.server, got, err)
+		case tc.want != "" && (err != nil || got.String() != tc.want):
+			t.Errorf("%s: %v %v, want %s", tc.server, got, err, tc.want)
+		}
 	}
 }

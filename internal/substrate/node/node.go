@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +58,10 @@ const (
 // Join is the userData of a node guest.
 type Join struct {
 	// Server is the tenant apiserver as the bundle's kubeconfig names it:
-	// https://127.0.0.1:PORT on the host. The agent listens on the same address inside the
-	// node's network namespace and forwards to the host's, so the kubeconfig is used as is.
+	// https://127.0.0.1:PORT, the tenant gate on this host, or https://IP:PORT on another
+	// host that the bidder's egress policy lets pods reach (checkJoinServer). The agent
+	// listens on the same address inside the node and forwards to it from the host, so the
+	// kubeconfig is used as is.
 	Server string `json:"server"`
 	// NodeName is the node's name (the bundle's certificate is for system:node:<NodeName>).
 	NodeName string `json:"nodeName"`
@@ -393,9 +394,8 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if err := json.Unmarshal(spec.UserData, &j); err != nil {
 		return fail(substrate.ErrInvalidSpec, "userData must be JSON {server, nodeName}: %v", err)
 	}
-	u, err := url.Parse(j.Server)
-	if err != nil || u.Scheme != "https" || u.Hostname() != "127.0.0.1" || u.Port() == "" {
-		return fail(substrate.ErrInvalidSpec, "server %q: want https://127.0.0.1:PORT (the tenant gate on this host)", j.Server)
+	if _, err := checkJoinServer(j.Server, s.egress, hostAddrs()); err != nil {
+		return fail(substrate.ErrInvalidSpec, "%v", err)
 	}
 	if !nodeNameRE(j.NodeName) {
 		return fail(substrate.ErrInvalidSpec, "nodeName %q: want a DNS-1123 subdomain", j.NodeName)
