@@ -13,6 +13,7 @@ import (
 	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/testenv"
 )
 
@@ -21,8 +22,9 @@ import (
 // node registers with the guest's address as its InternalIP and goes Ready, a pod of an
 // image carried on its state disk runs to Succeeded, the apiserver reaches the kubelet in
 // the guest for the pod's log, a Service answers by name, a NetworkPolicy holds and pods
-// reach the internet and not the host (vmNodeNetwork), and Stop leaves no process,
-// namespace or disk.
+// reach the internet and not the host (vmNodeNetwork), a pod on a second vm node reaches
+// the first's over their overlay (vmNodesOverlay), and Stop leaves no process, namespace or
+// disk.
 func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	img := vmImage(t)
 	const nodeName = "vm-node-a"
@@ -65,6 +67,7 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 		t.Fatalf("the node's host side: %+v %v", hostSide, err)
 	}
 	vmNodeNetwork(t, kc, nodeName, inet, hostSide.HostIP, dump)
+	vmNodesOverlay(t, s, tc, dump)
 
 	// A new value over the same state dir (a restarted bidder) finds the machine and stops it.
 	s2, err := node.New(cfg)
@@ -98,6 +101,40 @@ func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	if err := s.Remove(ctx, "v1-a"); err != nil {
 		t.Error(err)
 	}
+}
+
+// vmNodesOverlay boots a second vm node into tc's cluster and checks the overlay between
+// the two guests: a pod on the second reaches web, on the first, by its pod IP and through
+// its Service. Each guest runs its overlay on a TUN device of its own kernel, and their
+// packets cross the host between two node links; the second node is stopped at the end.
+func vmNodesOverlay(t *testing.T, s *node.Substrate, tc tenantToJoin, dump func() string) {
+	t.Helper()
+	const second = "vm-node-b"
+	bundle, err := tenant.MintNodeBundle(filepath.Join(tc.dir, "tenants"), tenant.Key{Namespace: tc.cl.Namespace, Name: tc.cl.Name}, second, tc.cl.Status.Server, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	bootNode(t, s, "v1-b", second, bundle)
+	defer func() {
+		if err := s.Stop(context.Background(), "v1-b"); err != nil {
+			t.Error(err)
+		}
+		_ = s.Remove(context.Background(), "v1-b")
+	}()
+	far := strings.Replace(vmProbePod("far", "{}"), "spec:\n", "spec:\n  nodeName: "+second+"\n", 1)
+	tkubectl(t, tc.kc, far, "apply", "-f", "-")
+	waitPod(t, tc.kc, "far", "Running", second, 5*time.Minute)
+	t.Logf("second vm node runs a pod %.2fs after its boot", time.Since(t0).Seconds())
+	webIP := tkubectl(t, tc.kc, "", "get", "pod", "web", "-o", "jsonpath={.status.podIP}")
+	for _, url := range []string{"http://" + webIP + ":8080/", "http://web.default.svc.cluster.local/"} {
+		testenv.Eventually(t, 90*time.Second, "a pod on "+second+" reaches "+url, func() (bool, error) {
+			out, err := tkubectlErr(tc.kc, "exec", "far", "--", "/svcprobe", "get", url)
+			out = strings.TrimSpace(out)
+			return err == nil && out == "200 web-ok", fmt.Errorf("%q %v\n%s", out, err, dump())
+		})
+	}
+	tkubectl(t, tc.kc, "", "delete", "pod", "far", "--wait=false")
 }
 
 // vmNetworkObjects: a web server (app=web, its port named http, probed by the node) behind
