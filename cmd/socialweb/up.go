@@ -57,6 +57,7 @@ objects are kept for the next up on the same data dir.`,
 	addQuotaFlags(cmd, &o.Quota, true)
 	cmd.Flags().StringVar(&o.MetricsAddr, "metrics-addr", "0", "address for Prometheus metrics of the controllers, e.g. 127.0.0.1:9090 (0 turns it off)")
 	cmd.Flags().StringVar(&o.PprofAddr, "pprof-addr", app.PprofOff, "loopback address serving Go's runtime profiles (net/http/pprof), e.g. 127.0.0.1:6060 (0 turns it off)")
+	cmd.Flags().StringVar(&o.TenantPublicAddress, "tenant-address", "", "this host's public IPv4 address, where nodes rented on other hosts join its tenant clusters: each cluster's gate listens there too, on the port of its status.server (open those ports in the firewall), and node bundles name it (default: none, a cluster takes nodes of this host only)")
 	cmd.Flags().StringVar(&o.TenantAdvertise, "tenant-advertise-address", "", "non-loopback address tenant apiservers advertise (default: 10.77.0.1 on a veth pair socialweb creates in network namespace socialweb-tenants; needs root and iproute2)")
 	cmd.Flags().StringArrayVar(&o.MarketFollow, "market-follow", nil, "firehose of another PDS (or relay) URL the market follows, repeatable: bidders and requesters there")
 	cmd.Flags().DurationVar(&o.NodeBidWindow, "node-bid-window", app.DefaultNodeBidWindow, "bid window of the node contracts a tenant cluster's scale-up declares; it closes early once every known bidder bid (0: the market's default, 30s)")

@@ -2,6 +2,7 @@ package app
 
 import (
 	"log/slog"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +14,7 @@ import (
 // under <data dir>/tenants, the child processes run from this very binary. Without an
 // advertise address it returns nil and the reason, which every Cluster then reports. Every
 // cluster enforces policy at least.
-func startTenants(dataDir, advertise string, policy tenant.PodPolicy, log *slog.Logger) (*tenant.Manager, string) {
+func startTenants(dataDir, advertise, public string, policy tenant.PodPolicy, log *slog.Logger) (*tenant.Manager, string) {
 	var ip net.IP
 	var err error
 	if advertise != "" {
@@ -24,11 +25,17 @@ func startTenants(dataDir, advertise string, policy tenant.PodPolicy, log *slog.
 	if err != nil {
 		return nil, err.Error()
 	}
+	var pub net.IP
+	if public != "" {
+		if pub = net.ParseIP(public).To4(); pub == nil || pub.IsLoopback() || pub.IsUnspecified() {
+			return nil, fmt.Sprintf("--tenant-address %q: want this host's public IPv4 address, where nodes on other hosts reach it", public)
+		}
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, "cannot find this binary to run tenant control planes from: " + err.Error()
 	}
-	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, PodSecurity: policy.Level, PodUserNamespaces: policy.UserNamespaces, Logger: log})
+	m, err := tenant.NewManager(tenant.Config{Root: filepath.Join(dataDir, "tenants"), Binary: bin, Advertise: ip, PublicAddress: pub, PodSecurity: policy.Level, PodUserNamespaces: policy.UserNamespaces, Logger: log})
 	if err != nil {
 		return nil, err.Error()
 	}

@@ -51,6 +51,10 @@ type UpOptions struct {
 	// TenantAdvertise is the tenant apiservers' advertise address; "" creates a network
 	// namespace and veth pair for it (tenant.EnsureAdvertiseAddress).
 	TenantAdvertise string
+	// TenantPublicAddress is this host's public IPv4 address where nodes on other hosts
+	// join its tenant clusters (tenant.Config.PublicAddress; the local node bidder takes it
+	// as its own gate, node.Config.LocalGateAddress); "" keeps the gates on loopback.
+	TenantPublicAddress string
 	// NodeBidWindow is the bid window of the node contracts the NodeClaim controller
 	// declares (0: the market's default, 30 s).
 	NodeBidWindow time.Duration
@@ -199,7 +203,8 @@ func Up(ctx context.Context, o UpOptions) error {
 	// The local node bidder's substrate first: whether its nodes run pods in user namespaces
 	// decides the tenant clusters' default (--pod-user-namespaces auto).
 	nodeSub, err := newLocalNodeSubstrate(dir.Root, node.Config{Flavour: o.NodeFlavour, VMImageDir: o.NodeVMImage, RegistryConfigDir: o.NodeRegistryConfig, RuntimeDir: o.NodeRuntimeDir, DNSUpstream: o.NodeDNSUpstream,
-		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny, OverlayAddress: o.NodeOverlayAddress, OverlayPorts: o.NodeOverlayPorts, DiskMiB: o.NodeDiskMiB}, phase)
+		EgressAllow: o.NodeEgressAllow, EgressDeny: o.NodeEgressDeny, OverlayAddress: o.NodeOverlayAddress, OverlayPorts: o.NodeOverlayPorts, DiskMiB: o.NodeDiskMiB,
+		LocalGateAddress: o.TenantPublicAddress}, phase)
 	if err != nil {
 		return err
 	}
@@ -209,7 +214,7 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	policy := tenant.PodPolicy{Level: tenant.PodSecurityLevel(o.PodSecurity), UserNamespaces: userns}
-	tenants, why := startTenants(dir.Root, o.TenantAdvertise, policy, log)
+	tenants, why := startTenants(dir.Root, o.TenantAdvertise, o.TenantPublicAddress, policy, log)
 	if tenants != nil {
 		defer func() {
 			phase("stopping tenant control planes")

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -75,6 +76,12 @@ type Config struct {
 	Binary string
 	// Advertise is the apiserver's advertise address: non-loopback (see netns.go).
 	Advertise net.IP
+	// PublicAddress, when set, is an IPv4 address of this host that nodes on other hosts
+	// reach: every cluster's gate listens there too, on its own port, its serving
+	// certificate names it, and node bundles name it as their server (a node bidder on
+	// another host dials it; this host's own node bidder accepts it as its local gate).
+	// Unset: gates listen on loopback only and nodes join from this host alone.
+	PublicAddress net.IP
 	// ChildEnv is added to the child's environment (e.g. GOGC, GOMEMLIMIT for experiments;
 	// the child lowers its own heap target once idle, see ChildSpec).
 	ChildEnv []string
@@ -250,7 +257,11 @@ func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 			return nil, err
 		}
 	}
-	p, err := EnsurePKI(l.PKI(), []net.IP{net.IPv4(127, 0, 0, 1), m.cfg.Advertise, firstServiceIP()}, ServingDNSNames)
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), m.cfg.Advertise, firstServiceIP()}
+	if m.cfg.PublicAddress != nil {
+		ips = append(ips, m.cfg.PublicAddress)
+	}
+	p, err := EnsurePKI(l.PKI(), ips, ServingDNSNames)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +298,12 @@ func (m *Manager) ensure(k Key, policy PodPolicy) (*instance, error) {
 	g, err := gate.Listen(fmt.Sprintf("127.0.0.1:%d", pr.Gate), fmt.Sprintf("127.0.0.1:%d", pr.APIServer), cert)
 	if err != nil {
 		return nil, fmt.Errorf("gate on its leased port %d: %w", pr.Gate, err)
+	}
+	if m.cfg.PublicAddress != nil {
+		if _, err := g.AlsoListen(net.JoinHostPort(m.cfg.PublicAddress.String(), strconv.Itoa(pr.Gate))); err != nil {
+			g.Close()
+			return nil, fmt.Errorf("gate on the public address %s, port %d: %w", m.cfg.PublicAddress, pr.Gate, err)
+		}
 	}
 	reapStale(l, m.cfg.Logger)
 	in := &instance{key: k, layout: l, pki: p, ports: pr, gate: g, status: Status{State: StateStopped, Policy: policy},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -87,13 +89,28 @@ func MintNodeBundle(root string, k Key, nodeName, server string, ttl time.Durati
 }
 
 // MintNodeBundle mints a join bundle for a cluster this manager runs; the server is the
-// cluster's gate until the node guest settles the address a node dials.
+// cluster's gate: on Config.PublicAddress when one is set, so that a node bidder on any host
+// can join, else on loopback.
 func (m *Manager) MintNodeBundle(k Key, nodeName string) (NodeBundle, error) {
 	s := m.Status(k)
 	if s.Server == "" {
 		return NodeBundle{}, fmt.Errorf("cluster %s: %w: it is not running here", k, ErrNoCA)
 	}
-	return MintNodeBundle(m.cfg.Root, k, nodeName, s.Server, 0)
+	return MintNodeBundle(m.cfg.Root, k, nodeName, m.nodeServer(s.Server), 0)
+}
+
+// nodeServer is the server nodes join at for a gate at server (https://127.0.0.1:PORT):
+// the same port on Config.PublicAddress when one is set.
+func (m *Manager) nodeServer(server string) string {
+	if m.cfg.PublicAddress == nil {
+		return server
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		return server
+	}
+	u.Host = net.JoinHostPort(m.cfg.PublicAddress.String(), u.Port())
+	return u.String()
 }
 
 // NodeReady reports whether node name is registered in cluster k with condition Ready True.

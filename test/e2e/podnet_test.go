@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/clusternet"
 	"socialweb.computer/internal/podnet"
 	"socialweb.computer/internal/substrate/guestproc"
@@ -372,4 +376,54 @@ func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 		}
 		return len(left) == 0, fmt.Errorf("still forwarded: %q", left)
 	})
+}
+
+// TestNode_JoinsAtTheTenantAddress: with --tenant-address (this host's public address, here a
+// documentation address on the host's end of a veth pair), a cluster's gate listens there
+// too, on its status.server's port, the node contract's join names it, and up's own node
+// bidder takes it as its local gate: the node joins through it (its kubelet's connections
+// and its tunnel go to that address, with the serving certificate naming it), runs a pod
+// whose log the apiserver fetches back through the tunnel.
+func TestNode_JoinsAtTheTenantAddress(t *testing.T) {
+	requireNodeHost(t)
+	const public = "198.51.100.201"
+	link := fmt.Sprintf("swttad%d", time.Now().UnixNano()%100000)
+	far := substratetest.NewNetns(t, "swttad")
+	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
+	far.IP(t, "link", "set", "eth0", "up")
+	substratetest.MustIP(t, "addr", "add", public+"/32", "dev", link)
+	substratetest.MustIP(t, "link", "set", link, "up")
+	n := startNodeUp(t, "--node-bid-window", "1s", "--tenant-address", public)
+	kc := n.cluster("ta", "maxNodes: 1, scaleHold: 30s")
+
+	var cl v1alpha1.Cluster
+	if err := n.c.Get(n.ctx, client.ObjectKey{Namespace: "default", Name: "ta"}, &cl); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(cl.Status.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := net.JoinHostPort(public, u.Port())
+	if c, err := net.DialTimeout("tcp", gate, 5*time.Second); err != nil {
+		t.Fatalf("the gate of %s does not listen on %s: %v", cl.Status.Server, gate, err)
+	} else {
+		c.Close()
+	}
+
+	tkubectl(t, kc, httpPod("a"), "apply", "-f", "-")
+	nodeName := waitPod(t, kc, "a", "Running", "", 180*time.Second)
+	var claim v1alpha1.NodeClaim
+	for _, c := range n.claims("ta") {
+		if c.Spec.NodeName == nodeName {
+			claim = c
+		}
+	}
+	cc, _ := n.contractOf(claim)
+	if cc.Spec.NodeJoin == nil || cc.Spec.NodeJoin.Server != "https://"+gate {
+		t.Errorf("the node contract's join: %+v, want its server https://%s", cc.Spec.NodeJoin, gate)
+	}
+	if out, err := tkubectlErr(kc, "logs", "a"); err != nil {
+		t.Errorf("the apiserver fetches no log through the node's tunnel at %s: %q %v", gate, out, err)
+	}
 }

@@ -108,16 +108,17 @@ func nodeLabelsFlag(labels map[string]string) string {
 }
 
 // LocalGate is the join server's address when the control plane runs on the node's own
-// host: the tenant gate's loopback listener.
+// host: the tenant gate's loopback listener (Config.LocalGateAddress is another name for it).
 const LocalGate = "127.0.0.1"
 
 // checkJoinServer holds a Join's server to what a node may dial for its control plane:
 // https to an IPv4 address and a port (never a name: nothing resolves it on the requester's
-// say), and either the local gate (127.0.0.1) or an address the bidder's egress policy lets
+// say), and either the local gate (127.0.0.1, or localGate: the host's public address where
+// its own gates listen too) or an address the bidder's egress policy lets
 // pods reach that is not one of the host's own. The agent dials it from the host and serves
 // it inside the node, so a server the pods could not reach themselves, or the host's own
 // address (its other services), would be a way past the egress policy.
-func checkJoinServer(raw string, egress podnet.EgressPolicy, hostAddrs []netip.Addr) (netip.AddrPort, error) {
+func checkJoinServer(raw string, egress podnet.EgressPolicy, hostAddrs []netip.Addr, localGate string) (netip.AddrPort, error) {
 	fail := func(why string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, &JoinError{Field: "server", Reason: fmt.Sprintf("%q: %s", raw, why)}
 	}
@@ -134,7 +135,7 @@ func checkJoinServer(raw string, egress podnet.EgressPolicy, hostAddrs []netip.A
 		return fail("want a port")
 	}
 	ap := netip.AddrPortFrom(addr, uint16(port))
-	if addr.String() == LocalGate {
+	if addr.String() == LocalGate || addr.String() == localGate {
 		return ap, nil
 	}
 	for _, h := range hostAddrs {

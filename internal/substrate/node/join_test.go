@@ -107,10 +107,11 @@ func TestCheckJoinServer(t *testing.T) {
 		{"https://198.51.100.7", ""},     // no port
 		{"https://198.51.100.7:0", ""},
 		{"https://[2001:db8::1]:443", ""},
+		{"https://[::ffff:198.51.100.7]:443", ""},
 		{"https://u:p@198.51.100.7:443", ""},
 		{"https://198.51.100.7:443/x", ""},
 	} {
-		got, err := checkJoinServer(tc.server, egress, host)
+		got, err := checkJoinServer(tc.server, egress, host, "")
 		var je *JoinError
 		switch {
 		case tc.want == "" && !errors.As(err, &je):
@@ -118,5 +119,17 @@ func TestCheckJoinServer(t *testing.T) {
 		case tc.want != "" && (err != nil || got.String() != tc.want):
 			t.Errorf("%s: %v %v, want %s", tc.server, got, err, tc.want)
 		}
+	}
+}
+
+// This host's public address is refused unless the operator named it as where its own tenant
+// gates listen (up --tenant-address).
+func TestCheckJoinServerLocalGateAddress(t *testing.T) {
+	host := []netip.Addr{netip.MustParseAddr("203.0.113.10")}
+	if _, err := checkJoinServer("https://203.0.113.10:41234", podnet.EgressPolicy{}, host, ""); err == nil {
+		t.Error("the host's own address without --tenant-address: accepted")
+	}
+	if ap, err := checkJoinServer("https://203.0.113.10:41234", podnet.EgressPolicy{}, host, "203.0.113.10"); err != nil || ap.String() != "203.0.113.10:41234" {
+		t.Errorf("the host's tenant address: %v %v", ap, err)
 	}
 }

@@ -123,6 +123,10 @@ type Config struct {
 	// cluster rented on other hosts can be its peers. Empty: nodes publish their link
 	// address, which only this host reaches.
 	OverlayAddress string
+	// LocalGateAddress, when set, is this host's public IPv4 address where its own tenant
+	// gates listen (up --tenant-address): a Join naming it is a control plane on this host,
+	// taken as 127.0.0.1 is, although it is one of the host's addresses.
+	LocalGateAddress string
 	// OverlayPorts is the host's UDP ports for those endpoints, FIRST-LAST (empty:
 	// podnet.DefaultOverlayPorts).
 	OverlayPorts string
@@ -394,7 +398,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if err := json.Unmarshal(spec.UserData, &j); err != nil {
 		return fail(substrate.ErrInvalidSpec, "userData must be JSON {server, nodeName}: %v", err)
 	}
-	if _, err := checkJoinServer(j.Server, s.egress, hostAddrs()); err != nil {
+	if _, err := checkJoinServer(j.Server, s.egress, hostAddrs(), s.cfg.LocalGateAddress); err != nil {
 		return fail(substrate.ErrInvalidSpec, "%v", err)
 	}
 	if !nodeNameRE(j.NodeName) {

@@ -62,6 +62,7 @@ const (
 // Gate is one listening proxy.
 type Gate struct {
 	ln      net.Listener
+	also    []net.Listener // AlsoListen's, served alike
 	backend string
 	srv     *http.Server
 	local   *chanListener
@@ -120,6 +121,25 @@ func Listen(addr, backend string, cert tls.Certificate) (*Gate, error) {
 	go func() { _ = g.srv.ServeTLS(g.local, "", "") }()
 	go g.accept()
 	return g, nil
+}
+
+// AlsoListen serves the gate on addr too: another address of the same cluster (a public
+// one, where nodes on other hosts join), in the same modes, holding and tunnels.
+func (g *Gate) AlsoListen(addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		ln.Close()
+		return nil, net.ErrClosed
+	}
+	g.also = append(g.also, ln)
+	g.mu.Unlock()
+	go g.acceptOn(ln)
+	return ln.Addr(), nil
 }
 
 // Addr is the gate's listening address.
@@ -190,8 +210,12 @@ func (g *Gate) Close() {
 	held := g.held
 	g.held = map[net.Conn]chan struct{}{}
 	tunnel, tunnelSrv := g.tunnel, g.tunnelSrv
+	also := g.also
 	g.mu.Unlock()
 	g.ln.Close()
+	for _, ln := range also {
+		ln.Close()
+	}
 	g.local.Close()
 	for c := range conns {
 		c.Close()
@@ -260,9 +284,11 @@ func (g *Gate) hold(c net.Conn) {
 	g.mu.Unlock()
 }
 
-func (g *Gate) accept() {
+func (g *Gate) accept() { g.acceptOn(g.ln) }
+
+func (g *Gate) acceptOn(ln net.Listener) {
 	for {
-		c, err := g.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}

@@ -219,3 +219,32 @@ func TestGateAsleepHoldsBoundedly(t *testing.T) {
 		t.Errorf("request past MaxHeld answered after %v; want at once", d)
 	}
 }
+
+// A second address serves the same gate: its mode, and nothing once the gate is closed.
+func TestGateAlsoListens(t *testing.T) {
+	srv, clientTLS := backend(t)
+	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	addr, err := g.AlsoListen("127.0.0.2:0")
+	if err != nil {
+		t.Skip("no second loopback address here:", err)
+	}
+	other := "https://" + addr.String()
+	if code, b, err := Probe(other, clientTLS); err != nil || code != 503 || !strings.Contains(b, "not running") {
+		t.Fatalf("second address, Unavailable: %d %q %v", code, b, err)
+	}
+	g.Set(Serving, "")
+	if code, _, err := Probe(other, clientTLS); err != nil || code != 401 {
+		t.Fatalf("second address, Serving: %d %v, want the backend's 401", code, err)
+	}
+	g.Close()
+	if _, _, err := Probe(other, clientTLS); err == nil {
+		t.Error("the second address answered after Close")
+	}
+	if _, err := g.AlsoListen("127.0.0.1:0"); err == nil {
+		t.Error("a closed gate listened again")
+	}
+}
