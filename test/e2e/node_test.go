@@ -345,11 +345,23 @@ type tenantToJoin struct {
 // rent one (a node up rents outlives up, as every guest does).
 func joinableCluster(t *testing.T, name, nodeName string, ttl time.Duration) tenantToJoin {
 	t.Helper()
+	tc := joinableClusterArgs(t, name, nil)
+	bundle, err := tenant.MintNodeBundle(filepath.Join(tc.dir, "tenants"), tenant.Key{Namespace: "default", Name: name}, nodeName, tc.cl.Status.Server, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.bundle = bundle
+	return tc
+}
+
+// joinableClusterArgs is joinableCluster with up's extra args and no bundle minted.
+func joinableClusterArgs(t *testing.T, name string, args []string) tenantToJoin {
+	t.Helper()
 	requireNodeHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	// Its nodes are booted straight from a substrate, not rented through the market, so the
 	// cluster does not require what some of them (vm nodes, the host's runtime) cannot run.
-	up := startUp(t, dir, "--pod-user-namespaces", "optional")
+	up := startUp(t, dir, append([]string{"--pod-user-namespaces", "optional"}, args...)...)
 	c := coreClient(t, dir)
 	up.kubectl(t, `apiVersion: socialweb.computer/v1alpha1
 kind: Cluster
@@ -357,15 +369,11 @@ metadata: {name: `+name+`, namespace: default}
 spec: {account: "`+tenantOwner+`", name: `+name+`, running: true, maxNodes: 0}
 `, "apply", "-f", "-")
 	cl := waitPhase(t, c, client.ObjectKey{Namespace: "default", Name: name}, v1alpha1.ClusterReady, 60*time.Second)
-	bundle, err := tenant.MintNodeBundle(filepath.Join(dir, "tenants"), tenant.Key{Namespace: "default", Name: name}, nodeName, cl.Status.Server, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
 	images := t.TempDir()
 	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
-	return tenantToJoin{dir: dir, kc: mint(t, dir, cl), images: images, cl: cl, bundle: bundle}
+	return tenantToJoin{dir: dir, kc: mint(t, dir, cl), images: images, cl: cl}
 }
 
 // bootNode boots guest id on s as node nodeName joining with bundle.

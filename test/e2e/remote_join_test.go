@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"socialweb.computer/internal/substrate/node"
+	"socialweb.computer/internal/substrate/substratetest"
+	"socialweb.computer/internal/tenant"
+	"socialweb.computer/internal/testenv"
+)
+
+// Addresses of the remote join row: the control plane's host has remoteGate on its link to
+// the internet namespace; the bidder's host is a namespace whose only link goes to the
+// internet namespace (documentation ranges, reached by nothing else).
+const (
+	remoteGate     = "198.51.100.205"
+	remoteInetSide = "198.51.100.206" // the internet's end of the control plane host's link
+	remoteBidRoute = "192.0.2.1"      // the internet's end of the bidder host's link
+	remoteBidHost  = "192.0.2.2"
+	remoteBidNet   = "192.0.2.0/30"
+)
+
+// remoteBidderEnv carries a remoteBidderSpec to the helper process.
+const remoteBidderEnv = "SOCIALWEB_E2E_REMOTE_BIDDER"
+
+// remoteBidderSpec is what the helper process boots: a node of the namespace flavour, with
+// its own state dir, joining with the bundle.
+type remoteBidderSpec struct {
+	State, Images, NodeName, Server string
+	Kubeconfig, CA                  []byte
+}
+
+// TestNode_JoinsFromAnotherHost: a node bidder on a host of its own (a network namespace
+// whose only link goes to a namespace standing for the internet) boots a node into a
+// cluster whose control plane runs here with --tenant-address: the node dials the public
+// address through the internet namespace, registers, runs a pod, and the apiserver fetches
+// the pod's log back through the node's tunnel. Nothing else connects the two hosts.
+func TestNode_JoinsFromAnotherHost(t *testing.T) {
+	requireNodeHost(t)
+	inet := substratetest.NewNetns(t, "swtinet")
+	bid := substratetest.NewNetns(t, "swtbid")
+	hostLink := "swtrj" + inet.Name[len("swtinet-"):]
+	substratetest.Link(t, substratetest.Netns{}, hostLink, inet, "eth0")
+	substratetest.MustIP(t, "addr", "add", remoteGate+"/30", "dev", hostLink)
+	substratetest.MustIP(t, "link", "set", hostLink, "up")
+	substratetest.MustIP(t, "route", "replace", remoteBidNet, "via", remoteInetSide, "dev", hostLink)
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", remoteBidNet).Run() })
+	inet.IP(t, "addr", "add", remoteInetSide+"/30", "dev", "eth0")
+	inet.IP(t, "link", "set", "eth0", "up")
+	substratetest.Link(t, inet, "eth1", bid, "eth0")
+	inet.IP(t, "addr", "add", remoteBidRoute+"/30", "dev", "eth1")
+	inet.IP(t, "link", "set", "eth1", "up")
+	bid.IP(t, "addr", "add", remoteBidHost+"/30", "dev", "eth0")
+	bid.IP(t, "link", "set", "eth0", "up")
+	bid.IP(t, "link", "set", "lo", "up")
+	bid.IP(t, "route", "add", "default", "via", remoteBidRoute)
+	if out, err := exec.Command("ip", "netns", "exec", inet.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		t.Fatalf("forwarding in the internet namespace: %v %s", err, out)
+	}
+
+	const nodeName = "far-node"
+	tc := joinableClusterArgs(t, "rj", []string{"--tenant-address", remoteGate})
+	u, err := url.Parse(tc.cl.Status.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "https://" + remoteGate + ":" + u.Port()
+	bundle, err := tenant.MintNodeBundle(filepath.Join(tc.dir, "tenants"), tenant.Key{Namespace: tc.cl.Namespace, Name: tc.cl.Name}, nodeName, server, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(remoteBidderSpec{State: filepath.Join(t.TempDir(), "nodes"), Images: tc.images, NodeName: nodeName,
+		Server: server, Kubeconfig: bundle.Kubeconfig, CA: bundle.CAPEM})
+
+	// The bidder host: this test binary again, in the bidder namespace (its network only:
+	// the node substrate needs the host's cgroups and /run).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "bidder.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net="+bid.Path(), "--", self, "-test.run", "^TestHelperRemoteBidder$", "-test.v", "-test.timeout", "20m")
+	cmd.Env = append(os.Environ(), remoteBidderEnv+"="+string(spec), "SOCIALWEB_TEST_BIN="+socialwebBin)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b, _ := os.ReadFile(logPath)
+				t.Errorf("the bidder host: %v\n%s", err, b)
+			}
+		case <-time.After(90 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("the bidder host did not stop its node within 90s")
+		}
+	}
+	t.Cleanup(stop)
+	dump := func() string {
+		b, _ := os.ReadFile(logPath)
+		return string(b)
+	}
+
+	testenv.Eventually(t, 3*time.Minute, "the far node Ready", func() (bool, error) {
+		out, err := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", fmt.Errorf("%q %v\n%s", out, err, dump())
+	})
+	tkubectl(t, tc.kc, `apiVersion: v1
+kind: Pod
+metadata: {name: far, namespace: default}
+spec:
+  nodeName: `+nodeName+`
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  containers:
+  - {name: c, image: `+node.BusyboxImage+`, imagePullPolicy: Never, command: ["/bin/busybox", "echo", "hello from the far host"]}
+`, "apply", "-f", "-")
+	waitPod(t, tc.kc, "far", "Succeeded", nodeName, 2*time.Minute)
+	if out, err := tkubectlErr(tc.kc, "logs", "far"); err != nil || strings.TrimSpace(out) != "hello from the far host" {
+		t.Errorf("the pod's log through the far node's tunnel: %q %v\n%s", out, err, dump())
+	}
+	stop()
+}
+
+// TestHelperRemoteBidder is the bidder host of TestNode_JoinsFromAnotherHost, run in its
+// namespace: it boots the node it is given, and stops and removes it on SIGTERM.
+func TestHelperRemoteBidder(t *testing.T) {
+	raw := os.Getenv(remoteBidderEnv)
+	if raw == "" {
+		t.Skip("the bidder host of TestNode_JoinsFromAnotherHost")
+	}
+	var spec remoteBidderSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	s, err := node.New(node.Config{StateDir: spec.State, Binary: socialwebBin, ImageDir: spec.Images, DNSUpstream: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	substratetest.Cleanup(t, s, spec.State)
+	bootNode(t, s, "far", spec.NodeName, tenant.NodeBundle{Server: spec.Server, Kubeconfig: spec.Kubeconfig, CAPEM: spec.CA})
+	t.Logf("booted %s, joining %s", spec.NodeName, spec.Server)
+	<-term
+}
