@@ -1,8 +1,8 @@
 package app
 
 import (
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,11 +25,9 @@ func startTenants(dataDir, advertise, public string, policy tenant.PodPolicy, lo
 	if err != nil {
 		return nil, err.Error()
 	}
-	var pub net.IP
-	if public != "" {
-		if pub = net.ParseIP(public).To4(); pub == nil || pub.IsLoopback() || pub.IsUnspecified() {
-			return nil, fmt.Sprintf("--tenant-address %q: want this host's public IPv4 address, where nodes on other hosts reach it", public)
-		}
+	pub, err := tenantPublicAddress(public)
+	if err != nil {
+		return nil, err.Error()
 	}
 	bin, err := os.Executable()
 	if err != nil {
@@ -40,4 +38,17 @@ func startTenants(dataDir, advertise, public string, policy tenant.PodPolicy, lo
 		return nil, err.Error()
 	}
 	return m, ""
+}
+
+// tenantPublicAddress parses up's --tenant-address: nil when empty, else an IPv4 address that
+// is neither loopback nor unspecified.
+func tenantPublicAddress(s string) (net.IP, error) {
+	if s == "" {
+		return nil, nil
+	}
+	ip := net.ParseIP(s).To4()
+	if ip == nil || ip.IsLoopback() || ip.IsUnspecified() || ip.IsMulticast() {
+		return nil, fmt.Errorf("--tenant-address %q: want this host's public IPv4 address, where nodes on other hosts reach it", s)
+	}
+	return ip, nil
 }

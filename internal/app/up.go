@@ -130,6 +130,9 @@ func Up(ctx context.Context, o UpOptions) error {
 	if err := CheckPrice("node-", o.NodePrice); err != nil {
 		return err
 	}
+	if _, err := tenantPublicAddress(o.TenantPublicAddress); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	phase := func(format string, a ...any) {
 		fmt.Fprintf(o.Progress, "%6.2fs  %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, a...))
@@ -222,6 +225,9 @@ func Up(ctx context.Context, o UpOptions) error {
 		}()
 		phase("tenant clusters served here (data in %s); every pod: Pod Security %s at least, user namespaces %s (%s)",
 			filepath.Join(dir.Root, "tenants"), policy.Level, policy.UserNamespaces, usernsWhy)
+		if o.TenantPublicAddress != "" {
+			phase("nodes on other hosts join at %s (each cluster's gate listens there on its own port)", o.TenantPublicAddress)
+		}
 	} else {
 		phase("tenant clusters unavailable: %s", why)
 	}
