@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"socialweb.computer/internal/substrate/guestproc"
 	"socialweb.computer/internal/substrate/node"
 	"socialweb.computer/internal/substrate/substratetest"
 	"socialweb.computer/internal/tenant"
@@ -21,13 +22,14 @@ import (
 
 // Addresses of the remote join row: the control plane's host has remoteGate on its link to
 // the internet namespace; the bidder's host is a namespace whose only link goes to the
-// internet namespace (documentation ranges, reached by nothing else).
+// internet namespace. Both links are /30s of a documentation range no other row uses
+// (192.0.2.0/24 is this machine's own LAN, so not that one).
 const (
 	remoteGate     = "198.51.100.205"
 	remoteInetSide = "198.51.100.206" // the internet's end of the control plane host's link
-	remoteBidRoute = "192.0.2.1"      // the internet's end of the bidder host's link
-	remoteBidHost  = "192.0.2.2"
-	remoteBidNet   = "192.0.2.0/30"
+	remoteBidRoute = "198.51.100.213" // the internet's end of the bidder host's link
+	remoteBidHost  = "198.51.100.214"
+	remoteBidNet   = "198.51.100.212/30"
 )
 
 // remoteBidderEnv carries a remoteBidderSpec to the helper process.
@@ -79,7 +81,8 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(remoteBidderSpec{State: filepath.Join(t.TempDir(), "nodes"), Images: tc.images, NodeName: nodeName,
+	state := filepath.Join(t.TempDir(), "nodes")
+	spec, _ := json.Marshal(remoteBidderSpec{State: state, Images: tc.images, NodeName: nodeName,
 		Server: server, Kubeconfig: bundle.Kubeconfig, CA: bundle.CAPEM})
 
 	// The bidder host: this test binary again, in the bidder namespace (its network only:
@@ -121,9 +124,16 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 		}
 	}
 	t.Cleanup(stop)
+	// The bidder host's output, then the tails of its node's logs (its state dir is this
+	// test's).
 	dump := func() string {
 		b, _ := os.ReadFile(logPath)
-		return string(b)
+		out := string(b)
+		for _, f := range []string{"log", "kubelet.log"} {
+			tail, _ := guestproc.Tail(filepath.Join(state, "far", f), 30)
+			out += "--- " + f + "\n" + string(tail) + "\n"
+		}
+		return out
 	}
 
 	testenv.Eventually(t, 3*time.Minute, "the far node Ready", func() (bool, error) {

@@ -13,9 +13,10 @@ import (
 )
 
 // Network namespaces a test makes for itself: nodes, and a namespace that stands for the
-// internet. Their addresses are from the documentation ranges (192.0.2.0/24,
-// 198.51.100.0/24, 203.0.113.0/24), which no real host holds: nothing outside this machine
-// is ever a target. Every namespace, link and route is removed when the test ends.
+// internet. Their addresses are from the documentation ranges 198.51.100.0/24 and
+// 203.0.113.0/24, which the world routes nowhere: nothing outside this machine is ever a
+// target. (192.0.2.0/24 is not used: a host may hold it, as this project's test machines
+// do on their LAN.) Every namespace, link and route is removed when the test ends.
 
 // Netns is a network namespace under /run/netns.
 type Netns struct {
