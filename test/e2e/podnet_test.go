@@ -326,12 +326,7 @@ func TestSecurity_PodEgress(t *testing.T) {
 func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 	requireNodeHost(t)
 	const public = "198.51.100.200"
-	link := fmt.Sprintf("swtpub%d", time.Now().UnixNano()%100000)
-	far := substratetest.NewNetns(t, "swtpub")
-	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
-	far.IP(t, "link", "set", "eth0", "up")
-	substratetest.MustIP(t, "addr", "add", public+"/32", "dev", link)
-	substratetest.MustIP(t, "link", "set", link, "up")
+	publicAddressOnVeth(t, "swtpub", public)
 	n := startNodeUp(t, "--node-bid-window", "1s", "--node-overlay-address", public, "--node-overlay-ports", "51900-51909")
 	kc := n.cluster("pub", "maxNodes: 2, podsPerNode: 1, scaleHold: 30s")
 	tkubectl(t, kc, httpPod("a")+"---\n"+httpPod("b"), "apply", "-f", "-")
@@ -378,6 +373,19 @@ func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 	})
 }
 
+// publicAddressOnVeth puts public (a /32) on the host's end of a veth pair into a namespace
+// of the test's own: an address of this host as other hosts would reach it, from a
+// documentation range nothing outside the machine holds. Both go when the test ends.
+func publicAddressOnVeth(t *testing.T, prefix, public string) {
+	t.Helper()
+	link := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%100000)
+	far := substratetest.NewNetns(t, prefix)
+	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
+	far.IP(t, "link", "set", "eth0", "up")
+	substratetest.MustIP(t, "addr", "add", public+"/32", "dev", link)
+	substratetest.MustIP(t, "link", "set", link, "up")
+}
+
 // TestNode_JoinsAtTheTenantAddress: with --tenant-address (this host's public address, here a
 // documentation address on the host's end of a veth pair), a cluster's gate listens there
 // too, on its status.server's port, the node contract's join names it, and up's own node
@@ -387,12 +395,7 @@ func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 func TestNode_JoinsAtTheTenantAddress(t *testing.T) {
 	requireNodeHost(t)
 	const public = "198.51.100.201"
-	link := fmt.Sprintf("swttad%d", time.Now().UnixNano()%100000)
-	far := substratetest.NewNetns(t, "swttad")
-	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
-	far.IP(t, "link", "set", "eth0", "up")
-	substratetest.MustIP(t, "addr", "add", public+"/32", "dev", link)
-	substratetest.MustIP(t, "link", "set", link, "up")
+	publicAddressOnVeth(t, "swttad", public)
 	n := startNodeUp(t, "--node-bid-window", "1s", "--tenant-address", public)
 	kc := n.cluster("ta", "maxNodes: 1, scaleHold: 30s")
 
