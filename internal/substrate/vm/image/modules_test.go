@@ -58,15 +58,7 @@ func TestModuleDepends(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := moduleDepends(tc.ko)
-			if tc.errHas != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
-					t.Fatalf("err %v, want %q", err, tc.errHas)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tc.want) {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
-			}
+			wantList(t, got, err, tc.want, tc.errHas)
 		})
 	}
 }
@@ -123,15 +115,21 @@ func TestLoadOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := loadOrder(tc.top, tc.loaded, depends)
-			if tc.errHas != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
-					t.Fatalf("err %v, want %q", err, tc.errHas)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tc.want) {
-				t.Fatalf("got %q, %v\nwant %q", got, err, tc.want)
-			}
+			wantList(t, got, err, tc.want, tc.errHas)
 		})
+	}
+}
+
+// wantList fails t unless err holds errHas (when set), or else got is want with no error.
+func wantList(t *testing.T, got []string, err error, want []string, errHas string) {
+	t.Helper()
+	if errHas != "" {
+		if err == nil || !strings.Contains(err.Error(), errHas) {
+			t.Fatalf("err %v, want %q", err, errHas)
+		}
+		return
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q, %v\nwant %q", got, err, want)
 	}
 }
