@@ -438,6 +438,18 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		}
 	}()
 
+	unlockAddresses, err := lockAddresses()
+	if err != nil {
+		return fail(substrate.ErrBoot, "%v", err)
+	}
+	// Released once the block's address is on the host end of the node's link (below), or
+	// when Boot fails before that.
+	addressesHeld := true
+	defer func() {
+		if addressesHeld {
+			unlockAddresses()
+		}
+	}()
 	idx, err := s.freeIndex(spec.ID)
 	if err != nil {
 		return fail(substrate.ErrBoot, "%v", err)
@@ -482,7 +494,10 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 	if ns.Flavour == FlavourVM {
 		setup = setupVMNetwork
 	}
-	if err := setup(ns); err != nil {
+	err = setup(ns)
+	addressesHeld = false
+	unlockAddresses()
+	if err != nil {
 		return fail(substrate.ErrBoot, "network namespace: %v", err)
 	}
 	argv := []string{s.cfg.Binary, "node-agent", dir}
