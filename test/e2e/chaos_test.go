@@ -92,6 +92,7 @@ func TestChaos_EveryPointHasARow(t *testing.T) {
 // ended with endReason deleted; no guest process left after the release; the contract never
 // shown Released or Failed before its release was asked.
 func TestChaos_CrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
 	bin := crashpointBinary(t)
 	if deno.DefaultBinary() == "" {
 		substratetest.Require(t, false, "deno", "bash hack/install-deno.sh")

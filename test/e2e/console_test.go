@@ -506,6 +506,7 @@ func TestBench_ConsoleUpdateLatency(t *testing.T) {
 // once a pod needs one, the pod pending, a NodeClaim going to Running, the Node Ready in the
 // cluster and the pod no longer pending, live in the browser.
 func TestConsole_BrowserShowsANodeJoining(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	consoleURL := n.up.phase(t, "console serving at ")
 	b := startBrowser(t)

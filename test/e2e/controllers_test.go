@@ -147,6 +147,7 @@ func TestControllers_ProbesSecureMetricsAndStop(t *testing.T) {
 // An API server that accepts connections and never answers holds the controllers before
 // their manager runs; SIGTERM still ends them within the grace period and the Lease release.
 func TestControllers_SIGTERMEndsAStartThatNeverGetsAnAnswer(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer srv.Close()
 	defer srv.CloseClientConnections()
@@ -182,6 +183,7 @@ current-context: c
 // a SIGTERM, and a ServiceAccount without the rights the controllers need gets one line
 // naming what to grant and a prompt non-zero exit.
 func TestControllers_TenantLeaderHandoverAndForbidden(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)

@@ -37,6 +37,7 @@ import (
 // node bidder as winner while it runs, nothing kcp-only, and the record goes with the cluster's
 // node Infra.
 func TestGateway_GetJobLogsFromANode(t *testing.T) {
+	t.Parallel()
 	// A long hold: the node goes 3 s after the Job's pod ends with a short one, and under load
 	// the Job's Succeeded can come later than that, its log gone with the node.
 	g := startGatewayNode(t, "j1", holdFor(time.Minute))
@@ -226,6 +227,7 @@ func TestBench_GatewayApplyToJobSucceeded(t *testing.T) {
 // remaining entry, still deployed; scaling to zero takes the record with the Infra, and no
 // guest is left.
 func TestACC31_REC9_OnAMarketNode(t *testing.T) {
+	t.Parallel()
 	g := startGatewayNode(t, "r9", func(s *v1alpha1.ClusterSpec) {
 		s.ScaleHold, s.MaxNodes, s.PodsPerNode = metav1.Duration{Duration: 3 * time.Second}, 2, 1
 	})

@@ -130,6 +130,7 @@ func errName(err error) string {
 // PDS `up` runs: create, list, a kubeconfig used with client-go, down, up, the owner's own
 // identity revoked, delete; the other account sees none of it.
 func TestGateway_ClusterLifecycleOverXRPC(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	// Open sign-up (up's PDS is on loopback) for the second account below, and an open

@@ -54,6 +54,7 @@ func crashpointBinary(t *testing.T) string {
 // receipt of the accept; one guest runs (a guest booted before a roll back is gone, processes
 // and dir); the release leaves no guest process.
 func TestACC_MarketBidderCrashDuringStart(t *testing.T) {
+	t.Parallel()
 	bin := crashpointBinary(t)
 	env := marketEnv(t)
 	for i, c := range []struct {

@@ -279,6 +279,7 @@ func (m *relayMarket) records(t *testing.T, host, did, coll string) []atclient.R
 // bids twice on an rfp. Every
 // Infra is then released and every guest process ends.
 func TestACC_MarketAcrossThreePDSesThroughARelay(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	m := newRelayMarket(t)
 	ctx := context.Background()

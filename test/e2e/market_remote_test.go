@@ -69,6 +69,7 @@ func TestACC_MarketRequesterFollowsRelay(t *testing.T) {
 // The same with the requester's repo on the reference PDS (@atproto/pds): its firehose and
 // getRecord serve both the requester's index and the bidder. SOCIALWEB_INTEROP=1 runs it.
 func TestACC_Interop_MarketRequesterOnReferencePDS(t *testing.T) {
+	t.Parallel()
 	peer := refpds.Require(t)
 	const handle, password = "requester.test", "requester-pw-1"
 	sess, err := atclient.New(peer.PDSURL).CreateAccount(context.Background(), handle, password, "requester@example.test")

@@ -289,6 +289,7 @@ func TestACC_MarketDeleteReleases(t *testing.T) {
 // A winner that dies after its bid never answers the accept: the contract fails naming it,
 // and a later request is won by another bidder.
 func TestACC_MarketLostWinner(t *testing.T) {
+	t.Parallel()
 	env := marketEnv(t)
 	cheap := startBidder(t, env, "cheap.test", 1)
 	dear := startBidder(t, env, "dear.test", 9)

@@ -14,6 +14,7 @@ import (
 // figures (the API is there); with a node running a busy pod, `kubectl top nodes` and
 // `kubectl top pods` print CPU and memory figures for them.
 func TestMetrics_KubectlTop(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-m"
 	tc := joinableCluster(t, "met", nodeName, 10*time.Minute)
 	kc := tc.kc

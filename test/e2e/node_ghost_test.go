@@ -18,6 +18,7 @@ import (
 // host removes every Node it labelled as a claim's once no claim names it, with the pods
 // still bound to it, and the Cluster counts no node.
 func TestNode_StopAndStartLeavesNoGhostNode(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("g1", "maxNodes: 1, scaleHold: 30s")
 	tkubectl(t, kc, spreadPod("sleeper"), "apply", "-f", "-")

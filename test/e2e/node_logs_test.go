@@ -27,6 +27,7 @@ spec:
 // A container that restarts keeps its previous run's logs: `kubectl logs --previous` reads
 // the run before the current one (the kubelet keeps one dead container per container).
 func TestNode_LogsOfThePreviousContainer(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-logs"
 	tc := joinableCluster(t, "lg1", nodeName, 10*time.Minute)
 	dump := readyNode(t, tc, "lg1-a", nodeName, nodeOptions{Logs: []string{"kubelet.log"}, Lines: 30}).Dump

@@ -41,6 +41,7 @@ import (
 // Succeeded on it. Released, the guest stops: no kubelet or containerd process, no network
 // namespace, no mount is left.
 func TestNode_MarketContractJoinsTheTenantCluster(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	dir, state, c, ctx := n.dir, n.state, n.c, n.ctx
 	kc := n.cluster("m1", "")
@@ -368,12 +369,14 @@ func waitPod(t *testing.T, kc, pod, phase, nodeName string, timeout time.Duratio
 // Succeeded on the node. Deleted, the pod leaves the node empty: after scaleHold the claim
 // goes, the contract is released, and the node leaves no process or network namespace.
 func TestACC31_ScaleUpOne(t *testing.T) {
+	t.Parallel()
 	scaleUpOne(t, startNodeUp(t), node.FlavourNamespace)
 }
 
 // The same row with up's node bidder running vm-flavoured nodes: the node the market rents
 // is a qemu microVM (TCG on this host: tens of seconds to a Node).
 func TestACC31_ScaleUpOne_VMFlavour(t *testing.T) {
+	t.Parallel()
 	img := vmImage(t)
 	n := startNodeUp(t, "--node-flavour", node.FlavourVM, "--vm-image", img)
 	scaleUpOne(t, n, node.FlavourVM)
@@ -501,6 +504,7 @@ func (n *nodeUp) infraOf(cluster string) (*v1alpha1.Infra, error) {
 //   - the Cluster deleted: its Infra is Terminating with the release finalizer, the contract
 //     is released, the claims, the Infra and the Cluster go, and no guest is left.
 func TestACC31_ScaleUpTwoThenInOneThenClusterDelete(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("s2", "maxNodes: 2, podsPerNode: 1, scaleHold: 3s")
 
@@ -698,6 +702,7 @@ spec:
 //     (the gateway root) deletes the Cluster first, then what is left of the gateway
 //     workspace, within its timeout, and leaves no Cluster, claim, Infra, contract or guest.
 func TestACC31_GitLabRunnerJobThenGatewayRootDelete(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("g1", "maxNodes: 1, scaleHold: 3s")
 	const job = "runner-x1y2z3-project-42-concurrent-0-a1b2c"
@@ -813,6 +818,7 @@ func keeperPod(kc string) string {
 // The orphaned pod comes back from its ReplicaSet, Pending, and the cluster rents a new node
 // where it runs. Nothing of the dead node is left.
 func TestACC31_LostNodeIsReplaced(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("l1", "maxNodes: 1, scaleHold: 3s")
 	tkubectl(t, kc, keeperDeployment, "apply", "-f", "-")

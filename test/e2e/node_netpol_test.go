@@ -96,6 +96,7 @@ spec:
 // selects, while the node's own readiness probes still do; an egress policy lets a pod reach
 // only the pod it names; without the policies every pod reaches every other again.
 func TestNode_NetworkPolicyEnforced(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-np"
 	tc := joinableCluster(t, "np1", nodeName, 10*time.Minute)
 	dump := readyNode(t, tc, "np1-a", nodeName, nodeOptions{Logs: []string{"log", "netpol.log", "kubelet.log"}, Lines: 20}).Dump

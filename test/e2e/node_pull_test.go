@@ -151,6 +151,7 @@ spec:
 // Never), through the operator's registry configuration; a private repository needs the
 // pod's imagePullSecrets, and without them the pod reports the pull refused.
 func TestNode_PullsFromARegistry(t *testing.T) {
+	t.Parallel()
 	in := substratetest.NewInternet(t)
 	reg := startTestRegistry(t, in)
 	public := reg.push(t, "public/busybox:v1", nil)
@@ -196,6 +197,7 @@ func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 // registry in the internet namespace (the kubelet's own figure, from its Pulled event), and
 // the pod's create-to-Succeeded time with that pull in it.
 func TestBench_NodeImagePull100MB(t *testing.T) {
+	t.Parallel()
 	in := substratetest.NewInternet(t)
 	reg := startTestRegistry(t, in)
 	big := reg.push(t, "public/big:v1", map[string]int{"data/blob": 100 << 20})

@@ -30,6 +30,7 @@ func nodeService(state, word string) int {
 // killed, each is back (a new process) within seconds, the node stays Ready and serves a
 // Service by name again. Before, either's end stopped the node and every pod on it.
 func TestNode_NetworkServicesComeBack(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-r"
 	tc := joinableCluster(t, "rst1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)
@@ -89,6 +90,7 @@ func TestNode_NetworkServicesComeBack(t *testing.T) {
 // Without pod cgroups the kubelet dereferenced the missing pod cgroup and panicked, losing
 // the node with every pod on it: the kubelet stays the same process.
 func TestNode_InPlaceResize(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-rz"
 	tc := joinableCluster(t, "rz1", nodeName, 10*time.Minute)
 	n := readyNode(t, tc, "rz1-a", nodeName, nodeOptions{})

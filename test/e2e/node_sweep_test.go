@@ -75,6 +75,7 @@ func releaseUpNodes(t *testing.T, dir string) {
 // them before its bidder adopts its guests, a live node of another data dir on the same
 // host keeps all of its own.
 func TestNode_DeadNodesSweptAtRestart(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("c1", "maxNodes: 1, scaleHold: 3s")
 	tkubectl(t, kc, keeperDeployment, "apply", "-f", "-")

@@ -70,6 +70,7 @@ func bootRuntimeNode(t *testing.T, tc tenantToJoin, id, nodeName, runtimeDir str
 // host. A pod without it, on the same node, runs as host root (the check sees uid 0 when it
 // is there).
 func TestNode_UserNamespacePodIsNotHostRoot(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-userns"
 	tc := joinableCluster(t, "un1", nodeName, 10*time.Minute)
 	dump := bootRuntimeNode(t, tc, "un1-a", nodeName, "")
@@ -106,6 +107,7 @@ func TestNode_UserNamespacePodIsNotHostRoot(t *testing.T) {
 // does not get a user namespace: the row reports whether the kubelet refused it or it ran as
 // host root, and fails if it ran as host root unnoticed (it never runs unmapped silently).
 func TestNode_UserNamespacePodOnTheHostRuntime(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-userns-host"
 	tc := joinableCluster(t, "un2", nodeName, 10*time.Minute)
 	dump := bootRuntimeNode(t, tc, "un2-a", nodeName, node.HostRuntime)

@@ -26,6 +26,7 @@ import (
 // the first's over their overlay (vmNodesOverlay), and Stop leaves no process, namespace or
 // disk.
 func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
+	t.Parallel()
 	img := vmImage(t)
 	const nodeName = "vm-node-a"
 	tc := joinableCluster(t, "v1", nodeName, time.Hour)

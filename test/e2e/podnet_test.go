@@ -78,6 +78,7 @@ func httpBody(resp string) string {
 // ClusterIP, and through a NodePort on either node's address. The cross-node throughput
 // through the overlay is logged.
 func TestPodNet_CrossNodePodToPod(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t, "--node-bid-window", "1s")
 	kc := n.cluster("pn", "maxNodes: 2, podsPerNode: 1, scaleHold: 30s")
 	tkubectl(t, kc, httpPod("a")+"---\n"+httpPod("b")+`---
@@ -271,6 +272,7 @@ func countingListener(t *testing.T, addr string) (string, *atomic.Int32) {
 // address (169.254.169.254) served in a namespace of the test, and another node's address
 // on a node link all stay out of reach. The pod's own loopback listener is the control.
 func TestSecurity_PodEgress(t *testing.T) {
+	t.Parallel()
 	inet := substratetest.NewInternet(t)
 	// A private network of the provider, with a metadata service on it.
 	testNetns(t, "swpriv", "swp"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), "172.31.213.1", "172.31.213.2", "169.254.169.254")
@@ -324,6 +326,7 @@ func TestSecurity_PodEgress(t *testing.T) {
 // --node-overlay-ports, the host forwards it to the node, and two nodes' pods reach each
 // other through those endpoints. Once the nodes are gone, the host forwards nothing more.
 func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
+	t.Parallel()
 	requireNodeHost(t)
 	const public = "198.51.100.200"
 	publicAddressOnVeth(t, "swtpub", public)
@@ -378,6 +381,7 @@ func TestPodNet_NodesPublishEndpointsOnTheHostsAddress(t *testing.T) {
 // documentation range nothing outside the machine holds. Both go when the test ends.
 func publicAddressOnVeth(t *testing.T, prefix, public string) {
 	t.Helper()
+	substratetest.HostExclusive(t, "address-"+public)
 	link := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%100000)
 	far := substratetest.NewNetns(t, prefix)
 	substratetest.Link(t, substratetest.Netns{}, link, far, "eth0")
@@ -393,6 +397,7 @@ func publicAddressOnVeth(t *testing.T, prefix, public string) {
 // and its tunnel go to that address, with the serving certificate naming it), runs a pod
 // whose log the apiserver fetches back through the tunnel.
 func TestNode_JoinsAtTheTenantAddress(t *testing.T) {
+	t.Parallel()
 	requireNodeHost(t)
 	const public = "198.51.100.201"
 	publicAddressOnVeth(t, "swttad", public)

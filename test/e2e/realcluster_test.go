@@ -49,6 +49,7 @@ const realClusterPDSIP = "203.0.113.20"
 // it), and that leader deploys a second Infra: the requester's repo
 // holds two accepts and the bidder two guests, none duplicated.
 func TestRealCluster_ApplyKustomizeDeploysAnInfra(t *testing.T) {
+	t.Parallel()
 	rc := startRealCluster(t, 1)
 	kc, p, rn, ns := rc.kc, rc.pds, rc.rn, realClusterNamespace
 	bidderDID, guests := rc.bidders[0].did, rc.bidders[0].guests

@@ -48,7 +48,9 @@ type remoteBidderSpec struct {
 // address through the internet namespace, registers, runs a pod, and the apiserver fetches
 // the pod's log back through the node's tunnel. Nothing else connects the two hosts.
 func TestNode_JoinsFromAnotherHost(t *testing.T) {
+	t.Parallel()
 	requireNodeHost(t)
+	substratetest.HostExclusive(t, "remote-join") // the addresses above
 	inet := substratetest.NewNetns(t, "swtinet")
 	bid := substratetest.NewNetns(t, "swtbid")
 	hostLink := "swtrj" + inet.Name[len("swtinet-"):]

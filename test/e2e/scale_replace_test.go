@@ -23,6 +23,7 @@ import (
 // is Ready drains the two (the PDB lets one pod go at a time) and releases them: both pods
 // run on the one new node, and nothing more is rented.
 func TestScale_TwoNodesAreReplacedByOneCheaper(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t, "--node-cost", "100", "--node-cost-per-cpu", "10", "--node-currency", "USD")
 	kc, replaced := twoOneCPUNodes(t, n, "repl", 110)
 
@@ -91,6 +92,7 @@ func TestScale_TwoNodesAreReplacedByOneCheaper(t *testing.T) {
 // the cap), the claim fails and goes, and the two nodes stay rented with both pods Running
 // on them. The same nodes are not offered again within the retry.
 func TestScale_NoReplacementWithoutASaving(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t, "--node-cost-per-cpu", "100", "--node-currency", "USD")
 	kc, replaced := twoOneCPUNodes(t, n, "flat", 100)
 	tkubectl(t, kc, "", "patch", "deployment", "web", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)

@@ -38,6 +38,7 @@ spec:
 // Pending, rents nothing (a fourth node would be within maxNodes) and is named on the
 // Cluster's Scaling condition with the scheduler's reason, "Insufficient cpu".
 func TestScale_AntiAffinityGetsANodeEachAndA64CPUPodIsReported(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("aa", "maxNodes: 4, podsPerNode: 10, scaleHold: 30s")
 
@@ -95,6 +96,7 @@ func sizedPod(name, cpu, mem string) string {
 // gets a node of 2 CPUs and 512 MiB (whole CPUs, memory in 256 MiB steps), whose contract
 // asks the market for that size and whose allocatable is exactly that, and runs there.
 func TestScale_ANodeIsRentedAtItsPodsSize(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("sz", "maxNodes: 2, podsPerNode: 10, scaleHold: 30s")
 
@@ -165,6 +167,7 @@ spec:
 // other, and after scaleHold the node host drains one node by eviction (the PDB keeps one pod
 // available) and releases it: both pods run on the one node left, and no node is rented.
 func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("cons", "maxNodes: 3, podsPerNode: 10, scaleHold: 10s, consolidationPolicy: WhenUnderutilized")
 
@@ -218,6 +221,7 @@ func TestScale_ConsolidationDrainsAndReleasesAnUnderusedNode(t *testing.T) {
 // lets the next eviction through: the node is drained and released, both pods run on the
 // node left.
 func TestScale_ConsolidationWaitsWhileAPDBRefusesTheEviction(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("pdb", "maxNodes: 3, podsPerNode: 10, scaleHold: 10s, consolidationPolicy: WhenUnderutilized")
 
@@ -304,6 +308,7 @@ func webPodsRunOn(kc string, claims map[string]v1alpha1.NodeClaim) (bool, error)
 // nominates each pod to the node the simulation chose, and the scheduler tries that node
 // first and keeps its room for the pods nominated to it.
 func TestScale_MixedRequestsRunWhereSimulated(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	kc := n.cluster("mix", "maxNodes: 2, podsPerNode: 10, scaleHold: 60s")
 	t.Cleanup(func() {

@@ -29,6 +29,7 @@ import (
 // less: the bid is refused with a reason naming the requirement, the contract ends Failed
 // and no guest boots. The same contract without the requirement is Held by that bidder.
 func TestSecurity_IsolationInOfferings(t *testing.T) {
+	t.Parallel()
 	requireNodeHost(t) // up runs its node bidder only as root on a host with the node prerequisites
 	dir := filepath.Join(t.TempDir(), "data")
 	denoGuests := filepath.Join(dir, "bidder", "guests")

@@ -160,6 +160,7 @@ func inNode(t *testing.T, pid int, script string) string {
 // bidder, tenant apiservers, whatever listens) nor another cluster's node, while its own
 // node's kubelet answers a process of the node (the probe can succeed).
 func TestSecurity_NodeContainment(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t, "--node-bid-window", "1s")
 	core, pds, gw := n.up.phase(t, "core serving at "), n.up.phase(t, "PDS serving at "), n.up.phase(t, "gateway serving at ")
 	marker := filepath.Join(filepath.Dir(n.dir), "host-marker")

@@ -40,6 +40,7 @@ import (
 // Before, each works; after, each is refused (401), the tunnel and the watch it held open
 // before the release are closed, and the same holds after up restarts on its data dir.
 func TestSecurity_ReleasedNodeCredentialsRevoked(t *testing.T) {
+	t.Parallel()
 	n := startNodeUp(t)
 	ctx := context.Background()
 	kc := n.cluster("rv1", "maxNodes: 1, scaleHold: 3s")

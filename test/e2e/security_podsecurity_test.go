@@ -53,6 +53,7 @@ spec:
 // warning; an owner's restricted choice refuses them; PersistentVolumes on a node's own
 // filesystem are refused.
 func TestSecurity_TenantPodSecurity(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)

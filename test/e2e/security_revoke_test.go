@@ -49,6 +49,7 @@ import (
 // token with the same TokenRequest; no container runs, none is needed for what the
 // apiserver decides.
 func TestSecurity_RevokeEndsTokens(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)
@@ -338,6 +339,7 @@ func jwtClaims(t *testing.T, tok string) tokenClaims {
 // revocation and the key rotation, while the member's TokenRequest bound to that same pod
 // is refused. The pod keeps running.
 func TestSecurity_RevokePodOnNode(t *testing.T) {
+	t.Parallel()
 	g := startGatewayNode(t, "rp", holdFor(time.Minute))
 	a, acct := g.caller, g.acct
 	ctx := context.Background()

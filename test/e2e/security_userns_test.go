@@ -25,6 +25,7 @@ import (
 // word about user namespaces, runs as uid 0 in a user namespace of its own, an unprivileged
 // uid on the host; a pod asking for the host's uids is refused.
 func TestSecurity_TenantPodsRunInUserNamespaces(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	// The test image is staged before the data dir's first start.
@@ -124,6 +125,7 @@ spec:
 // does not state it, so it is not waited for, its bid is refused, and no node joins: the
 // pods would all fail there.
 func TestSecurity_UsernsClusterRentsOnlyCapableNodes(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir, "--pod-user-namespaces", "required", "--node-runtime", node.HostRuntime, "--node-bid-window", "1s")

@@ -109,6 +109,7 @@ const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // cluster's apiserver port there is closed, and an EndpointSlice the owner points at that
 // port still leads to the owner's own apiserver.
 func TestServices_OneNode(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-s"
 	tc := joinableCluster(t, "svc1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)
@@ -252,6 +253,7 @@ ports: [{name: https, port: `+otherPort+`, protocol: TCP}]
 // binary has none (no --node-egress-deny) the row says so and skips, after checking its own
 // fixture answers from the host.
 func TestServices_DNSForwards(t *testing.T) {
+	t.Parallel()
 	requireNodeHost(t)
 	upstream := internetDNS(t, "probe.example.test.", "192.0.2.80")
 	m := new(dns.Msg)
@@ -288,6 +290,7 @@ spec:
 // and NXDOMAIN to anything else; it returns the server's address.
 func internetDNS(t *testing.T, name, addr string) string {
 	t.Helper()
+	substratetest.HostExclusive(t, "internet-dns") // fixed addresses
 	tag := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
 	netns, link := "swdns-"+tag, "swd"+tag
 	run := func(args ...string) {

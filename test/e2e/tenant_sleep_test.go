@@ -19,6 +19,7 @@ import (
 // gateway call each wake it and are answered, late rather than refused, with what the
 // store held.
 func TestTenant_SleepsAndWakes(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)

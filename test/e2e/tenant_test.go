@@ -177,6 +177,7 @@ spec:
 // again, back after a restart of `socialweb up`, and deleted: 503 while Draining before the
 // processes exit, then nothing left on disk or in the process table.
 func TestTenant_ClusterLifecycle(t *testing.T) {
+	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)

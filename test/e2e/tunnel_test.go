@@ -19,6 +19,7 @@ import (
 // proxy; a webhook URL or a pod address the owner points at the provider's host reaches
 // nothing there (before the tunnels, the apiserver dialled both from the host).
 func TestTunnel_ApiserverReachesItsClusterOnly(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-t"
 	tc := joinableCluster(t, "tun1", nodeName, 10*time.Minute)
 	writeProbeImage(t, tc.images)

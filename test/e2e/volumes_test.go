@@ -71,6 +71,7 @@ spec:
 // is gone, the volume and its claim say so in an event; the node's volumes went with its
 // work dir.
 func TestVolumes_LocalPath(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-v"
 	tc := joinableCluster(t, "vol", nodeName, 10*time.Minute)
 	kc := tc.kc
@@ -266,6 +267,7 @@ func tkubectlIn(kubeconfig, stdin string, args ...string) (string, error) {
 // host's mount table, while the node runs or after; once up and its nodes are stopped, no
 // loop device backs it and the data dir is removed (t.TempDir's cleanup).
 func TestNode_DiskIsBounded(t *testing.T) {
+	t.Parallel()
 	var dataDir string
 	// Registered first, so run last: after the nodes are stopped and the data dir removed.
 	t.Cleanup(func() {

@@ -127,9 +127,11 @@ const (
 )
 
 // NewInternet makes the internet namespace, its link and route on the host, and its HTTP
-// server. One test at a time on a host uses it (the addresses are fixed).
+// server. The addresses are fixed: a test that makes it holds HostExclusive "internet"
+// until it ends, and another waits for it.
 func NewInternet(t testing.TB) *Internet {
 	t.Helper()
+	HostExclusive(t, "internet")
 	n := NewNetns(t, "swinet")
 	in := &Internet{Netns: n, HostLink: "swi" + n.Name[len("swinet-"):], HTTP: InternetHTTPIP + ":80", Body: "hello from the internet namespace"}
 	Link(t, Netns{}, in.HostLink, n, "eth0")
