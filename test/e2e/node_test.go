@@ -404,6 +404,11 @@ type nodeOptions struct {
 	Lines int
 	// Events adds the cluster's events to the dump.
 	Events bool
+	// OverlayAddress and OverlayPorts are node.Config's (publish the node's overlay endpoint
+	// on a public address of this host).
+	OverlayAddress, OverlayPorts string
+	// EgressAllow is added to the test policy's allows.
+	EgressAllow []string
 }
 
 // readiedNode is a node guest of a substrate of the test's own, Ready in its cluster.
@@ -427,7 +432,8 @@ func readyNode(t *testing.T, tc tenantToJoin, id, nodeName string, o nodeOptions
 	}
 	state := filepath.Join(t.TempDir(), "nodes")
 	s, err := node.New(node.Config{StateDir: state, Binary: socialwebBin, RuntimeDir: o.RuntimeDir, ImageDir: tc.images, DNSUpstream: o.DNSUpstream,
-		EgressDeny: testEgressDeny, EgressAllow: testEgressAllow})
+		EgressDeny: testEgressDeny, EgressAllow: append(append([]string(nil), testEgressAllow...), o.EgressAllow...),
+		OverlayAddress: o.OverlayAddress, OverlayPorts: o.OverlayPorts})
 	if err != nil {
 		t.Fatal(err)
 	}

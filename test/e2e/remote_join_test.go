@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +31,7 @@ const (
 	remoteBidRoute = "198.51.100.213" // the internet's end of the bidder host's link
 	remoteBidHost  = "198.51.100.214"
 	remoteBidNet   = "198.51.100.212/30"
+	nearNodeName   = "near-node" // the node on the control plane's host
 )
 
 // remoteBidderEnv carries a remoteBidderSpec to the helper process.
@@ -45,8 +47,10 @@ type remoteBidderSpec struct {
 // TestNode_JoinsFromAnotherHost: a node bidder on a host of its own (a network namespace
 // whose only link goes to a namespace standing for the internet) boots a node into a
 // cluster whose control plane runs here with --tenant-address: the node dials the public
-// address through the internet namespace, registers, runs a pod, and the apiserver fetches
-// the pod's log back through the node's tunnel. Nothing else connects the two hosts.
+// address through the internet namespace and registers. A pod on it reaches a web pod on a
+// node of this host by its pod IP and through its Service's name, over the two nodes'
+// overlay (each publishing its endpoint on its host's address), and the apiserver reaches
+// the far pod through the far node's tunnel (exec). Nothing else connects the two hosts.
 func TestNode_JoinsFromAnotherHost(t *testing.T) {
 	t.Parallel()
 	requireNodeHost(t)
@@ -74,6 +78,7 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 
 	const nodeName = "far-node"
 	tc := joinableClusterArgs(t, "rj", []string{"--tenant-address", remoteGate})
+	writeProbeImage(t, tc.images)
 	u, err := url.Parse(tc.cl.Status.Server)
 	if err != nil {
 		t.Fatal(err)
@@ -142,21 +147,52 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 		out, err := tkubectlErr(tc.kc, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		return out == "True", fmt.Errorf("%q %v\n%s", out, err, dump())
 	})
-	tkubectl(t, tc.kc, `apiVersion: v1
-kind: Pod
-metadata: {name: far, namespace: default}
-spec:
-  nodeName: `+nodeName+`
-  automountServiceAccountToken: false
-  restartPolicy: Never
-  containers:
-  - {name: c, image: `+node.BusyboxImage+`, imagePullPolicy: Never, command: ["/bin/busybox", "echo", "hello from the far host"]}
-`, "apply", "-f", "-")
-	waitPod(t, tc.kc, "far", "Succeeded", nodeName, 2*time.Minute)
-	if out, err := tkubectlErr(tc.kc, "logs", "far"); err != nil || strings.TrimSpace(out) != "hello from the far host" {
-		t.Errorf("the pod's log through the far node's tunnel: %q %v\n%s", out, err, dump())
+	// A node on the control plane's host, its overlay endpoint published on that host's
+	// address; its pods are what the far node's pods reach across the internet namespace.
+	near := nearNode(t, tc)
+	tkubectl(t, tc.kc, onNode(t, webObjects(), "web", nearNodeName)+onNode(t, vmProbePod("far", "{}"), "far", nodeName), "apply", "-f", "-")
+	waitPod(t, tc.kc, "web", "Running", nearNodeName, 2*time.Minute)
+	waitPod(t, tc.kc, "far", "Running", nodeName, 2*time.Minute)
+	webIP := podIP(t, tc.kc, "web")
+	for _, url := range []string{"http://" + webIP + ":8080/", "http://web.default.svc.cluster.local/"} {
+		testenv.Eventually(t, 60*time.Second, "the far pod reaches "+url+" on the near node", func() (bool, error) {
+			out, err := tkubectlErr(tc.kc, "exec", "far", "--", "/svcprobe", "get", url)
+			out = strings.TrimSpace(out)
+			return err == nil && out == "200 web-ok", fmt.Errorf("%q %v\n%s\n--- near node\n%s", out, err, dump(), near.Dump())
+		})
 	}
 	stop()
+}
+
+// webObjects are vmNetworkObjects' web server and its Service, without the probe pods.
+func webObjects() string {
+	web, _, _ := strings.Cut(vmNetworkObjects, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: client")
+	return web
+}
+
+// onNode binds pod in objects (YAML) to nodeName.
+func onNode(t *testing.T, objects, pod, nodeName string) string {
+	t.Helper()
+	at := regexp.MustCompile(`(?m)^metadata: \{name: ` + regexp.QuoteMeta(pod) + `,.*\n^spec:\n`)
+	loc := at.FindStringIndex(objects)
+	if loc == nil {
+		t.Fatalf("no pod %s in\n%s", pod, objects)
+	}
+	return objects[:loc[1]] + "  nodeName: " + nodeName + "\n" + objects[loc[1]:]
+}
+
+// nearNode boots a node of tc's cluster on this host (joining at 127.0.0.1) whose overlay
+// endpoint is published on remoteGate, whose pods may reach the bidder host's link (the
+// test policy denies everything else), and waits for it Ready.
+func nearNode(t *testing.T, tc tenantToJoin) readiedNode {
+	t.Helper()
+	bundle, err := tenant.MintNodeBundle(filepath.Join(tc.dir, "tenants"), tenant.Key{Namespace: tc.cl.Namespace, Name: tc.cl.Name}, nearNodeName, tc.cl.Status.Server, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.bundle = bundle
+	return readyNode(t, tc, "near", nearNodeName, nodeOptions{DNSUpstream: "none",
+		OverlayAddress: remoteGate, OverlayPorts: "51910-51919", EgressAllow: []string{remoteBidNet}})
 }
 
 // TestHelperRemoteBidder is the bidder host of TestNode_JoinsFromAnotherHost, run in its
@@ -172,7 +208,8 @@ func TestHelperRemoteBidder(t *testing.T) {
 	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
-	s, err := node.New(node.Config{StateDir: spec.State, Binary: socialwebBin, ImageDir: spec.Images, DNSUpstream: "none"})
+	s, err := node.New(node.Config{StateDir: spec.State, Binary: socialwebBin, ImageDir: spec.Images, DNSUpstream: "none",
+		OverlayAddress: remoteBidHost})
 	if err != nil {
 		t.Fatal(err)
 	}
