@@ -166,15 +166,19 @@ func (a *agent) start() error {
 	if ns.Netns == "" {
 		upstream, where = ns.Upstream, ""
 	}
+	listenAt := addr
 	if h := u.Hostname(); h != LocalGate {
-		// A control plane on another host: its address is the node's own too, so the
-		// kubelet's connections stay in the node (pods are kept off the node's addresses by
-		// podsToNodeRules) and reach it only through this forward.
-		if err := ns.runInNet("ip", "addr", "replace", h+"/32", "dev", "lo"); err != nil {
-			return fmt.Errorf("the control plane's address %s on the node's loopback: %w", h, err)
+		// A control plane on another host: the forward listens on the node's loopback, and
+		// the node's own TCP connections to the control plane's address and port are sent
+		// to it. The address itself stays off the node: that host publishes the overlay
+		// endpoints of its nodes on it too, and the node's overlay packets to them must
+		// leave the node.
+		listenAt = net.JoinHostPort(LocalGate, u.Port())
+		if err := ns.forwardRemoteGate(h, u.Port()); err != nil {
+			return fmt.Errorf("the node's connections to the control plane at %s: %w", addr, err)
 		}
 	}
-	a.ln, err = ns.listen(addr)
+	a.ln, err = ns.listen(listenAt)
 	if err != nil {
 		return fmt.Errorf("forward %s%s: %w", addr, where, err)
 	}

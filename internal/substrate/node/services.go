@@ -97,6 +97,42 @@ conntrack:
 `, clusternet.ClusterCIDR, ns.NodeName, ns.NodeIP, ns.NodeIP, ns.servicesPath("kubeconfig"))
 }
 
+// remoteGateChain, in the nat table of the node's namespace, sends the node's own
+// connections to a control plane on another host to the agent's forward.
+const remoteGateChain = "SOCIALWEB-REMOTE-GATE"
+
+// remoteGateRule is the iptables rule (nat table, remoteGateChain) that sends what the node
+// itself opens to the control plane's host:port (TCP) to the forward on the node's
+// loopback, at the same port. The kubelet, the tunnel and kube-proxy dial the address their
+// certificates name and land on the forward; only the node's own connections (OUTPUT), only
+// that port: its overlay packets to the same address (UDP, to the endpoints that host
+// publishes) and its pods' traffic leave the node as any other.
+func remoteGateRule(host, port string) []string {
+	return []string{"-d", host + "/32", "-p", "tcp", "--dport", port, "-j", "DNAT", "--to-destination", net.JoinHostPort(LocalGate, port)}
+}
+
+// forwardRemoteGate writes remoteGateRule into remoteGateChain (flushed first) and jumps to
+// it from the nat table's OUTPUT, once: a restarted agent writes the same rules.
+func (ns nodeState) forwardRemoteGate(host, port string) error {
+	ipt := func(args ...string) error {
+		return ns.runInNet(append([]string{"iptables", "-w", "-t", "nat"}, args...)...)
+	}
+	c := remoteGateChain
+	if err := ipt("-N", c); err != nil && ipt("-S", c) != nil {
+		return err
+	}
+	if err := ipt("-F", c); err != nil {
+		return err
+	}
+	if err := ipt(append([]string{"-A", c}, remoteGateRule(host, port)...)...); err != nil {
+		return err
+	}
+	if ipt("-C", "OUTPUT", "-j", c) == nil {
+		return nil
+	}
+	return ipt("-I", "OUTPUT", "1", "-j", c)
+}
+
 // podsToNodeChain filters, in the node's namespace, what pods open to the node itself.
 const podsToNodeChain = "SOCIALWEB-PODS-TO-NODE"
 
