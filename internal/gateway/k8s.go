@@ -85,6 +85,17 @@ func (s *Server) onBehalfOf(ctx context.Context, account, name string) (*rest.Co
 // tenantErr turns an error of the tenant apiserver into an XRPC error; its message is the
 // apiserver's own (it speaks to the caller's own cluster, so it leaks nothing).
 func tenantErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) {
+		// No answer (a wake slower than the client's timeout, an apiserver restarting): the
+		// caller tries again, as after any NotReady. The apiserver's address is the host's
+		// own and stays out of the message.
+		why := "the connection failed"
+		if errors.Is(err, context.DeadlineExceeded) || (ue != nil && ue.Timeout()) {
+			why = "it timed out"
+		}
+		return notReady("the cluster's API server did not answer (%s); try again", why)
+	}
 	var se apierrors.APIStatus
 	if !errors.As(err, &se) {
 		return err
