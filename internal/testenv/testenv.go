@@ -190,18 +190,28 @@ func StartPDS(t TB, dir, addr string) (*pds.Server, *app.LocalAccount) {
 	return srv, acct
 }
 
-// Eventually polls cond every 10 ms until it returns true or timeout passes.
+// Eventually polls cond until it returns true or timeout passes. A cheap cond (a read of
+// the API) is polled every 10 ms, so a figure taken with it is fine-grained; an expensive
+// one (a kubectl process, an exec into a pod) waits twice its own duration between calls
+// (at most a second), so a row waiting on it leaves two thirds of the machine to the rows
+// running beside it rather than spinning kubectl.
 func Eventually(t TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
+		start := time.Now()
 		ok, err := cond()
 		if ok {
 			return
 		}
 		last = err
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pollWait(time.Since(start)))
 	}
 	t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
+}
+
+// pollWait is Eventually's wait after a call of cond that took spent.
+func pollWait(spent time.Duration) time.Duration {
+	return min(max(10*time.Millisecond, 2*spent), time.Second)
 }
