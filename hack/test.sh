@@ -5,25 +5,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase is announced with the time, so a slow run says where its time went.
+phase() { echo "== $(date -u +%H:%M:%S) $*"; }
+
 bash hack/install-test-deps.sh
 
-echo "== generated code is current"
+phase "generated code is current"
 bash hack/verify-generated.sh
 bash hack/verify-lexgen.sh
 
-echo "== go vet"
+phase "go vet"
 go vet ./...
 
-echo "== staticcheck"
+phase "staticcheck"
 # A tool of the module (go.mod's tool block): the version is pinned and nothing is fetched
 # beyond the module cache.
 go tool staticcheck ./...
 
-echo "== build (once, for every package whose tests run the binary)"
+phase "build (once, for every package whose tests run the binary)"
 bash hack/build.sh bin/socialweb
 export SOCIALWEB_TEST_BIN="$PWD/bin/socialweb"
 
-echo "== tests"
+phase "tests"
 # The interop rows start the reference PDS (Node 22 and @atproto/pds from npm, installed
 # into .cache/ on first use); SOCIALWEB_INTEROP=1 runs them rather than skipping.
 export SOCIALWEB_INTEROP=1
@@ -34,14 +37,17 @@ rm -rf "$SOCIALWEB_TEST_ARTIFACTS"
 # event stream, from which the slowest rows are listed whether or not the run passed.
 mkdir -p .cache
 rc=0
-# The e2e package is the longest (~40 min here); the timeout is a backstop for a hung row,
-# not a budget.
-go tool gotestsum --format standard-quiet --jsonfile .cache/test-events.json -- -count=1 -timeout 55m ./... || rc=$?
-echo "== slowest tests (over 30s)"
+# The e2e package is the longest. Its rows that take more than a few seconds (a tenant
+# cluster, a node, a market round) run in parallel, four at a time: they wait on kubelets,
+# leases and timers far more than they compute, and each holds only state of its own (a data
+# dir, ports, node address blocks under a host-wide lock; a fixture with fixed addresses
+# holds substratetest.HostExclusive). The timeout is a backstop for a hung row, not a budget.
+go tool gotestsum --format standard-quiet --jsonfile .cache/test-events.json -- -count=1 -parallel 4 -timeout 45m ./... || rc=$?
+phase "slowest tests (over 30s)"
 go tool gotestsum tool slowest --jsonfile .cache/test-events.json --threshold 30s
 [ "$rc" -eq 0 ] || exit "$rc"
 
-echo "== fuzz targets, briefly"
+phase "fuzz targets, briefly"
 # Every FuzzXxx(f *testing.F) in the module's test files, found rather than listed, so that a
 # new target runs here too. One line per target: package directory, then name.
 targets=$(go list -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./... |
