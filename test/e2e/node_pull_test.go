@@ -197,7 +197,7 @@ func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 // registry in the internet namespace (the kubelet's own figure, from its Pulled event), and
 // the pod's create-to-Succeeded time with that pull in it.
 func TestBench_NodeImagePull100MB(t *testing.T) {
-	t.Parallel()
+	benchGate(t)
 	in := substratetest.NewInternet(t)
 	reg := startTestRegistry(t, in)
 	big := reg.push(t, "public/big:v1", map[string]int{"data/blob": 100 << 20})

@@ -266,8 +266,9 @@ func tkubectlIn(kubeconfig, stdin string, args ...string) (string, error) {
 // node, and the host's file system loses no more than the disk. The disk is never on the
 // host's mount table, while the node runs or after; once up and its nodes are stopped, no
 // loop device backs it and the data dir is removed (t.TempDir's cleanup).
+//
+// Serial: it measures the host's free space, which rows beside it would spend.
 func TestNode_DiskIsBounded(t *testing.T) {
-	t.Parallel()
 	var dataDir string
 	// Registered first, so run last: after the nodes are stopped and the data dir removed.
 	t.Cleanup(func() {
