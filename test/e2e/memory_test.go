@@ -54,6 +54,7 @@ type unsized struct{ io.Reader }
 // up's resident memory within 20% of what it held idle once the burst is over. Before, the
 // runtime kept the heap such a burst grew to: this row's burst left up at 181-195 MiB a
 // minute later against 110 MiB idle (docs/ARCHITECTURE.md, "Memory after a burst").
+// Serial: the figure is of an otherwise quiet machine.
 func TestUp_MemoryReturnsAfterBurstOfRefusedRequests(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)

@@ -38,6 +38,7 @@ spec:
 
 // A node of a 1-CPU contract runs a pod whose CPU limit is above it, as a 1-CPU machine
 // does, and the node as a whole still uses at most one CPU while the pod burns three.
+// Serial: it burns a core, and it measures what the node gets of the machine.
 func TestNode_CPULimitAboveTheContract(t *testing.T) {
 	const nodeName = "node-cpu"
 	tc := joinableCluster(t, "cpu1", nodeName, 10*time.Minute)

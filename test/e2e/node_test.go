@@ -50,6 +50,7 @@ spec:
 // gate port; the Node registers with its InternalIP and goes Ready, a pod of a locally
 // imported image runs to Succeeded, and Stop leaves no process, mount or namespace.
 func TestNode_JoinsTenantClusterAndRunsAPod(t *testing.T) {
+	t.Parallel()
 	const nodeName = "node-a"
 	// The bundle's certificate lives a minute: the kubelet must renew it to stay a node.
 	tc := joinableCluster(t, "n1", nodeName, time.Minute)
