@@ -72,14 +72,57 @@ func (s *Server) onBehalfOf(ctx context.Context, account, name string) (*rest.Co
 		return nil, notReady("cluster %q is %s, not Ready", name, phaseOf(c))
 	}
 	p := &tenant.PKI{Dir: tenant.LayoutFor(s.cfg.TenantsRoot, c.Namespace, c.Name).PKI()}
-	return &rest.Config{
+	cfg := &rest.Config{
 		Host: c.Status.Server,
 		TLSClientConfig: rest.TLSClientConfig{
 			CAFile: p.Cert("ca"), CertFile: p.Cert("admin"), KeyFile: p.Key("admin"),
 		},
 		Impersonate: rest.ImpersonationConfig{UserName: "system:serviceaccount:" + tenant.OwnerNamespace + ":" + tenant.OwnerServiceAccount(account)},
 		QPS:         20, Burst: 40, Timeout: 30 * time.Second,
-	}, nil
+	}
+	if c.Status.Phase == v1alpha1.ClusterSleeping {
+		// The asleep gate holds a client's connection while the cluster wakes, but the
+		// client's TLS handshake gives up after 10 s, and a wake on a busy host takes
+		// longer: wait here until the apiserver answers, then make the call.
+		if err := awaitServing(ctx, cfg, name); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// wakeWait bounds how long a call waits for a Sleeping cluster to serve.
+const wakeWait = time.Minute
+
+// awaitServing asks the cluster's apiserver for /readyz through its gate (the first
+// connection to an asleep gate wakes it) until it answers 200, for up to wakeWait.
+func awaitServing(ctx context.Context, cfg *rest.Config, name string) error {
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: rt, Timeout: 15 * time.Second}
+	deadline := time.Now().Add(wakeWait)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := hc.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return notReady("cluster %q is waking; try again", name)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // tenantErr turns an error of the tenant apiserver into an XRPC error; its message is the

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 )
 
 type timeoutErr struct{}
@@ -51,5 +56,41 @@ func TestTenantErr(t *testing.T) {
 				t.Errorf("message names the host's address: %q", e.Message)
 			}
 		})
+	}
+}
+
+// A call to a Sleeping cluster waits until its apiserver answers /readyz, across answers
+// that are not yet 200, and is NotReady when the wait ends first.
+func TestAwaitServing(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			t.Errorf("asked for %s", r.URL.Path)
+		}
+		if calls.Add(1) < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if err := awaitServing(context.Background(), cfg, "c1"); err != nil {
+		t.Fatalf("awaitServing: %v", err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d calls, want 3 (two 503s, then 200)", n)
+	}
+
+	never := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer never.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	err := awaitServing(ctx, &rest.Config{Host: never.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, "c2")
+	var e *Error
+	if !errors.As(err, &e) || e.Name != ErrClusterNotReady {
+		t.Errorf("awaitServing on a cluster that never serves: %v, want ClusterNotReady", err)
 	}
 }
