@@ -17,9 +17,8 @@ import (
 // A Cluster with sleepAfter stops its control plane once unused (no process left, the
 // store kept) and wakes on the first request: `kubectl get` through its server URL and a
 // gateway call each wake it and are answered, late rather than refused, with what the
-// store held.
+// store held. Serial: the wake times it prints are of an otherwise quiet machine.
 func TestTenant_SleepsAndWakes(t *testing.T) {
-	t.Parallel()
 	requireTenantHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir)
