@@ -1,7 +1,9 @@
 // Package dirlock holds a directory for one process: an exclusive flock on a file in it that
 // names the holder's pid. The kernel drops the lock when the process dies, so a crash never
 // leaves a stale lock, and a second process is refused at once, told which pid holds it. The
-// core's data dir and every bidder's state dir are held this way.
+// core's data dir and every bidder's state dir are held this way. WaitFile is the same lock
+// taken in turn rather than refused: a host-wide step (node addresses, shared iptables
+// chains, a test's fixed addresses) that processes of the host take one at a time.
 package dirlock
 
 import (
@@ -67,4 +69,23 @@ func (l *Lock) Release() {
 	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	l.f.Close()
 	l.f = nil
+}
+
+// WaitFile blocks until this process holds the lock file at path (made, with its directory,
+// when missing), and returns what lets it go. Closing the file drops the lock, and so does
+// the process's exit; the file is not passed to children (Go opens it close-on-exec). Two
+// callers in one process exclude each other too: the lock is per open file.
+func WaitFile(path string) (release func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }

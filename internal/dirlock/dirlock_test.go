@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestSecondHolderIsRefusedNamingTheFirst(t *testing.T) {
@@ -29,4 +31,34 @@ func TestSecondHolderIsRefusedNamingTheFirst(t *testing.T) {
 		t.Fatalf("Acquire after Release: %v", err)
 	}
 	l2.Release()
+}
+
+// WaitFile makes its directory, and a second taker waits for the first to let go.
+func TestWaitFileTakesTurns(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sub", "x.lock")
+	release, err := WaitFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		r, err := WaitFile(p)
+		if err != nil {
+			t.Error(err)
+			r = func() {}
+		}
+		got <- r
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second taker got the lock while the first held it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	select {
+	case r := <-got:
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second taker did not get the lock after the first let go")
+	}
 }

@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"socialweb.computer/internal/clusternet"
+	"socialweb.computer/internal/dirlock"
 )
 
 // Egress: a pod's traffic to anything outside the pod and service networks leaves its node
@@ -355,17 +354,7 @@ func (h Host) Ensure() error {
 // (bidders of several state dirs, tests): a chain is read, compared and refilled as one step.
 const hostLockFile = "/run/socialweb-podnet.lock"
 
-func lockHost() (unlock func(), err error) {
-	f, err := os.OpenFile(hostLockFile, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", hostLockFile, err)
-	}
-	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-}
+func lockHost() (unlock func(), err error) { return dirlock.WaitFile(hostLockFile) }
 
 // ensureJumpsChain makes chain, one that holds the nodes' jumps (ChainEgress,
 // ChainOverlayIn), in table when it is missing; it is never flushed.

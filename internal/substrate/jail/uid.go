@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"socialweb.computer/internal/dirlock"
 )
 
 // UIDs hands out host uids to guests, one each, across every substrate and state dir of the
@@ -35,14 +36,11 @@ func (u UIDs) Take(owner string) (int, error) {
 	}
 	// One taker at a time on the host: freeing a stale entry and taking it again is not one
 	// step.
-	lock, err := os.OpenFile(filepath.Join(u.Dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	release, err := dirlock.WaitFile(filepath.Join(u.Dir, ".lock"))
 	if err != nil {
 		return 0, err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return 0, err
-	}
+	defer release()
 	for i := 0; i < u.Count; i++ {
 		uid := u.Base + i
 		p := filepath.Join(u.Dir, strconv.Itoa(uid))
