@@ -24,7 +24,7 @@ import (
 // reaches it through a veth pair and one host route, as nodes' egress reaches any public
 // address. Its addresses are from TEST-NET-2 (198.51.100.0/24, RFC 5737), which no real host
 // holds: 198.51.100.8/30 for the link and 198.51.100.20 for the registry, apart from the
-// 198.51.100.0/30 and 203.0.113.0/24 the tests' internet namespace uses, so a run and the
+// 198.51.100.0/30 and 198.51.100.64/26 the tests' internet namespace uses, so a run and the
 // tests can share a host. (TEST-NET-1 is this machine's own network here.)
 const (
 	internetNetns = "swconf-inet"

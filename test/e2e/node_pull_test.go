@@ -31,7 +31,7 @@ import (
 )
 
 // RegistryIP serves the test registry inside the internet namespace.
-const registryIP = "203.0.113.5"
+const registryIP = "198.51.100.69"
 
 // testRegistry is an OCI registry (go-containerregistry's) in the internet namespace at
 // registryIP:5000, plain HTTP; repositories under private/ answer 401 without the basic

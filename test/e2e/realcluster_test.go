@@ -34,7 +34,7 @@ import (
 // realClusterPDSIP is the PDS of the real-cluster row, in the namespace that stands for the
 // internet: the controllers' pods reach it through their node's egress, as they would reach
 // bsky.social.
-const realClusterPDSIP = "203.0.113.20"
+const realClusterPDSIP = "198.51.100.70"
 
 // TestRealCluster_ApplyKustomizeDeploysAnInfra runs the controllers as a user would on a
 // cluster of their own: a tenant cluster of `up` (its own API server, a node with a kubelet,

@@ -248,7 +248,7 @@ ports: [{name: https, port: `+otherPort+`, protocol: TCP}]
 }
 
 // Names outside the cluster are forwarded to the bidder's upstream: a DNS server in a
-// namespace standing for the internet (203.0.113.153, reached from the host through a veth
+// namespace standing for the internet (198.51.100.89, reached from the host through a veth
 // pair in 198.51.100.52/30). Forwarding needs the nodes' egress through the host; where the
 // binary has none (no --node-egress-deny) the row says so and skips, after checking its own
 // fixture answers from the host.
@@ -286,7 +286,7 @@ spec:
 }
 
 // internetDNS makes a network namespace standing for the internet, routed from the host
-// through a veth pair, with a DNS server on 203.0.113.153:53 answering name with addr (A)
+// through a veth pair, with a DNS server on 198.51.100.89:53 answering name with addr (A)
 // and NXDOMAIN to anything else; it returns the server's address.
 func internetDNS(t *testing.T, name, addr string) string {
 	t.Helper()
@@ -301,7 +301,7 @@ func internetDNS(t *testing.T, name, addr string) string {
 	}
 	run("netns", "add", netns)
 	t.Cleanup(func() {
-		_ = exec.Command("ip", "route", "del", "203.0.113.153/32").Run()
+		_ = exec.Command("ip", "route", "del", "198.51.100.89/32").Run()
 		_ = exec.Command("ip", "link", "del", link).Run()
 		_ = exec.Command("ip", "netns", "del", netns).Run()
 	})
@@ -311,11 +311,11 @@ func internetDNS(t *testing.T, name, addr string) string {
 	run("-n", netns, "addr", "add", "198.51.100.54/30", "dev", "eth0")
 	run("-n", netns, "link", "set", "eth0", "up")
 	run("-n", netns, "link", "set", "lo", "up")
-	run("-n", netns, "addr", "add", "203.0.113.153/32", "dev", "lo")
+	run("-n", netns, "addr", "add", "198.51.100.89/32", "dev", "lo")
 	run("-n", netns, "route", "add", "default", "via", "198.51.100.53")
-	run("route", "add", "203.0.113.153/32", "via", "198.51.100.54")
+	run("route", "add", "198.51.100.89/32", "via", "198.51.100.54")
 
-	pc, err := listenUDPInNetns("/run/netns/"+netns, "203.0.113.153:53")
+	pc, err := listenUDPInNetns("/run/netns/"+netns, "198.51.100.89:53")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func internetDNS(t *testing.T, name, addr string) string {
 	})}
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	return "203.0.113.153:53"
+	return "198.51.100.89:53"
 }
 
 // listenUDPInNetns opens a UDP socket inside the network namespace at nsPath

@@ -13,10 +13,12 @@ import (
 )
 
 // Network namespaces a test makes for itself: nodes, and a namespace that stands for the
-// internet. Their addresses are from the documentation ranges 198.51.100.0/24 and
-// 203.0.113.0/24, which the world routes nowhere: nothing outside this machine is ever a
-// target. (192.0.2.0/24 is not used: a host may hold it, as this project's test machines
-// do on their LAN.) Every namespace, link and route is removed when the test ends.
+// internet. Their addresses are from the documentation range 198.51.100.0/24, which the
+// world routes nowhere: nothing outside this machine is ever a target. The other two
+// documentation ranges are left to the host: a host may hold 192.0.2.0/24 on its LAN, and
+// reach its package mirrors in 203.0.113.0/24 (this project's CI machines do both), so a
+// route of a test there would take the mirrors away from every other test running. Every
+// namespace, link and route is removed when the test ends.
 
 // Netns is a network namespace under /run/netns.
 type Netns struct {
@@ -107,12 +109,12 @@ func (n Netns) IP(t testing.TB, args ...string) {
 
 // Internet is a namespace that stands for the internet, reached from the host through a
 // veth pair and a host route: the host end holds 198.51.100.1/30, the namespace end
-// 198.51.100.2/30, and 203.0.113.0/24 lies behind it (its addresses on the namespace's lo).
+// 198.51.100.2/30, and 198.51.100.64/26 lies behind it (its addresses on the namespace's lo).
 type Internet struct {
 	Netns
 	// HostLink is the host's end of the pair.
 	HostLink string
-	// HTTP is an HTTP server in the namespace (203.0.113.80:80) answering every request
+	// HTTP is an HTTP server in the namespace (198.51.100.80:80) answering every request
 	// with Body.
 	HTTP string
 	Body string
@@ -122,8 +124,8 @@ type Internet struct {
 const (
 	InternetHostIP = "198.51.100.1"
 	InternetPeerIP = "198.51.100.2"
-	InternetCIDR   = "203.0.113.0/24"
-	InternetHTTPIP = "203.0.113.80"
+	InternetCIDR   = "198.51.100.64/26"
+	InternetHTTPIP = "198.51.100.80"
 )
 
 // NewInternet makes the internet namespace, its link and route on the host, and its HTTP
