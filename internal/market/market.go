@@ -401,6 +401,9 @@ type State struct {
 	// vm.delete on the receipt, written when it stopped the guest or the guest exited).
 	Started bool
 	Ended   bool
+	// EndedReason is the reason the winner's final event gives (its words: quoted, bounded,
+	// when a message repeats it).
+	EndedReason string
 	// SecretsWanted: spec.secretsRef is set; SecretsDelivered: the winner took them. A contract
 	// that wants secrets is not Held before they are delivered.
 	SecretsWanted    bool
@@ -517,12 +520,27 @@ func nextAccepted(s State) Decision {
 	return fail(ReasonWinnerSilent, "the winner %s wrote no receipt within %s of the accept", s.Winner, s.AnswerWait)
 }
 
+// maxReportedReason bounds how much of a bidder's stated reason a message repeats.
+const maxReportedReason = 256
+
+// reportedReason is ": <reason>" of a bidder's final event, quoted (a peer's words: control
+// characters escaped) and cut to maxReportedReason bytes; "" when it gave none.
+func reportedReason(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	if len(reason) > maxReportedReason {
+		reason = strings.ToValidUTF8(reason[:maxReportedReason], "") + "..."
+	}
+	return ": " + strconv.Quote(reason)
+}
+
 // nextBound: the receipt binds. The guest ended, or the secrets go to the winner, or the
 // guest started (Held), or the ready timeout fails it and has its delete written.
 func nextBound(s State) Decision {
 	now := s.Now
 	if s.Ended {
-		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "GuestEnded", Message: "the guest ended by itself and " + s.Winner + " reported it"}
+		return Decision{Phase: v1alpha1.ComputeContractReleased, Reason: "GuestEnded", Message: "the guest ended by itself and " + s.Winner + " reported it" + reportedReason(s.EndedReason)}
 	}
 	if s.SecretsWanted && !s.SecretsDelivered {
 		if dl := s.AcceptAt.Add(s.ReadyTimeout); now.Before(dl) {

@@ -309,3 +309,27 @@ func TestOrigin(t *testing.T) {
 		}
 	}
 }
+
+// A guest that ended by itself is reported with the winner's stated reason, quoted and
+// bounded: the words are a peer's.
+func TestNextRepeatsTheWinnersReason(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct{ name, reason, want string }{
+		{"no reason", "", "the guest ended by itself and did:a reported it"},
+		{"a reason", "boot: disk full", `the guest ended by itself and did:a reported it: "boot: disk full"`},
+		{"control characters", "a\nb\x1b[31m", `the guest ended by itself and did:a reported it: "a\nb\x1b[31m"`},
+		{"too long", strings.Repeat("x", 300), `the guest ended by itself and did:a reported it: "` + strings.Repeat("x", 256) + `..."`},
+		{"cut inside a rune", strings.Repeat("x", 255) + "é", `the guest ended by itself and did:a reported it: "` + strings.Repeat("x", 255) + `..."`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := State{Now: t0, Phase: v1alpha1.ComputeContractRequesting, RFPAt: t0, AcceptAt: t0, Winner: "did:a",
+				Accept: Ref{URI: "at://did:r/accept/1", CID: "bafyA"}, Receipt: &ReceiptSeen{Author: "did:a"},
+				Window: 10 * time.Second, AnswerWait: 20 * time.Second, ReadyTimeout: 30 * time.Second,
+				Started: true, Ended: true, EndedReason: c.reason, Policy: Policy{NSID: PolicyOpen}}
+			d := Next(s)
+			if d.Phase != v1alpha1.ComputeContractReleased || d.Message != c.want {
+				t.Errorf("%s %q, want Released %q", d.Phase, d.Message, c.want)
+			}
+		})
+	}
+}

@@ -65,6 +65,8 @@ type seenEvent struct {
 	// Address and Ports are a vm.onNetwork event's.
 	Address string                                   `json:"address,omitempty"`
 	Ports   []mk.ComputeEventsVMOnNetworkPortBinding `json:"ports,omitempty"`
+	// Reason is a vm.delete event's.
+	Reason string `json:"reason,omitempty"`
 }
 
 // catchUpQuiet is how long a follower's replay must pause before it counts as caught up.
@@ -288,6 +290,9 @@ func (x *Index) record(did, coll string, rec *repos.Record) {
 		se := seenEvent{URI: rec.URI, Author: did, Kind: e.Payload.Type()}
 		if n := e.Payload.ComputeEventsVMOnNetwork; n != nil {
 			se.Address, se.Ports = n.Address, n.Ports
+		}
+		if d := e.Payload.ComputeEventsVMDelete; d != nil && d.Reason != nil {
+			se.Reason = *d.Reason
 		}
 		x.mu.Lock()
 		if i := slices.IndexFunc(x.events[e.Receipt.URI], func(s seenEvent) bool { return s.URI == rec.URI }); i >= 0 {

@@ -45,7 +45,7 @@ func (r *Reconciler) observeReceipt(ctx context.Context, rd *round) error {
 			case mk.ComputeEventsVMOnNetworkNSID:
 				st.Guest = &v1alpha1.GuestStatus{Address: e.Address, Ports: guestPorts(e.Ports)}
 			case mk.ComputeEventsVMDeleteNSID:
-				s.Ended = true
+				s.Ended, s.EndedReason = true, e.Reason
 			}
 			if lastEventURI(st, e.URI) {
 				continue
