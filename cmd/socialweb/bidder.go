@@ -25,7 +25,7 @@ import (
 
 func newBidderCommand() *cobra.Command {
 	var follow []string
-	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind string
+	var pdsURL, identifier, passwordFile, stateDir, level, currency, plcURL, listen, kind, tlsCert, tlsKey, publicURL string
 	var nodes node.Config
 	var cost, costPerCPU, costPerGiB int64
 	var free bool
@@ -40,7 +40,9 @@ func newBidderCommand() *cobra.Command {
 			"Guests and their state live in --state-dir; a restarted bidder finds them again.\n" +
 			"The password is read from --password-file or $SOCIALWEB_BIDDER_PASSWORD.\n" +
 			"Requesters hand a won contract's secrets to --listen (published as the offering's\n" +
-			"endpointUrl) with atproto service auth; their DIDs resolve through --plc-url.",
+			"endpointUrl) with atproto service auth; their DIDs resolve through --plc-url. They send\n" +
+			"them over plain http to a loopback address only: a bidder other hosts reach serves https\n" +
+			"(--tls-cert, --tls-key) or publishes the https URL of a proxy in front of it (--public-url).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := parseLevel(level)
@@ -92,7 +94,7 @@ func newBidderCommand() *cobra.Command {
 			b := bidder.New(bidder.Config{Repo: repo, Fetch: feed.Remote(pdsURL), Substrate: sub,
 				Cost: cost, CostPerCPU: costPerCPU, CostPerGiB: costPerGiB, Currency: currency, Free: free, Capacity: capacity, Log: log,
 				MaxGuestCPUs: maxGuestCPUs, MaxGuestMemMiB: maxGuestMemMiB,
-				Directory: dir, Listen: listen, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
+				Directory: dir, Listen: listen, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, PublicURL: publicURL, StateDir: stateDir, Sources: feed.Sources(follow, nil, dir)})
 			fmt.Fprintf(cmd.OutOrStdout(), "bidder %s (%s) on %s, guests in %s\n", repo.Handle(), repo.DID(), pdsURL, filepath.Join(stateDir, "guests"))
 			err = b.Run(cmd.Context())
 			if cmd.Context().Err() != nil {
@@ -117,6 +119,9 @@ func newBidderCommand() *cobra.Command {
 	f.StringVar(&level, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	f.StringVar(&plcURL, "plc-url", "https://plc.directory", "did:plc directory that resolves requesters' DIDs")
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the secrets endpoint (deliverSecrets)")
+	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) the secrets endpoint serves https with, read again when it changes; with --tls-key")
+	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&publicURL, "public-url", "", "URL requesters reach the secrets endpoint at, published as the offering's endpointUrl: https://host[:port] of a proxy in front of --listen (default: --listen's address, https with --tls-cert)")
 	f.StringVar(&kind, "substrate", deno.Kind, "what runs won guests: deno, or node (tenant-cluster nodes)")
 	f.StringArrayVar(&follow, "follow", nil, "firehose of another PDS (or relay) URL to follow for rfps, repeatable: requesters there")
 	f.StringVar(&nodes.ImageDir, "image-dir", "", "with --substrate node: OCI image tarballs (*.tar) imported into every node")

@@ -76,6 +76,7 @@ func newPDSCommand() *cobra.Command {
 	serve.Flags().StringVar(&o.PublicURL, "public-url", "", "URL the world reaches this PDS at, https://<host name> (a proxy in front of --listen): DID documents and the service DID name it; http only for localhost, *.localhost, *.test, *.example, *.invalid (default http://<listen address>)")
 	serve.Flags().StringArrayVar(&o.Relays, "relay", nil, "a relay's base URL (https://relay.example.com) asked to crawl this PDS (com.atproto.sync.requestCrawl) at start and after new accounts, repeatable; needs --public-url")
 	serve.Flags().StringVar(&o.PLCURL, "plc-url", "", "an external did:plc directory (default: run one in-process)")
+	serve.Flags().StringVar(&o.PLCListen, "plc-listen", "127.0.0.1:0", "address of the in-process did:plc directory, when there is one (port 0 picks a free one); it takes operations signed by a DID's rotation keys from anyone reaching it")
 	serve.Flags().BoolVar(&o.OpenSignup, "open-signup", false, "let anyone reaching the PDS create an account without an invite code (only with a loopback --listen)")
 	serve.Flags().StringVar(&adminPasswordFile, "admin-password-file", "", "file holding the admin password (HTTP Basic user admin) for createInviteCode(s); default $"+app.AdminPasswordEnv+", none: invite codes are not minted over XRPC")
 	serve.Flags().Int64Var(&o.BlobUploadLimit, "blob-upload-limit", pds.DefaultBlobUploadLimit, "largest blob com.atproto.repo.uploadBlob takes, in bytes (larger: 413 PayloadTooLarge)")

@@ -45,6 +45,9 @@ type PDSOptions struct {
 	Addr     string
 	Hostname string
 	PLCURL   string
+	// PLCListen is where the in-process did:plc directory listens when PLCURL is empty
+	// (default 127.0.0.1:0).
+	PLCListen string
 	// PublicURL is where the world reaches the PDS (pds.ParsePublicURL); its DID documents
 	// and service DID name it. Empty: http://<listen address>.
 	PublicURL string
@@ -73,7 +76,7 @@ func StartPDS(ctx context.Context, o PDSOptions) (*pds.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, Lexicons: catalog,
+	srv, err := pds.New(pds.Config{DataDir: o.DataDir, Addr: o.Addr, Hostname: o.Hostname, PLCURL: o.PLCURL, PLCAddr: o.PLCListen, Lexicons: catalog,
 		PublicURL: o.PublicURL, Relays: o.Relays,
 		OpenSignup: o.OpenSignup, AdminPassword: o.AdminPassword, BlobUploadLimit: o.BlobUploadLimit, Logger: o.Logger})
 	if err != nil {

@@ -39,6 +39,10 @@ type UpOptions struct {
 	// asked to crawl it.
 	PDSPublicURL string
 	PDSRelays    []string
+	// PLCURL is an external did:plc directory the embedded PDS registers its accounts with
+	// (PDSOptions.PLCURL): what bidders and requesters on other hosts resolve them through.
+	// Empty runs one in-process, which only this host reaches.
+	PLCURL string
 	// GatewayListen is the address of the cluster gateway (XRPC).
 	GatewayListen string
 	// GatewayAllow are accounts (DIDs) the gateway serves besides the local account;
@@ -185,7 +189,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	go watchRoom(ctx, dir.Root, c, log, phase)
 
 	srv, err := StartPDS(ctx, PDSOptions{DataDir: filepath.Join(dir.Root, "pds"), Addr: o.PDSListen, Logger: log,
-		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword, PublicURL: o.PDSPublicURL, Relays: o.PDSRelays})
+		OpenSignup: o.PDSOpenSignup, AdminPassword: o.PDSAdminPassword, PublicURL: o.PDSPublicURL, Relays: o.PDSRelays, PLCURL: o.PLCURL})
 	if err != nil {
 		return err
 	}

@@ -471,3 +471,29 @@ func TestPDSRefusalsLeaveNothing(t *testing.T) {
 		t.Fatalf("well-known: %q", b)
 	}
 }
+
+// A data dir restarted against a did:plc directory other than the one its accounts were
+// registered with stops at its start with a reason naming both, never serving accounts whose
+// DIDs resolve nowhere; started against its own again, it serves.
+func TestPDSRefusesAnotherPLCDirectory(t *testing.T) {
+	ctx := context.Background()
+	other := startPDS(t, t.TempDir()) // its in-process directory stands for another one
+	defer other.Close()
+	dir := t.TempDir()
+	s := startPDS(t, dir)
+	if _, err := s.CreateAccount(ctx, "alice.test", "hunter22"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	moved, err := pds.New(pds.Config{DataDir: dir, PLCURL: other.PLCURL(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = moved.Start(ctx)
+	moved.Close()
+	if err == nil || !strings.Contains(err.Error(), "registered with another directory") || !strings.Contains(err.Error(), "alice.test") {
+		t.Fatalf("start against another directory: %v", err)
+	}
+	back := startPDS(t, dir)
+	back.Close()
+}

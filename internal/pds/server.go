@@ -442,6 +442,9 @@ func (s *Server) reconcileEndpoints(ctx context.Context) error {
 	}
 	for _, a := range accts {
 		last, err := s.plc.Last(ctx, a.DID)
+		if errors.Is(err, plc.ErrNotFound) {
+			return fmt.Errorf("pds: the did:plc directory %s does not know account %s (%s): its accounts were registered with another directory; start it with that one (--plc-url, or none for the in-process one): %w", s.plcURL, a.Handle, a.DID, err)
+		}
 		if err != nil {
 			return fmt.Errorf("pds: reading PLC log of %s: %w", a.DID, err)
 		}

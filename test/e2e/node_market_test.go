@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -166,6 +167,12 @@ type nodeUp struct {
 // dir; a cleanup registered before up stops any node a failure left.
 func startNodeUp(t *testing.T, args ...string) *nodeUp {
 	t.Helper()
+	return startNodeUpWith(t, nil, args...)
+}
+
+// startNodeUpWith is startNodeUp with up's command adjusted by with (startUpWith).
+func startNodeUpWith(t *testing.T, with func(*exec.Cmd), args ...string) *nodeUp {
+	t.Helper()
 	requireNodeHost(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	n := &nodeUp{t: t, dir: dir, state: filepath.Join(dir, "node-bidder", "guests"), ctx: context.Background(), tags: map[string]string{}}
@@ -177,7 +184,7 @@ func startNodeUp(t *testing.T, args ...string) *nodeUp {
 		}
 		substratetest.Cleanup(t, s, n.state)
 	})
-	n.up = startUp(t, dir, args...)
+	n.up = startUpWith(t, dir, with, args...)
 	n.bidder = n.up.phase(t, "local bidder "+app.LocalNodeBidderHandle)
 	if err := node.WriteBusyboxImage(filepath.Join(dir, "node-bidder", "images", "busybox.tar")); err != nil {
 		t.Fatal(err)

@@ -54,27 +54,7 @@ type remoteBidderSpec struct {
 func TestNode_JoinsFromAnotherHost(t *testing.T) {
 	t.Parallel()
 	requireNodeHost(t)
-	substratetest.HostExclusive(t, "remote-join") // the addresses above
-	inet := substratetest.NewNetns(t, "swtinet")
-	bid := substratetest.NewNetns(t, "swtbid")
-	hostLink := "swtrj" + inet.Name[len("swtinet-"):]
-	substratetest.Link(t, substratetest.Netns{}, hostLink, inet, "eth0")
-	substratetest.MustIP(t, "addr", "add", remoteGate+"/30", "dev", hostLink)
-	substratetest.MustIP(t, "link", "set", hostLink, "up")
-	substratetest.MustIP(t, "route", "replace", remoteBidNet, "via", remoteInetSide, "dev", hostLink)
-	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", remoteBidNet).Run() })
-	inet.IP(t, "addr", "add", remoteInetSide+"/30", "dev", "eth0")
-	inet.IP(t, "link", "set", "eth0", "up")
-	substratetest.Link(t, inet, "eth1", bid, "eth0")
-	inet.IP(t, "addr", "add", remoteBidRoute+"/30", "dev", "eth1")
-	inet.IP(t, "link", "set", "eth1", "up")
-	bid.IP(t, "addr", "add", remoteBidHost+"/30", "dev", "eth0")
-	bid.IP(t, "link", "set", "eth0", "up")
-	bid.IP(t, "link", "set", "lo", "up")
-	bid.IP(t, "route", "add", "default", "via", remoteBidRoute)
-	if out, err := exec.Command("ip", "netns", "exec", inet.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
-		t.Fatalf("forwarding in the internet namespace: %v %s", err, out)
-	}
+	_, bid := newRemoteHosts(t)
 
 	const nodeName = "far-node"
 	tc := joinableClusterArgs(t, "rj", []string{"--tenant-address", remoteGate})
@@ -162,6 +142,36 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 		})
 	}
 	stop()
+}
+
+// newRemoteHosts makes the two hosts of the remote rows: a namespace standing for the
+// internet, linked to this host (remoteGate here, remoteInetSide there) and to a namespace
+// that is the bidder's host (remoteBidHost, its default route through the internet). It
+// holds HostExclusive "remote-join" (the addresses are fixed) until the test ends.
+func newRemoteHosts(t *testing.T) (inet, bid substratetest.Netns) {
+	t.Helper()
+	substratetest.HostExclusive(t, "remote-join") // the addresses above
+	inet = substratetest.NewNetns(t, "swtinet")
+	bid = substratetest.NewNetns(t, "swtbid")
+	hostLink := "swtrj" + inet.Name[len("swtinet-"):]
+	substratetest.Link(t, substratetest.Netns{}, hostLink, inet, "eth0")
+	substratetest.MustIP(t, "addr", "add", remoteGate+"/30", "dev", hostLink)
+	substratetest.MustIP(t, "link", "set", hostLink, "up")
+	substratetest.MustIP(t, "route", "replace", remoteBidNet, "via", remoteInetSide, "dev", hostLink)
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", remoteBidNet).Run() })
+	inet.IP(t, "addr", "add", remoteInetSide+"/30", "dev", "eth0")
+	inet.IP(t, "link", "set", "eth0", "up")
+	substratetest.Link(t, inet, "eth1", bid, "eth0")
+	inet.IP(t, "addr", "add", remoteBidRoute+"/30", "dev", "eth1")
+	inet.IP(t, "link", "set", "eth1", "up")
+	bid.IP(t, "addr", "add", remoteBidHost+"/30", "dev", "eth0")
+	bid.IP(t, "link", "set", "eth0", "up")
+	bid.IP(t, "link", "set", "lo", "up")
+	bid.IP(t, "route", "add", "default", "via", remoteBidRoute)
+	if out, err := exec.Command("ip", "netns", "exec", inet.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		t.Fatalf("forwarding in the internet namespace: %v %s", err, out)
+	}
+	return inet, bid
 }
 
 // webObjects are vmNetworkObjects' web server and its Service, without the probe pods.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -22,6 +21,7 @@ import (
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/repos"
 	"socialweb.computer/internal/substrate"
 )
@@ -79,14 +79,6 @@ func (r *Reconciler) readSecrets(ctx context.Context, obj *v1alpha1.ComputeContr
 	return out, nil
 }
 
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func secretNames(vals map[string][]byte) []string {
 	names := make([]string, 0, len(vals))
 	for k := range vals {
@@ -125,7 +117,7 @@ func deliverSecrets(ctx context.Context, repo repos.Repo, endpoint, winner, acce
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail("the winner's offering has no http(s) endpointUrl")
 	}
-	if u.Scheme == "http" && !loopback(u.Hostname()) {
+	if u.Scheme == "http" && !market.PlainHTTPAllowed(u.Hostname()) {
 		return fail("refusing to send secrets over plain http to a host that is not loopback; the bidder must publish an https endpointUrl")
 	}
 	sa, ok := repo.(repos.ServiceAuther)

@@ -74,6 +74,14 @@ type Config struct {
 	// nothing, publishes its PDS, and does not bid on rfps whose payload names secrets.
 	Directory identity.Directory
 	Listen    string
+	// TLSCertFile and TLSKeyFile, both or neither, make the secrets endpoint serve https with
+	// that certificate (read again when the files change, so a renewal needs no restart).
+	// Requesters send secrets over plain http to a loopback host only: a bidder reached from
+	// other hosts serves https, or publishes an https PublicURL of a proxy in front of Listen.
+	TLSCertFile, TLSKeyFile string
+	// PublicURL is the endpointUrl published in the offering when it is not Listen's address
+	// (a TLS proxy, a host name, a forwarded port).
+	PublicURL string
 	// StateDir is where the bidder keeps what it must remember across its own restart and
 	// that no record may say: which accepts' secrets it took, and from whom (never a value),
 	// and the last seq handled of each firehose it follows (CursorsFile), so that a restart

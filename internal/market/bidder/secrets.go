@@ -2,20 +2,25 @@ package bidder
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
 	"socialweb.computer/internal/atomicfile"
 	mk "socialweb.computer/internal/atproto/market"
+	"socialweb.computer/internal/market"
 	"socialweb.computer/internal/serviceauth"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/xrpc"
@@ -97,20 +102,82 @@ func xerr(status int, name, format string, a ...any) *xrpc.Error {
 	return xrpc.Errorf(status, name, format, a...)
 }
 
-// serveSecrets listens on cfg.Listen and serves the deliverSecrets procedure until ctx ends.
-// It returns the endpoint URL to publish in the offering.
+// EndpointError is a secrets endpoint no requester would send secrets to, and why.
+type EndpointError struct{ Reason string }
+
+func (e *EndpointError) Error() string { return "secrets endpoint: " + e.Reason }
+
+// SecretsEndpointURL is the endpointUrl an offering publishes for a secrets endpoint
+// listening on listening (host:port) with or without TLS, or publicURL when one is given. It
+// refuses what a requester refuses (plain http to a host that is not loopback, a URL that
+// is not an origin) and an address no one can dial (0.0.0.0, ::), so a misconfigured bidder
+// fails at its start rather than at its first won contract.
+func SecretsEndpointURL(listening, publicURL string, tls bool) (string, error) {
+	if publicURL != "" {
+		u, err := url.Parse(publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return "", &EndpointError{Reason: fmt.Sprintf("public URL %q: want an origin, https://host[:port]", publicURL)}
+		}
+		if u.Scheme == "http" && !market.PlainHTTPAllowed(u.Hostname()) {
+			return "", &EndpointError{Reason: fmt.Sprintf("public URL %q: requesters send secrets over plain http to a loopback host only; publish https", publicURL)}
+		}
+		return u.Scheme + "://" + u.Host, nil
+	}
+	host, _, err := net.SplitHostPort(listening)
+	if err != nil {
+		return "", &EndpointError{Reason: fmt.Sprintf("listen address %q: %v", listening, err)}
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", &EndpointError{Reason: fmt.Sprintf("listening on %s, which names no host to publish: give the URL requesters reach it at (--public-url)", listening)}
+	}
+	if tls {
+		return "https://" + listening, nil
+	}
+	if !market.PlainHTTPAllowed(host) {
+		return "", &EndpointError{Reason: fmt.Sprintf("listening on %s over plain http: requesters send secrets over plain http to a loopback host only; serve https (--tls-cert, --tls-key) or publish the https URL of a proxy in front of it (--public-url)", listening)}
+	}
+	return "http://" + listening, nil
+}
+
+// serveSecrets listens on cfg.Listen and serves the deliverSecrets procedure until ctx ends,
+// over https when the config names a certificate. It returns the endpoint URL to publish in
+// the offering.
 func (b *Bidder) serveSecrets(ctx context.Context) (string, error) {
 	addr := b.cfg.Listen
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
+	if (b.cfg.TLSCertFile == "") != (b.cfg.TLSKeyFile == "") {
+		return "", &EndpointError{Reason: "a certificate needs both its file and its key's (--tls-cert, --tls-key)"}
+	}
+	var certs *certwatcher.CertWatcher
+	if b.cfg.TLSCertFile != "" {
+		var err error
+		if certs, err = certwatcher.New(b.cfg.TLSCertFile, b.cfg.TLSKeyFile); err != nil {
+			return "", &EndpointError{Reason: err.Error()}
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("secrets endpoint: %w", err)
 	}
+	endpoint, err := SecretsEndpointURL(ln.Addr().String(), b.cfg.PublicURL, certs != nil)
+	if err != nil {
+		ln.Close()
+		return "", err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/xrpc/"+mk.DeliverSecretsNSID, b.handleDeliver)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if certs != nil {
+		go func() {
+			if err := certs.Start(ctx); err != nil {
+				b.log.Warn("watching the secrets endpoint's certificate", "err", err)
+			}
+		}()
+		ln = tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12})
+	}
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
 		<-ctx.Done()
@@ -118,7 +185,7 @@ func (b *Bidder) serveSecrets(ctx context.Context) (string, error) {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	return "http://" + ln.Addr().String(), nil
+	return endpoint, nil
 }
 
 func (b *Bidder) handleDeliver(w http.ResponseWriter, r *http.Request) {
