@@ -112,7 +112,7 @@ func (e *EndpointError) Error() string { return "secrets endpoint: " + e.Reason 
 // refuses what a requester refuses (plain http to a host that is not loopback, a URL that
 // is not an origin) and an address no one can dial (0.0.0.0, ::), so a misconfigured bidder
 // fails at its start rather than at its first won contract.
-func SecretsEndpointURL(listening, publicURL string, tls bool) (string, error) {
+func SecretsEndpointURL(listening, publicURL string, overTLS bool) (string, error) {
 	if publicURL != "" {
 		u, err := url.Parse(publicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
@@ -131,7 +131,7 @@ func SecretsEndpointURL(listening, publicURL string, tls bool) (string, error) {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		return "", &EndpointError{Reason: fmt.Sprintf("listening on %s, which names no host to publish: give the URL requesters reach it at (--public-url)", listening)}
 	}
-	if tls {
+	if overTLS {
 		return "https://" + listening, nil
 	}
 	if !market.PlainHTTPAllowed(host) {
