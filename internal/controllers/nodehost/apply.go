@@ -92,7 +92,9 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		// reads them back.
 		ns := Nominations(in, d, provisioned)
 		r.nominate(ctx, p, w, ns)
-		r.open(ctx, p, w, p.nodes, NodesToOpen(in.Now, p.nodes, ns))
+		open, recheck := NodesToOpen(in.Now, p.nodes, ns)
+		r.open(ctx, p, w, p.nodes, open)
+		p.openRecheck = min(recheck, OpenReadBack)
 	}
 	return nil
 }

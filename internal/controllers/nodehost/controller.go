@@ -145,6 +145,8 @@ type pass struct {
 	nodes []*corev1.Node
 	// outcome is what the status reports.
 	outcome outcome
+	// openRecheck is when a node kept closed must be looked at again (NodesToOpen).
+	openRecheck time.Duration
 }
 
 // outcome is what a reconcile did, for the Scaling condition.
@@ -308,8 +310,10 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		r.Log.Info("nodehost_quota_exceeded", "cluster", p.key.String(), "account", exceeded.Account, "quota", exceeded.Quota,
 			"limit", exceeded.Limit, "used", exceeded.Used)
 	}
-	if retry > 0 && (d.RequeueAfter == 0 || retry < d.RequeueAfter) {
-		d.RequeueAfter = retry
+	for _, after := range []time.Duration{retry, p.openRecheck} {
+		if after > 0 && (d.RequeueAfter == 0 || after < d.RequeueAfter) {
+			d.RequeueAfter = after
+		}
 	}
 	return d, nil
 }

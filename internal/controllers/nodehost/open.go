@@ -20,9 +20,17 @@ import (
 // and a node is not held closed by a loop of clearing and nominating again.
 const OpenDeadline = 30 * time.Second
 
+// OpenReadBack is how soon a pass that kept a node closed for its nominations looks again,
+// to read them back (the node opens once they show): the pods' updates that this pass's
+// nominations make are not sure to start another pass.
+const OpenReadBack = time.Second
+
 // NodesToOpen are the nodes whose TaintNodeUnregistered the node host lifts, sorted: each
 // Ready node carrying it that no outstanding nomination names (every pending pod the plan
 // placed there already shows it nominated there), or that has been Ready for OpenDeadline.
+// recheck is how long until the first node kept closed reaches OpenDeadline (0: none is
+// kept): nothing else may come to look again then, since a pod the scheduler failed on the
+// closed node waits in its backoff without a change the node host would see.
 //
 // Why the taint: a node is tried by the scheduler as soon as it is Ready, and each failed
 // try clears a pod's nomination (preemption finds nothing to preempt). A node registering
@@ -30,22 +38,26 @@ const OpenDeadline = 30 * time.Second
 // Ready, and the first pods in the scheduler's queue take the node whatever the plan
 // said: two small pods fill a node the plan kept for a large one, which then fits nowhere.
 // Closed until the nominations are back, the node's first try follows the plan.
-func NodesToOpen(now time.Time, nodes []*corev1.Node, outstanding []Nomination) []string {
+func NodesToOpen(now time.Time, nodes []*corev1.Node, outstanding []Nomination) (open []string, recheck time.Duration) {
 	waiting := map[string]bool{}
 	for _, n := range outstanding {
 		waiting[n.Node] = true
 	}
-	var out []string
 	for _, n := range nodes {
 		if n == nil || !unregistered(n) || !NodeJoined(n) {
 			continue
 		}
-		if !waiting[n.Name] || now.Sub(readySince(n)) >= OpenDeadline {
-			out = append(out, n.Name)
+		left := OpenDeadline - now.Sub(readySince(n))
+		if !waiting[n.Name] || left <= 0 {
+			open = append(open, n.Name)
+			continue
+		}
+		if recheck == 0 || left < recheck {
+			recheck = left
 		}
 	}
-	sort.Strings(out)
-	return out
+	sort.Strings(open)
+	return open, recheck
 }
 
 // unregistered reports whether n still carries TaintNodeUnregistered.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/scale"
@@ -25,6 +26,7 @@ func TestNodesToOpen(t *testing.T) {
 		nodes       []*corev1.Node
 		outstanding []Nomination
 		want        []string
+		recheck     time.Duration
 	}{{
 		name:  "Ready, closed, nothing outstanding: opened",
 		now:   t0,
@@ -36,6 +38,13 @@ func TestNodesToOpen(t *testing.T) {
 		nodes:       []*corev1.Node{closed("a", corev1.ConditionTrue), closed("b", corev1.ConditionTrue)},
 		outstanding: []Nomination{{Pod: "app/x", Node: "a"}},
 		want:        []string{"b"},
+		recheck:     OpenDeadline - 3*time.Second, // a was Ready 3 s before
+	}, {
+		name:  "two kept closed: looked at again when the first reaches OpenDeadline",
+		now:   t0,
+		nodes: []*corev1.Node{closed("a", corev1.ConditionTrue), readyAt(closed("b", corev1.ConditionTrue), t0.Add(-20*time.Second))},
+		outstanding: []Nomination{{Pod: "app/x", Node: "a"}, {Pod: "app/y", Node: "b"}},
+		recheck:     OpenDeadline - 20*time.Second,
 	}, {
 		name:        "outstanding for OpenDeadline since it turned Ready: opened anyway",
 		now:         t0.Add(OpenDeadline),
@@ -52,8 +61,12 @@ func TestNodesToOpen(t *testing.T) {
 		nodes: []*corev1.Node{node("a", corev1.ConditionTrue)},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, NodesToOpen(tc.now, tc.nodes, tc.outstanding)); diff != "" {
+			open, recheck := NodesToOpen(tc.now, tc.nodes, tc.outstanding)
+			if diff := cmp.Diff(tc.want, open); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
+			}
+			if recheck != tc.recheck {
+				t.Errorf("recheck in %s, want %s", recheck, tc.recheck)
 			}
 		})
 	}
@@ -72,4 +85,14 @@ func TestClosedNodeIsPlannedOnAndSettling(t *testing.T) {
 	if len(in.Nodes) != 1 || !in.Nodes[0].ReadySince.Equal(t0.Add(-3*time.Second)) {
 		t.Errorf("open node in the input: %+v, want Ready since its condition", in.Nodes)
 	}
+}
+
+// readyAt sets when n's Ready condition last changed.
+func readyAt(n *corev1.Node, at time.Time) *corev1.Node {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].LastTransitionTime = metav1.NewTime(at)
+		}
+	}
+	return n
 }
