@@ -712,7 +712,10 @@ spec:
 func TestACC31_GitLabRunnerJobThenGatewayRootDelete(t *testing.T) {
 	t.Parallel()
 	n := startNodeUp(t)
-	kc := n.cluster("g1", "maxNodes: 1, scaleHold: 3s")
+	// The job's logs are read once it Succeeded, from its node: the hold must outlast the
+	// poll that sees Succeeded and two kubectl calls on a loaded host (3 s did not, in a run
+	// of rows in parallel: the node was released and its tunnel refused).
+	kc := n.cluster("g1", "maxNodes: 1, scaleHold: 15s")
 	const job = "runner-x1y2z3-project-42-concurrent-0-a1b2c"
 
 	t0 := time.Now()

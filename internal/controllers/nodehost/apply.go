@@ -93,7 +93,9 @@ func (r *Reconciler) apply(ctx context.Context, p *pass, w *tenantWatch, in scal
 		ns := Nominations(in, d, provisioned)
 		r.nominate(ctx, p, w, ns)
 		open, recheck := NodesToOpen(in.Now, p.nodes, ns)
-		r.open(ctx, p, w, p.nodes, open)
+		if r.open(ctx, p, w, p.nodes, open) {
+			recheck = OpenReadBack
+		}
 		p.openRecheck = min(recheck, OpenReadBack)
 	}
 	return nil

@@ -68,9 +68,11 @@ func unregistered(n *corev1.Node) bool {
 func isUnregisteredTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintNodeUnregistered }
 
 // open lifts TaintNodeUnregistered from each node named. The patch carries the node's
-// resourceVersion, so a taint list changed meanwhile is not overwritten (the next pass
-// opens it). A failure is logged: the next pass tries again.
-func (r *Reconciler) open(ctx context.Context, p *pass, w *tenantWatch, nodes []*corev1.Node, names []string) {
+// resourceVersion, so a taint list changed meanwhile is not overwritten. A node not opened
+// for a conflict or a failure (logged) makes again true: the caller looks again soon, since
+// nothing else may start another pass (a kubelet's status update or this pass's own labels
+// change the node without a change the watch wakes on).
+func (r *Reconciler) open(ctx context.Context, p *pass, w *tenantWatch, nodes []*corev1.Node, names []string) (again bool) {
 	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
@@ -89,12 +91,16 @@ func (r *Reconciler) open(ctx context.Context, p *pass, w *tenantWatch, nodes []
 			"spec":     map[string]any{"taints": taints},
 		})
 		_, err := w.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			r.Log.Error("nodehost_open_failed", "cluster", p.key.String(), "node", name, "error", err.Error())
-			continue
-		}
-		if err == nil {
+		switch {
+		case err == nil:
 			r.Log.Info("nodehost_node_opened", "cluster", p.key.String(), "node", name)
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			again = true
+		default:
+			r.Log.Error("nodehost_open_failed", "cluster", p.key.String(), "node", name, "error", err.Error())
+			again = true
 		}
 	}
+	return again
 }

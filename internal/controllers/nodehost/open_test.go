@@ -1,12 +1,21 @@
 package nodehost
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	"socialweb.computer/internal/scale"
@@ -95,4 +104,44 @@ func readyAt(n *corev1.Node, at time.Time) *corev1.Node {
 		}
 	}
 	return n
+}
+
+// A node whose opening patch conflicts with a change made meanwhile (a kubelet's status, the
+// node host's own labels) or fails is not opened, and open asks for another pass soon: no
+// watched change may come to start one. A node gone is no reason to come back.
+func TestOpenAsksAgainAfterAConflict(t *testing.T) {
+	closed := node("a", corev1.ConditionTrue)
+	closed.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintNodeUnregistered, Effect: corev1.TaintEffectNoSchedule}}
+	for _, tc := range []struct {
+		name   string
+		answer error
+		again  bool
+		opened bool
+	}{
+		{"opened", nil, false, true},
+		{"conflict", apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "a", errors.New("changed")), true, false},
+		{"failure", apierrors.NewServiceUnavailable("busy"), true, false},
+		{"gone", apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "a"), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(closed.DeepCopy())
+			if tc.answer != nil {
+				cs.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, tc.answer
+				})
+			}
+			r := &Reconciler{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			again := r.open(context.Background(), &pass{}, &tenantWatch{client: cs}, []*corev1.Node{closed}, []string{"a"})
+			if again != tc.again {
+				t.Errorf("again %v, want %v", again, tc.again)
+			}
+			n, err := cs.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opened := !unregistered(n); opened != tc.opened {
+				t.Errorf("opened %v, want %v: taints %v", opened, tc.opened, n.Spec.Taints)
+			}
+		})
+	}
 }
