@@ -49,9 +49,9 @@ func TestNodesToOpen(t *testing.T) {
 		want:        []string{"b"},
 		recheck:     OpenDeadline - 3*time.Second, // a was Ready 3 s before
 	}, {
-		name:  "two kept closed: looked at again when the first reaches OpenDeadline",
-		now:   t0,
-		nodes: []*corev1.Node{closed("a", corev1.ConditionTrue), readyAt(closed("b", corev1.ConditionTrue), t0.Add(-20*time.Second))},
+		name:        "two kept closed: looked at again when the first reaches OpenDeadline",
+		now:         t0,
+		nodes:       []*corev1.Node{closed("a", corev1.ConditionTrue), readyAt(closed("b", corev1.ConditionTrue), t0.Add(-20*time.Second))},
 		outstanding: []Nomination{{Pod: "app/x", Node: "a"}, {Pod: "app/y", Node: "b"}},
 		recheck:     OpenDeadline - 20*time.Second,
 	}, {
