@@ -471,6 +471,11 @@ func (p *upProc) stop(dataDir string) {
 		_ = p.cmd.Process.Kill()
 		say("up did not stop within 90s of SIGTERM; killed")
 	}
+	// Nodes outlive up by design (the next up finds them again); a run leaves none. A node
+	// whose release did not finish before up stopped was left running otherwise.
+	if out, err := exec.Command(p.cmd.Path, "node", "sweep", "--release", "--data-dir", dataDir).CombinedOutput(); err != nil {
+		say("node sweep --release: %v: %s", err, strings.TrimSpace(string(out)))
+	}
 }
 
 func kubectl(ctx context.Context, kc, stdin string, args ...string) (string, error) {
