@@ -78,43 +78,13 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "bidder.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net="+bid.Path(), "--", self, "-test.run", "^TestHelperRemoteBidder$", "-test.v", "-test.timeout", "20m")
-	cmd.Env = append(os.Environ(), remoteBidderEnv+"="+string(spec), "SOCIALWEB_TEST_BIN="+socialwebBin)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				b, _ := os.ReadFile(logPath)
-				t.Errorf("the bidder host: %v\n%s", err, b)
-			}
-		case <-time.After(90 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("the bidder host did not stop its node within 90s")
-		}
-	}
-	t.Cleanup(stop)
+	host := startOnHost(t, bid.Path(), "the bidder host", 90*time.Second,
+		[]string{remoteBidderEnv + "=" + string(spec), "SOCIALWEB_TEST_BIN=" + socialwebBin},
+		self, "-test.run", "^TestHelperRemoteBidder$", "-test.v", "-test.timeout", "20m")
 	// The bidder host's output, then the tails of its node's logs (its state dir is this
 	// test's).
 	dump := func() string {
-		b, _ := os.ReadFile(logPath)
+		b, _ := os.ReadFile(host.log)
 		out := string(b)
 		for _, f := range []string{"log", "kubelet.log"} {
 			tail, _ := guestproc.Tail(filepath.Join(state, "far", f), 30)
@@ -141,7 +111,76 @@ func TestNode_JoinsFromAnotherHost(t *testing.T) {
 			return err == nil && out == "200 web-ok", fmt.Errorf("%q %v\n%s\n--- near node\n%s", out, err, dump(), near.Dump())
 		})
 	}
-	stop()
+	host.stop()
+}
+
+// hostProc is a process on another host of the remote rows: run in that host's network
+// namespace only (nsenter --net; `ip netns exec` would mount a sysfs of its own, and a node
+// substrate needs the host's cgroups), its output in a log.
+type hostProc struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	timeout time.Duration
+	stopped bool
+}
+
+// startOnHost starts argv (with env added) in the network namespace at netnsPath. It is
+// stopped at cleanup, if the test did not stop it, and its log's tail is printed when the
+// test failed.
+func startOnHost(t *testing.T, netnsPath, name string, timeout time.Duration, env []string, argv ...string) *hostProc {
+	t.Helper()
+	p := &hostProc{t: t, name: name, log: filepath.Join(t.TempDir(), "host.log"), timeout: timeout}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath, "--"}, argv...)...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	err = p.cmd.Start()
+	logf.Close() // the process has its own copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("%s log (tail):\n%s", name, p.tail())
+		}
+	})
+	return p
+}
+
+// stop ends the process once: SIGTERM, SIGKILL after its timeout. Exiting with an error or
+// not in time fails the test.
+func (p *hostProc) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			p.t.Errorf("%s: %v\n%s", p.name, err, p.tail())
+		}
+	case <-time.After(p.timeout):
+		_ = p.cmd.Process.Kill()
+		p.t.Errorf("%s did not stop within %s", p.name, p.timeout)
+	}
+}
+
+// tail is the last 30000 bytes of the process's log.
+func (p *hostProc) tail() []byte {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 30000 {
+		b = b[len(b)-30000:]
+	}
+	return b
 }
 
 // newRemoteHosts makes the two hosts of the remote rows: a namespace standing for the

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -74,7 +73,7 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	endpoint := "https://" + remoteBidHost + ":" + remoteSecretsPort
-	stopBidder := startFarBidder(t, bid.Path(), state, "bidder", "--substrate", "node", "--node-flavour", node.FlavourNamespace,
+	farBidder := startFarBidder(t, bid.Path(), state, "bidder", "--substrate", "node", "--node-flavour", node.FlavourNamespace,
 		"--pds", far.url, "--identifier", far.handle, "--password-file", pwFile, "--plc-url", far.plc,
 		"--follow", "http://"+remoteGate+":"+remotePDSPort, "--free", "--state-dir", state, "--image-dir", images,
 		"--listen", remoteBidHost+":"+remoteSecretsPort, "--tls-cert", certFile, "--tls-key", keyFile,
@@ -124,7 +123,7 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %v", cc.Status.Phase, err)
 	})
 	farGuests.waitGuestsGone(60 * time.Second)
-	stopBidder()
+	farBidder.stop()
 }
 
 // secretsEndpointCert writes a CA and a serving certificate for ip it signs; it returns the
@@ -154,56 +153,17 @@ func secretsEndpointCert(t *testing.T, ip string) (caFile, certFile, keyFile str
 	return caFile, certFile, keyFile
 }
 
-// startFarBidder runs the binary with args in the network namespace at netnsPath, its output
-// in a log printed on failure. The returned stop ends it (SIGTERM, then SIGKILL after 60 s);
-// at cleanup it is stopped, then `node sweep --release` removes whatever nodes of stateDir
-// are left, from the same namespace.
-func startFarBidder(t *testing.T, netnsPath, stateDir string, args ...string) (stop func()) {
+// startFarBidder runs the binary with args on the bidder host (netnsPath). At cleanup, once
+// it is stopped, `node sweep --release` removes whatever nodes of stateDir are left, from
+// the same namespace.
+func startFarBidder(t *testing.T, netnsPath, stateDir string, args ...string) *hostProc {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "far-bidder.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + netnsPath, "--", socialwebBin}, args...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("the far bidder: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("the far bidder did not stop within 60s")
-		}
-	}
 	t.Cleanup(func() {
-		stop()
-		logf.Close()
 		if out, err := exec.Command("nsenter", "--net="+netnsPath, "--", socialwebBin, "node", "sweep", "--release", "--state-dir", stateDir).CombinedOutput(); err != nil {
 			t.Errorf("sweeping the far bidder's nodes: %v %s", err, out)
 		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 30000 {
-				b = b[len(b)-30000:]
-			}
-			t.Logf("far bidder log (tail):\n%s", b)
-		}
 	})
-	return stop
+	return startOnHost(t, netnsPath, "the far bidder", 60*time.Second, nil, append([]string{socialwebBin}, args...)...)
 }
 
 // offeringOf reads did's offering record from the PDS at pdsURL.
