@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -102,27 +103,23 @@ func awaitServing(ctx context.Context, cfg *rest.Config, name string) error {
 		return err
 	}
 	hc := &http.Client{Transport: rt, Timeout: 15 * time.Second}
-	deadline := time.Now().Add(wakeWait)
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, wakeWait, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if resp, err := hc.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, nil // not serving yet: the gate holds, or the wake is under way
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return notReady("cluster %q is waking; try again", name)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return notReady("cluster %q is waking; try again", name)
 	}
+	return nil
 }
 
 // tenantErr turns an error of the tenant apiserver into an XRPC error; its message is the
