@@ -142,7 +142,8 @@ func BuildSpec(l Layout, p *PKI, port int, advertise net.IP, rev Revocations, cu
 		"--proxy-client-key-file=" + p.Key("front-proxy-client"),
 		"--kubelet-client-certificate=" + p.Cert("apiserver-kubelet-client"),
 		"--kubelet-client-key=" + p.Key("apiserver-kubelet-client"),
-		// Never let the apiserver resolve a node name through the host's resolver.
+		// Never a name: the node proxy resolves a Hostname address through the host's
+		// resolver (its proxyable-address check) before it dials.
 		"--kubelet-preferred-address-types=InternalIP",
 		// What it sends into the cluster (kubelets, webhooks, aggregated APIs, the pod and
 		// Service proxy) goes through the nodes' tunnels, never from the host (egress.go).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
 	mk "socialweb.computer/internal/atproto/market"
@@ -32,17 +33,25 @@ const (
 	remotePLCPort     = "2582"
 )
 
-// TestNode_RentedFromABidderOnAnotherHost: a pending pod of a tenant cluster gets a node
-// rented through the market from a bidder on another host, everything between the two
-// crossing a namespace that stands for the internet. There: a PDS holding the far bidder's
-// account, whose did:plc directory every party resolves through (up registers its accounts
-// with it, --plc-url). The far bidder (`socialweb bidder --substrate node`, on a host whose
-// only link goes to the internet) follows up's PDS (--pds-listen on this host's public
+// Overlay ports of up's node bidder in the remote market row (TestNode_JoinsFromAnotherHost's
+// near node takes 51910-51919; the rows hold the remote hosts one at a time, but a node's
+// forward outlives its row by its release).
+const remoteMarketOverlayPorts = "51920-51929"
+
+// TestNode_RentedFromABidderOnAnotherHost: the nodes of one tenant cluster are rented
+// through the market from two bidders on two hosts, everything between the hosts crossing
+// a namespace that stands for the internet. There: a PDS holding the far bidder's account,
+// whose did:plc directory every party resolves through (up registers its accounts with it,
+// --plc-url). The far bidder (`socialweb bidder --substrate node --capacity 1`, on a host
+// whose only link goes to the internet) follows up's PDS (--pds-listen on this host's public
 // address) and serves its secrets endpoint over https (--tls-cert; up trusts the CA through
 // SSL_CERT_FILE); up follows the internet PDS (--market-follow). up's own node bidder bids
-// too, at a price; the far one bids free and wins. The join bundle reaches it through
-// deliverSecrets, its node joins the cluster at --tenant-address, the pod runs there, and
-// once it is deleted the contract is released and the far host keeps no node.
+// too, at a price. The first pending pod's node goes to the far bidder (free); the second
+// pod, kept off the first one's node, gets a node from up's bidder (the far one is full).
+// Both nodes publish overlay endpoints on their hosts' public addresses: each pod reaches
+// the other by pod IP and through its Service's name, and the apiserver reaches both pods
+// through their nodes' tunnels (exec). Once the pods are deleted both contracts are
+// released and neither host keeps a node.
 func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 	t.Parallel()
 	requireNodeHost(t)
@@ -57,7 +66,12 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 	caFile, certFile, keyFile := secretsEndpointCert(t, remoteBidHost)
 	n := startNodeUpWith(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile) },
 		"--tenant-address", remoteGate, "--pds-listen", remoteGate+":"+remotePDSPort, "--plc-url", far.plc,
-		"--market-follow", far.url, "--node-cost", "1000")
+		"--market-follow", far.url, "--node-cost", "1000",
+		// up's nodes are overlay peers of nodes on other hosts, and their pods may reach the
+		// bidder host's link, where the far node's overlay endpoint is.
+		"--node-overlay-address", remoteGate, "--node-overlay-ports", remoteMarketOverlayPorts,
+		"--node-egress-allow", remoteBidNet)
+	writeProbeImage(t, filepath.Join(n.dir, "node-bidder", "images"))
 
 	// The far bidder's host: its state, images and password; it runs in the bidder
 	// namespace's network only (its nodes need the host's cgroups and /run).
@@ -69,17 +83,16 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := node.WriteBusyboxImage(filepath.Join(images, "busybox.tar")); err != nil {
-		t.Fatal(err)
-	}
+	writeProbeImage(t, images)
 	endpoint := "https://" + remoteBidHost + ":" + remoteSecretsPort
 	farBidder := startFarBidder(t, bid.Path(), state, "bidder", "--substrate", "node", "--node-flavour", node.FlavourNamespace,
 		"--pds", far.url, "--identifier", far.handle, "--password-file", pwFile, "--plc-url", far.plc,
-		"--follow", "http://"+remoteGate+":"+remotePDSPort, "--free", "--state-dir", state, "--image-dir", images,
+		"--follow", "http://"+remoteGate+":"+remotePDSPort, "--free", "--capacity", "1", "--state-dir", state, "--image-dir", images,
 		"--listen", remoteBidHost+":"+remoteSecretsPort, "--tls-cert", certFile, "--tls-key", keyFile,
 		"--node-overlay-address", remoteBidHost, "--node-dns-upstream", "none", "--node-egress-deny", "0.0.0.0/0",
 		// Pods reach nothing off the machine (the rows' policy), but a node's join server
-		// must be an address its pods may reach: the control plane's public one.
+		// must be an address its pods may reach: the control plane's public one, where up's
+		// nodes publish their overlay endpoints too.
 		"--node-egress-allow", remoteGate+"/32")
 	farGuests := &nodeUp{t: t, state: filepath.Join(state, "guests"), tags: map[string]string{}}
 
@@ -89,41 +102,106 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 		return err == nil && off.EndpointURL == endpoint, fmt.Errorf("%+v %v", off, err)
 	})
 
-	kc := n.cluster("rm", "maxNodes: 1, scaleHold: 3s")
-	tkubectl(t, kc, nodePod, "apply", "-f", "-")
-	var claim v1alpha1.NodeClaim
-	for _, c := range n.waitClaimsRunning("rm", 1, 3*time.Minute) {
-		claim = c
+	kc := n.cluster("rm", "maxNodes: 2, scaleHold: 3s")
+	// winnerOf is the winner of the contract of the claim whose node runs pod.
+	winnerOf := func(claims map[string]v1alpha1.NodeClaim, pod, nodeName string) (string, client.ObjectKey) {
+		c, ok := claims[nodeName]
+		if !ok {
+			t.Fatalf("pod %s runs on %s, which no claim of the cluster names (%d claims)", pod, nodeName, len(claims))
+		}
+		cc, key := n.contractOf(c)
+		return cc.Status.Winner, key
 	}
-	waitPod(t, kc, "hello", "Succeeded", claim.Spec.NodeName, 3*time.Minute)
-	cc, ccKey := n.contractOf(claim)
-	if cc.Status.Winner != far.did {
-		t.Errorf("the contract's winner is %q, want the far bidder %s (up's node bidder %s bids at a price)", cc.Status.Winner, far.did, n.bidder)
+
+	// The first pod: the far bidder's free bid wins its node.
+	tkubectl(t, kc, meshPod("a", ""), "apply", "-f", "-")
+	claims := n.waitClaimsRunning("rm", 1, 3*time.Minute)
+	nodeA := waitPod(t, kc, "a", "Running", "", 3*time.Minute)
+	winnerA, keyA := winnerOf(claims, "a", nodeA)
+	if winnerA != far.did {
+		t.Errorf("the first node's winner is %q, want the far bidder %s (up's node bidder %s bids at a price)", winnerA, far.did, n.bidder)
+	}
+	// The second: the far bidder is full (--capacity 1), up's bidder wins at its price.
+	tkubectl(t, kc, meshPod("b", "a"), "apply", "-f", "-")
+	claims = n.waitClaimsRunning("rm", 2, 3*time.Minute)
+	nodeB := waitPod(t, kc, "b", "Running", "", 3*time.Minute)
+	winnerB, keyB := winnerOf(claims, "b", nodeB)
+	if winnerB != n.bidder {
+		t.Errorf("the second node's winner is %q, want up's node bidder %s (the far bidder %s is full)", winnerB, n.bidder, far.did)
 	}
 	if g := farGuests.guests(); g != 1 {
 		t.Errorf("the far bidder runs %d node guests, want 1", g)
 	}
-	if g := n.guests(); g != 0 {
-		t.Errorf("up's node bidder runs %d node guests, want 0", g)
-	}
-	if out, err := tkubectlErr(kc, "logs", "hello"); err != nil || !strings.Contains(out, "hello from") {
-		t.Errorf("logs of the pod on the far node (through its tunnel): %q %v", out, err)
+	if g := n.guests(); g != 1 {
+		t.Errorf("up's node bidder runs %d node guests, want 1", g)
 	}
 
-	tkubectl(t, kc, "", "delete", "pod", "hello")
-	testenv.Eventually(t, 90*time.Second, "the claim gone", func() (bool, error) {
+	// Each pod reaches the other across the two hosts' overlay, by pod IP and by Service
+	// name; the exec itself crosses each node's tunnel.
+	for _, p := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		from, to := p[0], p[1]
+		for _, url := range []string{"http://" + podIP(t, kc, to) + ":8080/", "http://" + to + ".default.svc.cluster.local/"} {
+			testenv.Eventually(t, 60*time.Second, "pod "+from+" reaches "+url, func() (bool, error) {
+				out, err := tkubectlErr(kc, "exec", from, "--", "/svcprobe", "get", url)
+				out = strings.TrimSpace(out)
+				return err == nil && out == "200 "+to, fmt.Errorf("%q %v\n%s", out, err, n.dump())
+			})
+		}
+	}
+
+	tkubectl(t, kc, "", "delete", "pod", "a", "b")
+	testenv.Eventually(t, 90*time.Second, "the claims gone", func() (bool, error) {
 		cs := n.claims("rm")
 		return len(cs) == 0, lazyErr(func() string { return fmt.Sprintf("%d claims\n%s", len(cs), n.dump()) })
 	})
-	testenv.Eventually(t, 60*time.Second, "the contract released", func() (bool, error) {
-		err := n.c.Get(n.ctx, ccKey, &cc)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %v", cc.Status.Phase, err)
-	})
+	for _, key := range []client.ObjectKey{keyA, keyB} {
+		testenv.Eventually(t, 60*time.Second, "contract "+key.Name+" released", func() (bool, error) {
+			var cc v1alpha1.ComputeContract
+			err := n.c.Get(n.ctx, key, &cc)
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return err == nil && cc.Status.Phase == v1alpha1.ComputeContractReleased, fmt.Errorf("%s %v", cc.Status.Phase, err)
+		})
+	}
 	farGuests.waitGuestsGone(60 * time.Second)
+	n.waitGuestsGone(60 * time.Second)
 	farBidder.stop()
+}
+
+// meshPod is pod name (label app: name) serving its name on port 8080 (svcprobe serve) and
+// its Service name (port 80); with notWith, the pod is kept off the node of pod notWith.
+func meshPod(name, notWith string) string {
+	affinity := ""
+	if notWith != "" {
+		affinity = `
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - {labelSelector: {matchLabels: {app: ` + notWith + `}}, topologyKey: kubernetes.io/hostname}`
+	}
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: default, labels: {app: ` + name + `}}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1` + affinity + `
+  containers:
+  - name: c
+    image: ` + probeImage + `
+    imagePullPolicy: Never
+    args: [serve, "8080"]
+    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+    ports: [{name: http, containerPort: 8080}]
+    readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ` + name + `, namespace: default}
+spec:
+  selector: {app: ` + name + `}
+  ports: [{port: 80, targetPort: http}]
+`
 }
 
 // secretsEndpointCert writes a CA and a serving certificate for ip it signs; it returns the

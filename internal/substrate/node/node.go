@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"os"
@@ -580,7 +581,7 @@ func (s *Substrate) freeIndex(self string) (int, error) {
 			}
 		}
 	}
-	for i := 1; i < maxNodes; i++ {
+	for _, i := range indexOrder(self) {
 		h, _ := addrs(i)
 		vh, _, _ := vmAddrs(i)
 		if !used[i] && !onHost[h] && !onHost[vh] {
@@ -588,6 +589,24 @@ func (s *Substrate) freeIndex(self string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no free node address: %d nodes in this state dir", maxNodes)
+}
+
+// indexOrder is the order in which a node tries the address blocks: every block 1 to
+// maxNodes-1 once, starting at one drawn from the node's ID rather than at the lowest. Every
+// host plans its node links from the same range, so nodes of one cluster rented on
+// different hosts would otherwise all be 10.78.0.2; the apiserver's tunnel refuses to guess
+// between two nodes with one address (tunnel.ErrSharedAddress), and with blocks spread over
+// the range two nodes of a cluster share one about once in maxNodes pairs.
+func indexOrder(id string) []int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	n := maxNodes - 1
+	start := int(h.Sum32() % uint32(n))
+	order := make([]int, n)
+	for k := range order {
+		order[k] = 1 + (start+k)%n
+	}
+	return order
 }
 
 func run(name string, args ...string) error {

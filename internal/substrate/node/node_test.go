@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -222,5 +223,32 @@ func TestCNIGateConfig(t *testing.T) {
 	}
 	if c := cniConfig(ns, "10.42.1.0/24"); strings.Contains(c, podgate.PluginName) {
 		t.Errorf("without the gate, the CNI config chains it:\n%s", c)
+	}
+}
+
+// Every block is tried once, none is 0 (the host's own range start), and nodes with
+// different IDs start at different blocks: two hosts' first nodes rarely share an address.
+func TestIndexOrderSpreadsNodesOverTheRange(t *testing.T) {
+	starts := map[int]bool{}
+	for i := range 200 {
+		order := indexOrder(fmt.Sprintf("g%016x", i*7919))
+		if len(order) != maxNodes-1 {
+			t.Fatalf("%d blocks, want %d", len(order), maxNodes-1)
+		}
+		seen := map[int]bool{}
+		for _, b := range order {
+			if b < 1 || b >= maxNodes || seen[b] {
+				t.Fatalf("block %d out of range or tried twice", b)
+			}
+			seen[b] = true
+		}
+		starts[order[0]] = true
+	}
+	// 200 draws from 4095 blocks: about 5 collide.
+	if len(starts) < 180 {
+		t.Errorf("200 node IDs start at %d distinct blocks, want them spread", len(starts))
+	}
+	if a, b := indexOrder("same"), indexOrder("same"); a[0] != b[0] {
+		t.Errorf("one ID starts at %d then %d, want the same block", a[0], b[0])
 	}
 }

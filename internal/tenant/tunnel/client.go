@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -37,18 +38,24 @@ func (c *Client) Run(ctx context.Context) {
 	// HTTP/1.1, which is what the gate's tunnel server negotiates.
 	tc.NextProtos = []string{ALPN, "http/1.1"}
 	d := &websocket.Dialer{TLSClientConfig: tc, HandshakeTimeout: 10 * time.Second, Proxy: nil}
-	auth := func(proto, address string) bool {
+	// What may be dialled is decided in dial, not by remotedialer's authorizer: a refusal
+	// there ends the whole session, dropping every stream of the node (exec, logs -f) and
+	// the tunnel itself, so an owner who wrote a Node address or webhook URL the node
+	// refuses could keep their cluster's tunnels flapping. A refused dial ends its own
+	// connection only.
+	auth := func(string, string) bool { return true }
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(address)
-		ok := proto == "tcp" && err == nil && c.Allow(ap)
-		if !ok {
-			c.Logf("tunnel: refused to dial %s %s for the apiserver", proto, address)
+		if network != "tcp" || err != nil || !c.Allow(ap) {
+			c.Logf("tunnel: refused to dial %s %s for the apiserver", network, address)
+			return nil, fmt.Errorf("the node refuses to dial %s %s: only its cluster's pods and Services and its own kubelet", network, address)
 		}
-		return ok
+		return c.Dial(ctx, network, address)
 	}
 	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := remotedialer.ConnectToProxyWithDialer(ctx, "wss://"+c.Gate+Path, http.Header{}, auth, d, c.Dial, func(context.Context, *remotedialer.Session) error {
+		err := remotedialer.ConnectToProxyWithDialer(ctx, "wss://"+c.Gate+Path, http.Header{}, auth, d, dial, func(context.Context, *remotedialer.Session) error {
 			c.Logf("tunnel to %s open", c.Gate)
 			return nil
 		})

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 )
 
 // Ranges are a cluster's pod and Service networks (clusternet's plan).
@@ -44,6 +45,10 @@ var (
 	// ErrNoNode: the address is the cluster's, but no node that serves it has a tunnel open
 	// (it is booting, gone, or its agent is reconnecting).
 	ErrNoNode = errors.New("no connected node serves the address")
+	// ErrSharedAddress: more than one connected node has the address. Nodes rented on
+	// different hosts may (a node's address is its link on its own host, drawn from the same
+	// range on every host); guessing would send one node's kubelet traffic to the other.
+	ErrSharedAddress = errors.New("more than one node has the address (nodes on different hosts may share a link address)")
 )
 
 // Route names the node whose tunnel carries a connection to target: the node whose pod
@@ -80,14 +85,23 @@ func Route(target netip.Addr, r Ranges, nodes []Node, connected func(name string
 		}
 		return "", fmt.Errorf("pod address %s is in no node's pod CIDR: %w", target, ErrNoNode)
 	}
+	var holders []string
 	for _, n := range nodes {
 		for _, a := range n.Addresses {
 			if a.Unmap() == target && connected(n.Name) {
-				return n.Name, nil
+				holders = append(holders, n.Name)
+				break
 			}
 		}
 	}
-	return "", fmt.Errorf("%s: %w", target, ErrOutsideCluster)
+	switch len(holders) {
+	case 0:
+		return "", fmt.Errorf("%s: %w", target, ErrOutsideCluster)
+	case 1:
+		return holders[0], nil
+	}
+	sort.Strings(holders)
+	return "", fmt.Errorf("%s (nodes %s): %w", target, strings.Join(holders, ", "), ErrSharedAddress)
 }
 
 // AllowInCluster is what a node's agent dials for its apiserver: TCP to the cluster's pod and

@@ -52,6 +52,18 @@ func TestRoute(t *testing.T) {
 	if _, err := Route(netip.MustParseAddr("10.43.0.1"), testRanges, nil, connected); !errors.Is(err, ErrNoNode) {
 		t.Errorf("a Service with no node: %v, want ErrNoNode", err)
 	}
+	// Two nodes rented on different hosts, each the first node of its host's link pool: the
+	// address names neither, and the first of them would be the wrong one half the time.
+	twins := append(nodes,
+		Node{Name: "near", Addresses: []netip.Addr{netip.MustParseAddr("10.78.0.14")}},
+		Node{Name: "far", Addresses: []netip.Addr{netip.MustParseAddr("10.78.0.14")}})
+	if got, err := Route(netip.MustParseAddr("10.78.0.14"), testRanges, twins, connected); !errors.Is(err, ErrSharedAddress) {
+		t.Errorf("an address two connected nodes have: %q, %v; want ErrSharedAddress", got, err)
+	}
+	// One of them not connected: the address is the other's.
+	if got, err := Route(netip.MustParseAddr("10.78.0.14"), testRanges, twins, func(n string) bool { return n != "far" }); err != nil || got != "near" {
+		t.Errorf("an address two nodes have, one connected: %q, %v; want near", got, err)
+	}
 }
 
 func TestAllowInCluster(t *testing.T) {

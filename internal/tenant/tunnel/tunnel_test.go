@@ -93,16 +93,23 @@ func newEnv(t *testing.T) *env {
 
 // node starts a node's tunnel client with the node's certificate; its own address is
 // nodeIP and its kubelet's port kubelet.
-func (e *env) node(t *testing.T, name string, nodeIP netip.Addr, kubelet uint16) {
+// It returns how many times the tunnel was opened.
+func (e *env) node(t *testing.T, name string, nodeIP netip.Addr, kubelet uint16) *atomic.Int32 {
 	cert := e.issue("system:node:"+name, "system:nodes")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	opens := &atomic.Int32{}
 	c := &tunnel.Client{
 		Gate:  e.gate.Addr(),
 		TLS:   &tls.Config{RootCAs: e.caPool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}},
 		Allow: tunnel.AllowInCluster(ranges, nodeIP, kubelet),
 		Dial:  (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		Logf:  t.Logf,
+		Logf: func(format string, args ...any) {
+			if strings.HasSuffix(format, " open") {
+				opens.Add(1)
+			}
+			t.Logf(format, args...)
+		},
 	}
 	go c.Run(ctx)
 	deadline := time.Now().Add(10 * time.Second)
@@ -112,6 +119,7 @@ func (e *env) node(t *testing.T, name string, nodeIP netip.Addr, kubelet uint16)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return opens
 }
 
 // connect is what the apiserver's egress selector does: CONNECT addr over the socket,
@@ -178,7 +186,7 @@ func TestTunnelCarriesOnlyTheClustersAddresses(t *testing.T) {
 	if st, _ := e.connect(t, pod); !strings.HasPrefix(st, "502") {
 		t.Fatalf("CONNECT to a pod before its node's tunnel: %s, want 502", st)
 	}
-	e.node(t, "n1", netip.MustParseAddr("127.0.3.200"), kubeletPort)
+	opens := e.node(t, "n1", netip.MustParseAddr("127.0.3.200"), kubeletPort)
 
 	if st, body := e.connect(t, pod); body != "pod" {
 		t.Fatalf("CONNECT to the pod: %s %q", st, body)
@@ -188,6 +196,10 @@ func TestTunnelCarriesOnlyTheClustersAddresses(t *testing.T) {
 	}
 	if st, body := e.connect(t, kubelet); body != "kubelet" {
 		t.Fatalf("CONNECT to the node's kubelet: %s %q", st, body)
+	}
+	// Another port of the node's own address: the agent refuses it.
+	if st, body := e.connect(t, "127.0.3.200:22"); !strings.HasPrefix(body, "error: ") {
+		t.Fatalf("CONNECT to another port of the node's address: %s %q, want refused", st, body)
 	}
 	// A Service address goes to a connected node, which dials it (here nothing listens).
 	if st, body := e.connect(t, "127.0.2.9:80"); !strings.HasPrefix(body, "error: ") {
@@ -206,6 +218,13 @@ func TestTunnelCarriesOnlyTheClustersAddresses(t *testing.T) {
 	}
 	if hostHits.Load() != 0 {
 		t.Fatalf("the host's server was reached %d times", hostHits.Load())
+	}
+	// The refusals ended their own connections only: the tunnel stayed open throughout.
+	if st, body := e.connect(t, pod); body != "pod" {
+		t.Fatalf("CONNECT to the pod after the refusals: %s %q", st, body)
+	}
+	if n := opens.Load(); n != 1 {
+		t.Fatalf("the tunnel was opened %d times: a refused dial dropped it", n)
 	}
 
 	// Only a node opens a tunnel: an admin's certificate, or none, is refused.
