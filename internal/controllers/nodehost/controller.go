@@ -158,7 +158,8 @@ type outcome struct {
 
 // Reconcile: read the Cluster and its claims; a Cluster not running or deleted releases
 // every claim (release.go); a Ready one has its tenant watched (watch.go), its claimed Nodes
-// labelled and its ghost Nodes removed (ghosts.go), its claims that ended deleted, the
+// labelled and its ghost Nodes removed (ghosts.go), a new node with another's address
+// replaced (address.go), its claims that ended deleted, the
 // decision taken (input.go) and applied (apply.go); the status is written once (status.go).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := tenant.Key{Namespace: req.Namespace, Name: req.Name}
@@ -254,15 +255,18 @@ func (r *Reconciler) decide(ctx context.Context, p *pass, w *tenantWatch) (scale
 		return scale.Decision{}, err
 	}
 	pods, held := w.withVolumes(pods)
+	if err := r.upkeep(ctx, p, w, nodes); err != nil {
+		return scale.Decision{}, err
+	}
+	if nodes, err = r.replaceShared(ctx, p, w, nodes); err != nil {
+		return scale.Decision{}, err
+	}
 	p.nodes = nodes
 	p.joined = map[string]bool{}
 	for _, n := range nodes {
 		if NodeJoined(n) {
 			p.joined[n.Name] = true
 		}
-	}
-	if err := r.upkeep(ctx, p, w, nodes); err != nil {
-		return scale.Decision{}, err
 	}
 	retry, err := r.deleteEnded(ctx, p)
 	if err != nil {

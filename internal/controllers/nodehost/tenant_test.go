@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,10 +274,18 @@ func (r *rig) deletePod(name string) {
 
 // readyNode registers a Node in the tenant with room for one pod and condition Ready True,
 // as a kubelet would.
-func (r *rig) readyNode(name string) {
+func (r *rig) readyNode(name string) { r.readyNodeAt(name, "10.77.0.2", false) }
+
+// readyNodeAt is readyNode with InternalIP ip, and when closed with the taint a claimed
+// node's kubelet registers with (v1alpha1.TaintNodeUnregistered).
+func (r *rig) readyNodeAt(name, ip string, closed bool) {
 	r.t.Helper()
 	ctx := context.Background()
-	if _, err := r.tc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if closed {
+		n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintNodeUnregistered, Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if _, err := r.tc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		r.t.Fatal(err)
 	}
 	room := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("1"),
@@ -291,7 +300,7 @@ func (r *rig) readyNode(name string) {
 		n.Status.Capacity, n.Status.Allocatable = room, room
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: now, LastTransitionTime: now}}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.77.0.2"}}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
 		_, err = r.tc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -570,6 +579,60 @@ func TestNodeHost_ClusterDeleteReleasesEveryClaim(t *testing.T) {
 // which it holds its place, the node host deletes it, and the pod that still waits claims a
 // node again, under a new node name. When that one fails too, it holds its place twice as
 // long: a market that fails every claim is asked less and less often.
+// A node that joins with the InternalIP of another node of its cluster (the first link of
+// two hosts) is never opened: its claim is deleted, the Node says why, and the pod it came
+// for gets a node of a new claim.
+func TestNodeHost_NodeWithAnotherNodesAddressIsReplaced(t *testing.T) {
+	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 2, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}}, nodehost.Options{})
+	r.pod("a")
+	r.unschedulable("a")
+	first := r.waitClaims(1, 30*time.Second)[0]
+	r.readyNodeAt(first.Spec.NodeName, "10.78.0.2", false)
+	r.pod("b") // one pod per node: b needs a second
+	r.unschedulable("b")
+	var second v1alpha1.NodeClaim
+	r.eventually(30*time.Second, "a second claim", func() (bool, string) {
+		for _, c := range r.claims() {
+			if c.UID != first.UID {
+				second = c
+			}
+		}
+		return second.UID != "", fmt.Sprint(names(r.claims()))
+	})
+	r.readyNodeAt(second.Spec.NodeName, "10.78.0.2", true)
+	ctx := context.Background()
+	r.eventually(30*time.Second, "the second claim replaced", func() (bool, string) {
+		// Until its claim's release removes it (here at once: no NodeClaim controller runs,
+		// and the node host then removes the Node as a ghost), the node stays closed.
+		if n, err := r.tc.CoreV1().Nodes().Get(ctx, second.Spec.NodeName, metav1.GetOptions{}); err == nil &&
+			!slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintNodeUnregistered }) {
+			t.Fatalf("the node with another's address was opened: taints %v", n.Spec.Taints)
+		}
+		gone, replaced := true, false
+		for _, c := range r.claims() {
+			switch {
+			case c.UID == second.UID:
+				gone = c.DeletionTimestamp != nil
+			case c.UID != first.UID:
+				replaced = c.Spec.NodeName != second.Spec.NodeName
+			}
+		}
+		return gone && replaced, fmt.Sprint(names(r.claims()))
+	})
+	r.eventually(30*time.Second, "the node's event", func() (bool, string) {
+		evs, err := r.tc.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + second.Spec.NodeName})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == nodehost.ReasonNodeAddressShared && strings.Contains(e.Message, "10.78.0.2") && strings.Contains(e.Message, first.Spec.NodeName) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
+}
+
 func TestNodeHost_FailedClaimIsReplaced(t *testing.T) {
 	retry := 2 * time.Second
 	r := newRig(t, v1alpha1.ClusterSpec{MaxNodes: 2, PodsPerNode: 1, ScaleHold: metav1.Duration{Duration: time.Minute}},
