@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"socialweb.computer/internal/market/bidder"
 	"socialweb.computer/internal/market/feed"
@@ -39,7 +40,7 @@ func LocalNodeStateDir(root string) string { return guestsDir(localNodeBidderDir
 // its own account on srv (handle and DID in DATA_DIR/bidder/account.json; it acts in-process
 // and keeps no password) and its guests' state in DATA_DIR/bidder/guests. Without a Deno
 // binary, or what its jail needs (root, unshare, cgroups), it says so and runs none.
-func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+func startLocalBidder(ctx context.Context, running *sync.WaitGroup, srv *pds.Server, root string, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	dir := localBidderDir(root)
 	sub, err := deno.New(deno.Config{StateDir: guestsDir(dir)})
 	if errors.Is(err, substrate.ErrUnavailable) {
@@ -49,7 +50,7 @@ func startLocalBidder(ctx context.Context, srv *pds.Server, root string, sources
 	if err != nil {
 		return err
 	}
-	return runLocalBidder(ctx, srv, dir, LocalBidderHandle, sub, LocalPrice{}, sources, log, phase)
+	return runLocalBidder(ctx, running, srv, dir, LocalBidderHandle, sub, LocalPrice{}, sources, log, phase)
 }
 
 // startLocalNodeBidder runs the bidder of tenant nodes (computeKind node, free bids unless
@@ -96,8 +97,8 @@ func newLocalNodeSubstrate(root string, nodes node.Config, phase func(string, ..
 
 // startLocalNodeBidder runs the node bidder of sub (newLocalNodeSubstrate) from its own
 // account, bidding at price.
-func startLocalNodeBidder(ctx context.Context, srv *pds.Server, root string, sub *node.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
-	return runLocalBidder(ctx, srv, localNodeBidderDir(root), LocalNodeBidderHandle, sub, price, sources, log, phase)
+func startLocalNodeBidder(ctx context.Context, running *sync.WaitGroup, srv *pds.Server, root string, sub *node.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+	return runLocalBidder(ctx, running, srv, localNodeBidderDir(root), LocalNodeBidderHandle, sub, price, sources, log, phase)
 }
 
 // LocalPrice prices a bidder's bids per hour by the size each rfp asks, in the smallest unit
@@ -168,8 +169,9 @@ func localNodesRunUserNamespaces(sub *node.Substrate) (bool, string) {
 
 // runLocalBidder runs a bidder of sub from account handle on srv until ctx ends, bidding at
 // price (free when zero), following the firehoses of sources (requesters elsewhere) besides
-// srv's.
-func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, sub substrate.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
+// srv's. running counts it until it has stopped: its last writes (a released guest's final
+// event) go to srv, which must stay open until then.
+func runLocalBidder(ctx context.Context, running *sync.WaitGroup, srv *pds.Server, dir, handle string, sub substrate.Substrate, price LocalPrice, sources []string, log *slog.Logger, phase func(string, ...any)) error {
 	// A standalone `socialweb bidder` may hold the dir (and act as the same account).
 	lock, err := bidder.LockStateDir(dir)
 	if err != nil {
@@ -189,7 +191,9 @@ func runLocalBidder(ctx context.Context, srv *pds.Server, dir, handle string, su
 		Sources: feed.Sources(sources, srv, srv.Directory()), Directory: srv.Directory(), StateDir: dir, Log: log.With("bidder", handle)}
 	price.apply(&cfg)
 	b := bidder.New(cfg)
+	running.Add(1)
 	go func() {
+		defer running.Done()
 		defer lock.Release()
 		if err := b.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("local bidder stopped", "bidder", handle, "err", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"socialweb.computer/config/crd"
@@ -262,13 +263,18 @@ func Up(ctx context.Context, o UpOptions) error {
 	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
 	// race them to an early exit that the stop sequence below would then wait for in vain.
 	ctrlCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
+	// The local bidders run on ctrlCtx too. Deferred calls run last first: ctrlCtx is
+	// cancelled, then the bidders are waited for, and only then does the PDS they write to
+	// (a released guest's final event) close.
+	var bidders sync.WaitGroup
+	defer waitStopped(&bidders, 30*time.Second, func() { phase("bidders did not stop within 30s; stopping the PDS anyway") })
 	defer stopControllers()
-	if err := startLocalBidder(ctrlCtx, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
+	if err := startLocalBidder(ctrlCtx, &bidders, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
 		return err
 	}
 	if tenants != nil {
 		if nodeSub != nil {
-			if err := startLocalNodeBidder(ctrlCtx, srv, dir.Root, nodeSub, o.NodePrice, o.MarketFollow, log, phase); err != nil {
+			if err := startLocalNodeBidder(ctrlCtx, &bidders, srv, dir.Root, nodeSub, o.NodePrice, o.MarketFollow, log, phase); err != nil {
 				return err
 			}
 		}
@@ -318,7 +324,7 @@ func Up(ctx context.Context, o UpOptions) error {
 	case err := <-c.Done():
 		runErr = fmt.Errorf("API server stopped: %w", err)
 	}
-	phase("stopping controllers")
+	phase("stopping controllers and bidders")
 	stopControllers()
 	if !ctrlStopped {
 		select {
@@ -328,6 +334,20 @@ func Up(ctx context.Context, o UpOptions) error {
 		}
 	}
 	return runErr
+}
+
+// waitStopped waits for wg, or for timeout, after which it calls late and returns.
+func waitStopped(wg *sync.WaitGroup, timeout time.Duration, late func()) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		late()
+	}
 }
 
 // hostCheckConfig is what up runs, as the host check sees it: the deno bidder, tenant
