@@ -17,6 +17,8 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"socialweb.computer/internal/clusternet"
 )
 
 // Annotations a node sets on its own Node (as flannel's WireGuard backend does).
@@ -79,7 +81,7 @@ func DesiredPeers(self string, clusterCIDR, nodeNetwork netip.Prefix, nodes []co
 		if n.Name == self {
 			ps, _ := podCIDRs(n, clusterCIDR)
 			taken = append(taken, ps...)
-			if a, ok := internalIP(n); ok {
+			if a, ok := clusternet.NodeInternalIP(&n); ok {
 				taken = append(taken, netip.PrefixFrom(a, 32))
 			}
 		}
@@ -128,7 +130,7 @@ func DesiredPeers(self string, clusterCIDR, nodeNetwork netip.Prefix, nodes []co
 		taken = append(taken, cidrs...)
 		keys[key] = n.Name
 		p := Peer{Node: n.Name, PublicKey: key, Endpoint: ep, AllowedIPs: cidrs}
-		if a, ok := internalIP(n); ok && nodeNetwork.Contains(a) {
+		if a, ok := clusternet.NodeInternalIP(&n); ok && nodeNetwork.Contains(a) {
 			addr := []netip.Prefix{netip.PrefixFrom(a, 32)}
 			if _, _, clash := overlapping(addr, taken); !clash {
 				taken = append(taken, addr...)
@@ -139,19 +141,6 @@ func DesiredPeers(self string, clusterCIDR, nodeNetwork netip.Prefix, nodes []co
 		peers = append(peers, p)
 	}
 	return peers, skipped
-}
-
-// internalIP is the Node's first IPv4 InternalIP address.
-func internalIP(n corev1.Node) (netip.Addr, bool) {
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-			return ip, true
-		}
-	}
-	return netip.Addr{}, false
 }
 
 // podCIDRs are the Node's IPv4 pod CIDRs (spec.podCIDRs, else spec.podCIDR), each inside

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "socialweb.computer/api/v1alpha1"
+	"socialweb.computer/internal/clusternet"
 )
 
 // ReasonNodeAddressShared is the Warning event on a tenant Node replaced because another
@@ -34,7 +35,7 @@ func SharedAddresses(nodes []*corev1.Node, claims []*v1alpha1.NodeClaim) map[str
 	}
 	byAddress := map[netip.Addr][]*corev1.Node{}
 	for _, n := range nodes {
-		if a, ok := internalIP(n); ok {
+		if a, ok := clusternet.NodeInternalIP(n); ok {
 			byAddress[a] = append(byAddress[a], n)
 		}
 	}
@@ -63,19 +64,6 @@ func SharedAddresses(nodes []*corev1.Node, claims []*v1alpha1.NodeClaim) map[str
 	return shared
 }
 
-// internalIP is the node's first InternalIP status address that parses.
-func internalIP(n *corev1.Node) (netip.Addr, bool) {
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			return ip.Unmap(), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
 // replaceShared deletes the claims of the nodes SharedAddresses names (their contracts are
 // released; a pod still pending gets a node of a new claim, whose address is drawn afresh),
 // says why on each Node, and returns the nodes without them: the rest of the pass neither
@@ -99,7 +87,7 @@ func (r *Reconciler) replaceShared(ctx context.Context, p *pass, w *tenantWatch,
 			if n.Name != c.Spec.NodeName {
 				continue
 			}
-			a, _ := internalIP(n)
+			a, _ := clusternet.NodeInternalIP(n)
 			w.events.Eventf(n, corev1.EventTypeWarning, ReasonNodeAddressShared,
 				"address %s is also node %s's (nodes rented on different hosts); this node is released and another rented", a, other)
 			r.Log.Info("nodehost_node_address_shared", "cluster", p.key.String(), "node", n.Name, "claim", c.Name,
