@@ -116,10 +116,10 @@ func awaitServing(ctx context.Context, cfg *rest.Config, name string) error {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
-	if err != nil {
+	if wait.Interrupted(err) {
 		return notReady("cluster %q is waking; try again", name)
 	}
-	return nil
+	return err
 }
 
 // tenantErr turns an error of the tenant apiserver into an XRPC error; its message is the
