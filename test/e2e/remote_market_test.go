@@ -169,32 +169,21 @@ func TestNode_RentedFromABidderOnAnotherHost(t *testing.T) {
 	farBidder.stop()
 }
 
-// meshPod is pod name (label app: name) serving its name on port 8080 (svcprobe serve) and
-// its Service name (port 80); with notWith, the pod is kept off the node of pod notWith.
+// meshPod is pod name (label app: name) serving its name on port 8080 (probeServerOf), ready
+// once it answers, and its Service name (port 80); with notWith, the pod is kept off the node
+// of pod notWith.
 func meshPod(name, notWith string) string {
-	affinity := ""
+	pod := probeServerOf(name, name) + `    ports: [{name: http, containerPort: 8080}]
+    readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
+`
 	if notWith != "" {
-		affinity = `
-  affinity:
+		pod += `  affinity:
     podAntiAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
-      - {labelSelector: {matchLabels: {app: ` + notWith + `}}, topologyKey: kubernetes.io/hostname}`
+      - {labelSelector: {matchLabels: {app: ` + notWith + `}}, topologyKey: kubernetes.io/hostname}
+`
 	}
-	return `apiVersion: v1
-kind: Pod
-metadata: {name: ` + name + `, namespace: default, labels: {app: ` + name + `}}
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1` + affinity + `
-  containers:
-  - name: c
-    image: ` + probeImage + `
-    imagePullPolicy: Never
-    args: [serve, "8080"]
-    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
-    ports: [{name: http, containerPort: 8080}]
-    readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
----
+	return pod + `---
 apiVersion: v1
 kind: Service
 metadata: {name: ` + name + `, namespace: default}

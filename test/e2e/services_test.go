@@ -47,10 +47,14 @@ func writeProbeImage(t *testing.T, dir string) {
 }
 
 // probeServer is a pod of Service "probe" (label app: probe) answering on 8080 with its name.
-func probeServer(name string) string {
+func probeServer(name string) string { return probeServerOf(name, "probe") }
+
+// probeServerOf is probeServer labelled app: app. Its container's fields come last, so a
+// caller may append more of them (four spaces in) and then more of the pod's spec (two).
+func probeServerOf(name, app string) string {
 	return `apiVersion: v1
 kind: Pod
-metadata: {name: ` + name + `, namespace: default, labels: {app: probe}}
+metadata: {name: ` + name + `, namespace: default, labels: {app: ` + app + `}}
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
