@@ -17,6 +17,12 @@ const (
 	BidderBeforeBid = "bidder.before-bid"
 	// BidderAfterIntent: the start intent (before-boot) is on disk, the guest not booted.
 	BidderAfterIntent = "bidder.after-intent"
+	// DenoAfterStateDir: inside the deno substrate's Boot, the guest's state dir is made and
+	// its uid taken, nothing written in it yet (no guest.json, no process).
+	DenoAfterStateDir = "deno.after-state-dir"
+	// GuestAfterSpawn: inside a substrate's Boot, the guest's supervisor process is running
+	// (its own session, it outlives the bidder), its pid.json not written.
+	GuestAfterSpawn = "guest.after-spawn"
 	// BidderAfterBoot: the substrate's Boot returned, the intent still says before-boot.
 	BidderAfterBoot = "bidder.after-boot"
 	// BidderAfterReceipt: the receipt is in the repo, the intent still says booted.
@@ -56,7 +62,7 @@ const (
 
 // Names are every point: the bid, a guest start's in the order it reaches them, then the requester's,
 // the record writer's and the Infra controller's.
-var Names = []string{BidderBeforeBid, BidderAfterIntent, BidderAfterBoot, BidderAfterReceipt, BidderBeforeStarted,
+var Names = []string{BidderBeforeBid, BidderAfterIntent, DenoAfterStateDir, GuestAfterSpawn, BidderAfterBoot, BidderAfterReceipt, BidderBeforeStarted,
 	RequesterAfterRFP, RequesterAfterAccept, RequesterAfterDelete,
 	RecordAfterRead, RecordAfterWrite,
 	InfraAfterContractCreate, InfraAfterChildApply, InfraAfterRelease}

@@ -64,6 +64,8 @@ var chaosRows = []chaosRow{
 	{point: crashpoint.BidderBeforeBid, down: 6 * time.Second}, // chaosInfra's window is 5 s
 	{point: crashpoint.RequesterAfterAccept},
 	{point: crashpoint.BidderAfterIntent},
+	{point: crashpoint.DenoAfterStateDir},
+	{point: crashpoint.GuestAfterSpawn},
 	{point: crashpoint.BidderAfterBoot},
 	{point: crashpoint.BidderAfterReceipt},
 	{point: crashpoint.BidderBeforeStarted},
@@ -366,6 +368,12 @@ func assertDeployedOnce(t *testing.T, pc *atclient.Client, inf *v1alpha1.Infra, 
 	if len(substratetest.Procs(filepath.Join(guests, want))) == 0 {
 		t.Fatalf("guest %s has no process", want)
 	}
+	// And one guest: one supervisor of that dir. A boot cut short after its supervisor was
+	// spawned leaves one that no pid.json names; it must be found and ended, not run beside
+	// the guest booted again.
+	if sups := supervisorsOf(filepath.Join(guests, want)); len(sups) != 1 {
+		t.Fatalf("guest %s has %d supervisor processes %v, want 1", want, len(sups), sups)
+	}
 	// One record of the deployment, in step with the object.
 	n := 0
 	for _, r := range list(owner, infraNSID) {
@@ -390,4 +398,21 @@ func assertDeployedOnce(t *testing.T, pc *atclient.Client, inf *v1alpha1.Infra, 
 		return ir.Status != nil && deref(ir.Status.Phase) == "deployed" && rc != nil && deref(rc.Phase) == "deployed" && deref(rc.Winner) == bidderDID &&
 			len(ir.Contracts) == 1 && ir.Contracts[0].State == "requested", fmt.Errorf("record %s", statusJSON(ir))
 	})
+}
+
+// supervisorsOf lists the guest supervisors of dir: the processes whose command line is
+// guestproc's supervisor script (/bin/sh -c SCRIPT socialweb-guest DIR ...) run for dir.
+func supervisorsOf(dir string) []int {
+	var pids []int
+	for _, pid := range substratetest.Procs(dir) {
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) > 4 && args[0] == "/bin/sh" && args[3] == "socialweb-guest" && args[4] == dir {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

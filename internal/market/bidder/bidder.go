@@ -767,7 +767,7 @@ func (b *Bidder) onAccept(ctx context.Context, uri string) error {
 	crashpoint.Hit(crashpoint.BidderAfterIntent)
 	_, bootErr := b.cfg.Substrate.Boot(ctx, spec)
 	if errors.Is(bootErr, substrate.ErrExists) {
-		bootErr = nil
+		bootErr = b.bootOver(ctx, spec)
 	}
 	crashpoint.Hit(crashpoint.BidderAfterBoot)
 	if bootErr == nil {
@@ -965,7 +965,11 @@ func (b *Bidder) awaitSecrets(ctx context.Context, uri string, spec substrate.Gu
 			b.finish(ctx, spec.ID, rc, fmt.Sprintf("boot: %v", err))
 			return
 		}
-		if _, err := b.cfg.Substrate.Boot(ctx, spec); err != nil && !errors.Is(err, substrate.ErrExists) {
+		_, err := b.cfg.Substrate.Boot(ctx, spec)
+		if errors.Is(err, substrate.ErrExists) {
+			err = b.bootOver(ctx, spec)
+		}
+		if err != nil {
 			b.finish(ctx, spec.ID, rc, fmt.Sprintf("boot: %v", err))
 			return
 		}
@@ -1030,7 +1034,24 @@ func (b *Bidder) stop(ctx context.Context, id string) {
 	if err := b.cfg.Substrate.Stop(ctx, id); err != nil && !errors.Is(err, substrate.ErrNotFound) {
 		b.log.Warn("stop", "guest", id, "err", err)
 	}
-	_ = b.cfg.Substrate.Remove(ctx, id)
+	if err := b.cfg.Substrate.Remove(ctx, id); err != nil && !errors.Is(err, substrate.ErrNotFound) {
+		b.log.Warn("remove", "guest", id, "err", err)
+	}
+}
+
+// bootOver is a boot that found a guest of spec's ID there already (ErrExists): one that
+// runs or is starting is the guest (a boot answered twice), kept; one that ended, or whose
+// state does not read (what a start cut short leaves), is stopped, removed and booted again.
+// Taking any leftover for a booted guest reported a start that never happened.
+func (b *Bidder) bootOver(ctx context.Context, spec substrate.GuestSpec) error {
+	gs, err := b.cfg.Substrate.Status(ctx, spec.ID)
+	if err == nil && !gs.Phase.Ended() {
+		return nil
+	}
+	b.log.Info("market_guest_replaced", "guest", spec.ID, "phase", string(gs.Phase), "message", gs.Message)
+	b.stop(ctx, spec.ID)
+	_, err = b.cfg.Substrate.Boot(ctx, spec)
+	return err
 }
 
 // finish stops the guest (if it runs) and writes the final vm.delete event once.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"socialweb.computer/internal/crashpoint"
 	"sort"
 	"strconv"
 	"strings"
@@ -281,6 +282,7 @@ func (s *Substrate) Boot(ctx context.Context, spec substrate.GuestSpec) (substra
 		_ = os.RemoveAll(dir)
 		return fail(substrate.ErrBoot, "%v", err)
 	}
+	crashpoint.Hit(crashpoint.DenoAfterStateDir)
 	var cgroups []string
 	st, err := s.start(dir, spec, uid, &cgroups)
 	if err != nil {

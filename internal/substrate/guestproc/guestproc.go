@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"socialweb.computer/internal/crashpoint"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,6 +168,10 @@ for f in $c; do rm -rf -- "$d/$f"; done
 echo "$code" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 `
 
+// supervisorName is the supervisor's $0: with the guest dir after it, what SupervisorOf
+// finds it by.
+const supervisorName = "socialweb-guest"
+
 var (
 	reapMu  sync.Mutex
 	reapers = map[int]*Child{}
@@ -223,7 +228,7 @@ func Spawn(o StartOptions) (*Child, error) {
 	if o.Direct && len(o.Cleanup) > 0 {
 		return nil, errors.New("a direct guest has no supervisor to clean up after it")
 	}
-	name, args := "/bin/sh", []string{"-c", supervisor, "socialweb-guest", o.Dir}
+	name, args := "/bin/sh", []string{"-c", supervisor, supervisorName, o.Dir}
 	for _, c := range o.Cleanup {
 		if !cleanRE.MatchString(c) {
 			return nil, fmt.Errorf("cleanup entry %q", c)
@@ -266,6 +271,7 @@ func Spawn(o StartOptions) (*Child, error) {
 	if st, err := ReadStat(pid); err == nil {
 		c.StartTicks = st.StartTicks
 	}
+	crashpoint.Hit(crashpoint.GuestAfterSpawn)
 	if err := WriteJSON(o.pidFilePath(), c.Record); err != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-c.done
@@ -483,10 +489,47 @@ func Stop(ctx context.Context, dir string, grace time.Duration) error {
 			return err
 		}
 	}
-	if rec.PID <= 0 || (exited && !rec.Alive()) {
+	if rec.PID <= 0 {
+		// No pid.json: the process that started the guest died between the spawn and that
+		// write, or before the spawn. A supervisor spawned runs on in its own session, and
+		// would run beside the guest booted again in its place: find it by its command line.
+		if pid := SupervisorOf(dir); pid > 0 {
+			return KillGroup(ctx, pid, grace)
+		}
+		return nil
+	}
+	if exited && !rec.Alive() {
 		return nil
 	}
 	return KillGroup(ctx, rec.PID, grace)
+}
+
+// SupervisorOf is the pid of the live supervisor of the guest in dir (Start's, not Direct),
+// found by its command line, or 0 when none runs. It is how a guest whose pid.json was never
+// written is found.
+func SupervisorOf(dir string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) < 5 || args[0] != "/bin/sh" || args[1] != "-c" || args[2] != supervisor || args[3] != supervisorName || args[4] != dir {
+			continue
+		}
+		if st, err := ReadStat(pid); err == nil && st.State != 'Z' && st.State != 'X' {
+			return pid
+		}
+	}
+	return 0
 }
 
 // ReapStale ends the process group recorded in pidFile when its leader

@@ -99,6 +99,41 @@ func TestStopOfARemovedGuest(t *testing.T) {
 	}
 }
 
+// A guest whose pid.json was never written (its starter died right after the spawn) is
+// found by its supervisor's command line and stopped, group and all; a guest of another dir
+// is left alone.
+func TestStopWithoutPidFileFindsTheSupervisor(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	c, err := Spawn(StartOptions{Dir: dir, Argv: []string{"/bin/sh", "-c", "sleep 600 & wait"}, Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Spawn(StartOptions{Dir: other, Argv: []string{"/bin/sleep", "600"}, Cwd: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = KillGroup(context.Background(), o.PID, time.Second) })
+	if err := os.Remove(filepath.Join(dir, PidFile)); err != nil {
+		t.Fatal(err)
+	}
+	if got := SupervisorOf(dir); got != c.PID {
+		t.Fatalf("SupervisorOf = %d, want %d", got, c.PID)
+	}
+	if err := Stop(context.Background(), dir, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, 10*time.Second)
+	if m := GroupMembers(c.PID, false); len(m) != 0 {
+		t.Fatalf("members %v of the guest's group left", m)
+	}
+	if SupervisorOf(dir) != 0 {
+		t.Fatal("a supervisor of the stopped guest still runs")
+	}
+	if !o.Alive() {
+		t.Fatal("the guest of another dir was stopped too")
+	}
+}
+
 func waitDone(t *testing.T, c *Child, within time.Duration) {
 	t.Helper()
 	select {
