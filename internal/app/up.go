@@ -139,6 +139,8 @@ func Up(ctx context.Context, o UpOptions) error {
 		return err
 	}
 	t0 := time.Now()
+	restoreGC := procmem.RelaxGCForStart()
+	defer restoreGC()
 	phase := func(format string, a ...any) {
 		fmt.Fprintf(o.Progress, "%6.2fs  %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, a...))
 	}
@@ -237,6 +239,47 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("tenant clusters unavailable: %s", why)
 	}
 
+	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
+	// race them to an early exit that the stop sequence below would then wait for in vain.
+	ctrlCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
+	// The local bidders run on ctrlCtx too. Deferred calls run last first: ctrlCtx is
+	// cancelled, then the bidders are waited for, and only then does the PDS they write to
+	// (a released guest's final event) close.
+	var bidders sync.WaitGroup
+	defer waitStopped(&bidders, 30*time.Second, func() { phase("bidders did not stop within 30s; stopping the PDS anyway") })
+	defer stopControllers()
+	if tenants != nil {
+		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {
+			return err
+		}
+	}
+	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
+		NodeBidWindow: o.NodeBidWindow, Quota: o.Quota,
+		// Outside any workspace, so that deleting one (every Secret in it) leaves the
+		// requester's index alone; the core serves no Namespaces, any name holds objects.
+		StateNamespace: UpStateNamespace,
+		// The local bidders live on srv, whatever PDS a requester's repo is on.
+		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
+	if err != nil {
+		return err
+	}
+	// The controllers start before the gateway, the console and the bidders, which need
+	// none of them: their caches sync (a list and a watch of each kind, and client-go's
+	// 100 ms polls of the sync) while those start, which after a crash is time taken off
+	// the recovery of every deployment the crash interrupted.
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- m.Start(ctrlCtx) }()
+	running := false
+	defer func() {
+		if !running { // a later step failed: the controllers stop before what they use does
+			stopControllers()
+			select {
+			case <-ctrlDone:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}()
+
 	access := gateway.Access{Allow: append([]string{acct.DID}, o.GatewayAllow...), Open: o.GatewayOpen}
 	gw, err := StartGateway(GatewayOptions{Core: c.RESTConfig, PLCURL: srv.PLCURL(), TenantsRoot: filepath.Join(dir.Root, "tenants"),
 		Addr: o.GatewayListen, Access: access, Quota: o.Quota, Logger: log})
@@ -260,48 +303,24 @@ func Up(ctx context.Context, o UpOptions) error {
 		phase("console serving at %s (log in with the kubeconfig's token, %s)", con.URL(), dir.AdminToken())
 	}
 
-	// Not a child of ctx: the controllers stop when told to, first, and a signal does not
-	// race them to an early exit that the stop sequence below would then wait for in vain.
-	ctrlCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
-	// The local bidders run on ctrlCtx too. Deferred calls run last first: ctrlCtx is
-	// cancelled, then the bidders are waited for, and only then does the PDS they write to
-	// (a released guest's final event) close.
-	var bidders sync.WaitGroup
-	defer waitStopped(&bidders, 30*time.Second, func() { phase("bidders did not stop within 30s; stopping the PDS anyway") })
-	defer stopControllers()
 	if err := startLocalBidder(ctrlCtx, &bidders, srv, dir.Root, o.MarketFollow, log, phase); err != nil {
 		return err
 	}
-	if tenants != nil {
-		if nodeSub != nil {
-			if err := startLocalNodeBidder(ctrlCtx, &bidders, srv, dir.Root, nodeSub, o.NodePrice, o.MarketFollow, log, phase); err != nil {
-				return err
-			}
-		}
-		if err := ensureNodeRequester(ctx, c.RESTConfig); err != nil {
+	if tenants != nil && nodeSub != nil {
+		if err := startLocalNodeBidder(ctrlCtx, &bidders, srv, dir.Root, nodeSub, o.NodePrice, o.MarketFollow, log, phase); err != nil {
 			return err
 		}
 	}
-	m, err := NewControllers(c.RESTConfig, ControllerOptions{MetricsAddr: o.MetricsAddr, Logger: log, PDS: srv, Tenants: tenants, TenantsUnavailable: why,
-		NodeBidWindow: o.NodeBidWindow, Quota: o.Quota,
-		// Outside any workspace, so that deleting one (every Secret in it) leaves the
-		// requester's index alone; the core serves no Namespaces, any name holds objects.
-		StateNamespace: UpStateNamespace,
-		// The local bidders live on srv, whatever PDS a requester's repo is on.
-		MarketSources: append([]string{srv.URL()}, o.MarketFollow...)})
-	if err != nil {
-		return err
-	}
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- m.Start(ctrlCtx) }()
 	if !m.GetCache().WaitForCacheSync(ctx) {
 		return errors.New("controllers: caches did not sync")
 	}
+	running = true
 	phase("controllers started")
 	fmt.Fprintf(o.Out, "socialweb is ready in %.2fs: kubeconfig %s (export KUBECONFIG=%s)%s\n", time.Since(t0).Seconds(), c.KubeconfigPath, c.KubeconfigPath, consoleAt)
 	// Start-up builds OpenAPI documents, decodes every CRD once and runs the initialisers of
 	// every component linked into the binary: hand that heap and those pages back now rather
 	// than letting the idle process hold them (what it touches again faults back in).
+	restoreGC()
 	procmem.Settle()
 	// And again after each burst of requests: the heap a burst grew to (bad input to the API
 	// server or the PDS costs tens of MiB a request) goes back once the burst is over.

@@ -26,20 +26,38 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 	if err != nil {
 		return err
 	}
-	applied := make(chan error, len(crds))
-	for _, want := range crds {
+	// One list rather than a get per CRD: on a restart every CRD is there already, and this
+	// is the whole of what the apply needs to know.
+	stored, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing CRDs: %w", err)
+	}
+	have := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for i := range stored.Items {
+		have[stored.Items[i].Name] = &stored.Items[i]
+	}
+	type result struct {
+		crd *apiextensionsv1.CustomResourceDefinition // as stored after the apply
+		err error
+	}
+	applied := make([]chan result, len(crds))
+	for i, want := range crds {
+		applied[i] = make(chan result, 1)
 		go func() {
-			if err := applyCRD(ctx, cs, want); err != nil {
-				applied <- fmt.Errorf("installing CRD %s: %w", want.Name, err)
-				return
+			got, err := applyCRD(ctx, cs, have[want.Name], want)
+			if err != nil {
+				err = fmt.Errorf("installing CRD %s: %w", want.Name, err)
 			}
-			applied <- nil
+			applied[i] <- result{got, err}
 		}()
 	}
-	for range crds {
-		if err := <-applied; err != nil {
-			return err
+	after := make([]*apiextensionsv1.CustomResourceDefinition, len(crds))
+	for i := range crds {
+		r := <-applied[i]
+		if r.err != nil {
+			return r.err
 		}
+		after[i] = r.crd
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -48,13 +66,14 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	errs := make(chan error, len(crds))
-	for _, crd := range crds {
+	for i, crd := range crds {
 		go func() {
-			if err := waitServing(ctx, cs, dyn, crd); err != nil {
+			got, err := waitServing(ctx, cs, dyn, crd, after[i])
+			if err != nil {
 				errs <- err
 				return
 			}
-			errs <- settleEstablished(ctx, cs, crd.Name, time.Now())
+			errs <- settleEstablished(ctx, cs, got, time.Now())
 		}()
 	}
 	for range crds {
@@ -75,13 +94,10 @@ const JustEstablishedWindow = 2 * time.Second
 // server with no peer to wait for; without this, the first create of each kind after a
 // fresh start waits two seconds for nothing. Only the condition's time changes: the CRD's
 // storage and served versions stay as they are (the handler rebuilds them on spec or name
-// changes only).
-func settleEstablished(ctx context.Context, cs apiextensionsclient.Interface, name string, now time.Time) error {
+// changes only). crd is the CRD as last read; it is read again only on a conflict.
+func settleEstablished(ctx context.Context, cs apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition, now time.Time) error {
+	name := crd.Name
 	for {
-		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("CRD %s: %w", name, err)
-		}
 		i := slices.IndexFunc(crd.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
 			return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
 		})
@@ -89,13 +105,17 @@ func settleEstablished(ctx context.Context, cs apiextensionsclient.Interface, na
 		if i < 0 || !crd.Status.Conditions[i].LastTransitionTime.After(settled.Time) {
 			return nil
 		}
+		crd = crd.DeepCopy()
 		crd.Status.Conditions[i].LastTransitionTime = settled
-		_, err = cs.ApiextensionsV1().CustomResourceDefinitions().UpdateStatus(ctx, crd, metav1.UpdateOptions{})
+		_, err := cs.ApiextensionsV1().CustomResourceDefinitions().UpdateStatus(ctx, crd, metav1.UpdateOptions{})
 		if !apierrors.IsConflict(err) {
 			if err != nil {
 				return fmt.Errorf("CRD %s: settling Established: %w", name, err)
 			}
 			return nil
+		}
+		if crd, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("CRD %s: %w", name, err)
 		}
 	}
 }
@@ -139,22 +159,25 @@ func waitDiscovered(ctx context.Context, cfg *rest.Config, crds []*apiextensions
 	}
 }
 
-func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, want *apiextensionsv1.CustomResourceDefinition) error {
-	have, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
+// applyCRD creates want, or updates have (want as stored, nil if it is not) to it unless it
+// is unchanged, and returns the CRD as stored after that.
+func applyCRD(ctx context.Context, cs apiextensionsclient.Interface, have, want *apiextensionsv1.CustomResourceDefinition) (*apiextensionsv1.CustomResourceDefinition, error) {
+	if have == nil {
+		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, want.DeepCopy(), metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return got, err
+		}
+		// Created since the list (another process installing the same CRDs): update it.
+		if have, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	if unchanged(have, want) {
-		return nil
+		return have, nil
 	}
 	upd := want.DeepCopy()
 	upd.ResourceVersion = have.ResourceVersion
-	_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, upd, metav1.UpdateOptions{})
-	return err
+	return cs.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, upd, metav1.UpdateOptions{})
 }
 
 // unchanged says whether have, as the API server stores it, already is want: then the update
@@ -168,7 +191,10 @@ func unchanged(have, want *apiextensionsv1.CustomResourceDefinition) bool {
 		equality.Semantic.DeepEqual(have.Annotations, defaulted.Annotations)
 }
 
-func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dynamic.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+// waitServing returns once crd is Established and its storage version's endpoint answers a
+// list, with the CRD as last read. seen is the CRD as the apply left it: when it is
+// Established already (a restart) the first round reads nothing more.
+func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dynamic.Interface, crd, seen *apiextensionsv1.CustomResourceDefinition) (*apiextensionsv1.CustomResourceDefinition, error) {
 	var storage string
 	for _, v := range crd.Spec.Versions {
 		if v.Storage {
@@ -177,12 +203,16 @@ func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dyna
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: storage, Resource: crd.Spec.Names.Plural}
 	var last error
+	got := seen
 	for {
-		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		var err error
+		if got == nil || !established(got) {
+			got, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		}
 		if err == nil && established(got) {
 			_, err = dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 			if err == nil {
-				return nil
+				return got, nil
 			}
 		}
 		if err == nil {
@@ -191,7 +221,7 @@ func waitServing(ctx context.Context, cs apiextensionsclient.Interface, dyn dyna
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("CRD %s does not serve: %v", crd.Name, last)
+			return nil, fmt.Errorf("CRD %s does not serve: %v", crd.Name, last)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

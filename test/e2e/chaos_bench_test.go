@@ -144,6 +144,7 @@ func TestBench_CrashLoop(t *testing.T) {
 		<-up.done
 		restart := time.Now()
 		up = startUp(t, dir)
+		upReady := time.Since(restart)
 		c = coreClient(t, dir)
 		// Where was it heading? A deployment not yet asked to go is to be Deployed, then
 		// released; one whose deletion was asked is to be gone.
@@ -160,7 +161,10 @@ func TestBench_CrashLoop(t *testing.T) {
 			stuck++
 			t.Logf("cycle %d: killed at %v (%s): not %s within a minute of the restart; %s", i, killAt, step, want, keepLog(t, dir, i))
 		default:
-			recovery = append(recovery, time.Since(restart))
+			took := time.Since(restart)
+			recovery = append(recovery, took)
+			t.Logf("cycle %d: killed at %v (%s): %s %v after the restart (up ready in %v)", i, killAt.Round(time.Millisecond), step, want,
+				took.Round(time.Millisecond), upReady.Round(time.Millisecond))
 		}
 		if want == "deployed" {
 			_ = c.Delete(ctx, chaosInfra(name))
