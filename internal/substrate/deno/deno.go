@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"socialweb.computer/internal/crashpoint"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"socialweb.computer/internal/crashpoint"
 	"socialweb.computer/internal/denodist"
 	"socialweb.computer/internal/substrate"
 	"socialweb.computer/internal/substrate/guestproc"

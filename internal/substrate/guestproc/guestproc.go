@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"socialweb.computer/internal/crashpoint"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"socialweb.computer/internal/atomicfile"
+	"socialweb.computer/internal/crashpoint"
 )
 
 // Files in a guest dir.
@@ -348,18 +348,25 @@ func GroupMembers(pgid int, withZombies bool) []int {
 	return pids
 }
 
+// procPIDs are the pids /proc lists now.
+func procPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // groupStats are the stats of the processes of group pgid, zombies included.
 func groupStats(pgid int) []Stat {
 	if pgid <= 1 {
 		return nil
 	}
-	ents, _ := os.ReadDir("/proc")
 	var out []Stat
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range procPIDs() {
 		if st, err := ReadStat(pid); err == nil && st.PGID == pgid {
 			out = append(out, st)
 		}
@@ -508,16 +515,8 @@ func Stop(ctx context.Context, dir string, grace time.Duration) error {
 // found by its command line, or 0 when none runs. It is how a guest whose pid.json was never
 // written is found.
 func SupervisorOf(dir string) int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+	for _, pid := range procPIDs() {
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 		if err != nil {
 			continue
 		}
