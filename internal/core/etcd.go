@@ -17,11 +17,13 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"socialweb.computer/internal/diskspace"
+	"socialweb.computer/internal/etcdstore"
 	"socialweb.computer/internal/unixsock"
 )
 
-// etcdMargin and a write-ahead log segment are the room a store needs to start: a new write-ahead log preallocates a
-// segment (64 MiB), and the database and a snapshot need a little more. A store that has
+// etcdMargin and a write-ahead log segment are the room a store needs to start: a new
+// write-ahead log preallocates a segment (etcdstore.SegmentBytes), and the database and a
+// snapshot need a little more. A store that has
 // its log already needs only the margin until it rolls over to a new segment.
 const etcdMargin = 16 * diskspace.MiB
 
@@ -74,7 +76,7 @@ func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd fun
 	cfg.WalDir = ""
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(d.Logs(), "etcd.log")}
-	room := uint64(wal.SegmentSizeBytes) + etcdMargin
+	room := uint64(etcdstore.SegmentBytes) + etcdMargin
 	if wal.Exist(filepath.Join(cfg.Dir, "member", "wal")) {
 		room = etcdMargin
 	}
@@ -105,9 +107,7 @@ func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd fun
 	cfg.ListenPeerUrls = []url.URL{peer}
 	cfg.AdvertisePeerUrls = []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// One member has no one to wait for: short ticks make its first election (and so a
-	// fresh start) take tens of milliseconds instead of a second.
-	cfg.TickMs, cfg.ElectionMs = 10, 100
+	etcdstore.Configure(cfg)
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	cfg.QuotaBackendBytes = StoreQuotaBytes
@@ -131,6 +131,9 @@ func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd fun
 	case <-ctx.Done():
 		closeEtcd()
 		return "", nil, nil, ctx.Err()
+	}
+	if err := etcdstore.CompactHistory(ctx, e); err != nil {
+		lg.Warn("the store keeps its history", zap.Error(err)) // it is compacted later, as it runs
 	}
 	return client.String(), closeEtcd, func() int64 { return e.Server.Backend().Size() }, nil
 }

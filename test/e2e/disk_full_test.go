@@ -48,7 +48,7 @@ func fill(t *testing.T, dir string) {
 // naming the path, what is free and what the store needs, exit status 1, and no stack
 // trace (etcd used to panic creating its write-ahead log).
 func TestCLI_DataDirWithoutRoomIsOneLine(t *testing.T) {
-	fs := smallFS(t, 48)
+	fs := smallFS(t, 12)
 	data := filepath.Join(fs, "data")
 	out, code := runCLI(t, "up", "--data-dir", data)
 	if code != 1 {

@@ -42,6 +42,7 @@ import (
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"socialweb.computer/internal/etcdstore"
 	"socialweb.computer/internal/tenant"
 	"socialweb.computer/internal/unixsock"
 )
@@ -406,20 +407,20 @@ func startEtcd(spec tenant.ChildSpec) (*embed.Etcd, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// One member: short ticks make its first election take tens of milliseconds.
-	cfg.TickMs, cfg.ElectionMs = 10, 100
+	etcdstore.Configure(cfg)
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "10m"
 	cfg.QuotaBackendBytes = 2 << 30
-	// A small tenant store: fewer snapshots kept in memory and on disk.
-	cfg.SnapshotCount = 5000
-	cfg.MaxSnapFiles, cfg.MaxWalFiles = 2, 2
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+		if err := etcdstore.CompactHistory(context.Background(), e); err != nil {
+			// The API server compacts it later, as it runs.
+			fmt.Fprintf(os.Stderr, "etcd: %v\n", err)
+		}
 		return e, nil
 	case err := <-e.Err():
 		e.Close()
