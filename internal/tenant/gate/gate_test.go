@@ -26,14 +26,36 @@ func backend(t *testing.T) (*httptest.Server, *tls.Config) {
 	return srv, &tls.Config{RootCAs: pool, ServerName: "example.com"}
 }
 
-func TestGateModes(t *testing.T) {
+// newGate is a gate in front of a new backend, closed when the test ends, with the
+// backend and the TLS config a client of the gate uses.
+func newGate(t *testing.T) (*Gate, *httptest.Server, *tls.Config) {
+	t.Helper()
 	srv, clientTLS := backend(t)
-	cert := srv.TLS.Certificates[0]
-	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), cert)
+	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
+	t.Cleanup(func() { g.Close() })
+	return g, srv, clientTLS
+}
+
+// awaitOpen waits up to within for the gate to count n open connections.
+func awaitOpen(t *testing.T, g *Gate, n int, within time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(within); ; {
+		open, _ := g.Activity()
+		if open == n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d connections open, want %d", open, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGateModes(t *testing.T) {
+	g, srv, clientTLS := newGate(t)
 
 	expect := func(want int, body string) {
 		t.Helper()
@@ -64,12 +86,7 @@ func TestGateModes(t *testing.T) {
 // A mode change ends connections made under the previous mode (a kept-alive client meets
 // the new mode on its next request).
 func TestGateModeChangeClosesConnections(t *testing.T) {
-	srv, clientTLS := backend(t)
-	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, _, clientTLS := newGate(t)
 	g.Set(Serving, "")
 	c, err := tls.Dial("tcp", g.Addr(), clientTLS)
 	if err != nil {
@@ -91,12 +108,7 @@ func deadline() time.Time { return time.Now().Add(2 * time.Second) }
 // An asleep gate holds a request, asks for one wake however many requests come, and
 // passes the held requests through once the cluster serves: they are late, not refused.
 func TestGateAsleepHoldsAndWakes(t *testing.T) {
-	srv, clientTLS := backend(t)
-	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, _, clientTLS := newGate(t)
 	wakes := make(chan struct{}, 8)
 	g.OnWake(func() { wakes <- struct{}{} })
 	g.Set(Asleep, "")
@@ -119,16 +131,7 @@ func TestGateAsleepHoldsAndWakes(t *testing.T) {
 		t.Fatal("no wake was asked for")
 	}
 	// Wait until all three are held, then a while more: none is answered meanwhile.
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		if open, _ := g.Activity(); open == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			open, _ := g.Activity()
-			t.Fatalf("%d connections held, want 3", open)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitOpen(t, g, 3, 2*time.Second)
 	select {
 	case a := <-answers:
 		t.Fatalf("a request was answered while asleep: %d %v", a.code, a.err)
@@ -180,12 +183,7 @@ func TestGateAsleepHoldsAndWakes(t *testing.T) {
 
 // The gate holds at most MaxHeld connections; more are answered at once, not kept.
 func TestGateAsleepHoldsBoundedly(t *testing.T) {
-	srv, clientTLS := backend(t)
-	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, _, clientTLS := newGate(t)
 	g.Set(Asleep, "")
 	var conns []net.Conn
 	defer func() {
@@ -200,16 +198,7 @@ func TestGateAsleepHoldsBoundedly(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if open, _ := g.Activity(); open == MaxHeld {
-			break
-		}
-		if time.Now().After(deadline) {
-			open, _ := g.Activity()
-			t.Fatalf("%d held, want %d", open, MaxHeld)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitOpen(t, g, MaxHeld, 5*time.Second)
 	t0 := time.Now()
 	code, b, err := Probe(g.URL(), clientTLS)
 	if err != nil || code != 503 || !strings.Contains(b, "waking up") {
@@ -222,12 +211,7 @@ func TestGateAsleepHoldsBoundedly(t *testing.T) {
 
 // A second address serves the same gate: its mode, and nothing once the gate is closed.
 func TestGateAlsoListens(t *testing.T) {
-	srv, clientTLS := backend(t)
-	g, err := Listen("127.0.0.1:0", strings.TrimPrefix(srv.URL, "https://"), srv.TLS.Certificates[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, _, clientTLS := newGate(t)
 	addr, err := g.AlsoListen("127.0.0.2:0")
 	if err != nil {
 		t.Skip("no second loopback address here:", err)
