@@ -384,8 +384,7 @@ func TestACC31_ScaleUpOne(t *testing.T) {
 // is a qemu microVM (TCG on this host: tens of seconds to a Node).
 func TestACC31_ScaleUpOne_VMFlavour(t *testing.T) {
 	t.Parallel()
-	vmNodeRow(t)
-	img := vmImage(t)
+	img := vmNodeRow(t)
 	n := startNodeUp(t, "--node-flavour", node.FlavourVM, "--vm-image", img)
 	scaleUpOne(t, n, node.FlavourVM)
 }

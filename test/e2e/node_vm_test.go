@@ -27,8 +27,7 @@ import (
 // disk.
 func TestNode_VMFlavour_JoinsTenantClusterAndRunsAPod(t *testing.T) {
 	t.Parallel()
-	vmNodeRow(t)
-	img := vmImage(t)
+	img := vmNodeRow(t)
 	const nodeName = "vm-node-a"
 	tc := joinableCluster(t, "v1", nodeName, time.Hour)
 	writeProbeImage(t, tc.images)

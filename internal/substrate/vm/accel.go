@@ -114,12 +114,18 @@ func (s *Substrate) probeBoot(ctx context.Context, accel string) (bool, string, 
 	}
 	defer guestproc.KillGroup(context.Background(), rec.PID, time.Second)
 	deadline := time.Now().Add(s.cfg.ProbeTimeout)
+	why := fmt.Sprintf("no marker within %s", s.cfg.ProbeTimeout)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(serial)
 		if strings.Contains(string(b), markerProbe) {
 			return true, "", nil
 		}
 		if _, _, exited := guestproc.Exit(dir); exited {
+			// The marker may have come just before the exit.
+			if b, _ := os.ReadFile(serial); strings.Contains(string(b), markerProbe) {
+				return true, "", nil
+			}
+			why = "qemu exited before the marker"
 			break
 		}
 		select {
@@ -131,7 +137,6 @@ func (s *Substrate) probeBoot(ctx context.Context, accel string) (bool, string, 
 	_ = syscall.Kill(-rec.PID, syscall.SIGTERM)
 	out, _ := guestproc.Tail(filepath.Join(dir, guestproc.LogFile), 2)
 	ser, _ := guestproc.Tail(serial, 1)
-	why := fmt.Sprintf("no marker within %s", s.cfg.ProbeTimeout)
 	if t := strings.TrimSpace(string(out) + " " + string(ser)); t != "" {
 		why += " (" + strings.Join(strings.Fields(t), " ") + ")"
 	}
