@@ -43,6 +43,12 @@ func (r *localRepo) ServiceAuth(ctx context.Context, aud, lxm string, ttl time.D
 func (r *localRepo) Handle() string   { return r.handle }
 func (r *localRepo) Endpoint() string { return r.srv.URL() }
 
+// IsLocal says whether r is an account on the PDS of this process (Local).
+func IsLocal(r Repo) bool {
+	_, ok := r.(*localRepo)
+	return ok
+}
+
 func (r *localRepo) Get(ctx context.Context, collection, rkey string) (*Record, error) {
 	rec, err := r.srv.Repo(r.did).Get(ctx, collection, rkey)
 	if err != nil {

@@ -38,7 +38,7 @@ type Index struct {
 	receipts  map[string][]market.ReceiptSeen  // accept uri -> receipts
 	events    map[string][]seenEvent           // receipt uri -> events
 	owners    map[string]types.NamespacedName  // rfp/accept/receipt uri -> contract
-	// cursors is the last seq handled of each source (feed.CursorKey of its endpoint).
+	// cursors is the last seq handled of each source (feed.Source.CursorKey).
 	cursors map[string]int64
 	// touched is when the entry of an rfp, accept or receipt uri was last written: one no
 	// contract owns is dropped unownedKeep after (a deleted contract's, another requester's).
@@ -105,7 +105,7 @@ func (x *Index) Follow(ctx context.Context, src feed.Source) {
 	if x.restoring || x.following[src.Endpoint] != nil {
 		return
 	}
-	key := feed.CursorKey(src.Endpoint)
+	key := src.CursorKey()
 	cursor := x.cursors[key]
 	f := &follower{start: time.Now(), ready: make(chan struct{})}
 	head, exact := feed.HeadOf(ctx, src.Events)

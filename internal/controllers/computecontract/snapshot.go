@@ -19,7 +19,7 @@ import (
 type IndexSnapshot struct {
 	// Version is snapshotVersion; a snapshot of another version is not used.
 	Version int `json:"version"`
-	// Cursors maps a source (feed.CursorKey of its URL) to the last seq handled.
+	// Cursors maps a source (feed.Source.CursorKey) to the last seq handled.
 	Cursors   map[string]int64                `json:"cursors"`
 	Offerings map[string]offering             `json:"offerings,omitempty"` // DID ->
 	Bids      map[string][]market.Bid         `json:"bids,omitempty"`      // rfp uri ->

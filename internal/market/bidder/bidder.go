@@ -233,14 +233,14 @@ func (b *Bidder) Run(ctx context.Context) error {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.follow(ctx, src.Endpoint, src.Events, func(ev repos.Event) {
+			b.follow(ctx, src.CursorKey(), src.Events, func(ev repos.Event) {
 				if ev.DID != "" && ev.DID != b.DID() {
 					b.router.Learn(ev.DID, src.Fetch)
 				}
 			})
 		}()
 	}
-	b.follow(ctx, b.cfg.Repo.Endpoint(), b.cfg.Repo.Events(), nil)
+	b.follow(ctx, b.ownCursorKey(), b.cfg.Repo.Events(), nil)
 	b.wg.Wait()
 	<-flushed
 	// Once more with every follower stopped: the last seqs they handled are kept.
@@ -272,9 +272,18 @@ type replay struct {
 	queued []string // rfp uris in stream order; under handleMu
 }
 
-// follow handles the events of src (named url) from the one after its saved cursor (none:
-// its first), each after before (nil: none). An event's seq is saved once it is decided
-// on: live, not an rfp still held for the end of the backfill.
+// ownCursorKey is the cursor key of the firehose of the bidder's own repo's PDS: the PDS of
+// this process has one key whatever its port (feed.Source.CursorKey), another its URL's.
+func (b *Bidder) ownCursorKey() string {
+	if repos.IsLocal(b.cfg.Repo) {
+		return feed.LocalCursorKey
+	}
+	return feed.CursorKey(b.cfg.Repo.Endpoint())
+}
+
+// follow handles the events of src (its cursor saved under url, a cursor key) from the one
+// after its saved cursor (none: its first), each after before (nil: none). An event's seq is
+// saved once it is decided on: live, not an rfp still held for the end of the backfill.
 func (b *Bidder) follow(ctx context.Context, url string, src repos.EventSource, before func(repos.Event)) {
 	r := &replay{start: time.Now()}
 	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })

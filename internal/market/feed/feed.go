@@ -142,6 +142,22 @@ type Source struct {
 	Endpoint string
 	Events   repos.EventSource
 	Fetch    Fetcher
+	// Local says the source is the PDS of this process, whatever port it has this run.
+	Local bool
+}
+
+// LocalCursorKey is the cursor key of the PDS of this process: it listens on a port picked
+// at each start by default, and a key naming the port would make every restart replay its
+// whole firehose.
+const LocalCursorKey = "local-pds"
+
+// CursorKey is what a follower saves its cursor of s under: LocalCursorKey for the PDS of
+// this process, else its URL's CursorKey.
+func (s Source) CursorKey() string {
+	if s.Local {
+		return LocalCursorKey
+	}
+	return CursorKey(s.Endpoint)
 }
 
 // Sources are the firehoses at urls, their records read from the same host without a
@@ -162,7 +178,7 @@ func Sources(urls []string, local *pds.Server, dir identity.Directory) []Source 
 // SourceOf is the firehose at url (see Sources).
 func SourceOf(url string, local *pds.Server, dir identity.Directory) Source {
 	if local != nil && strings.TrimSuffix(url, "/") == strings.TrimSuffix(local.URL(), "/") {
-		return Source{Endpoint: local.URL(), Events: repos.LocalFirehose(local), Fetch: Local(local)}
+		return Source{Endpoint: local.URL(), Events: repos.LocalFirehose(local), Fetch: Local(local), Local: true}
 	}
 	f := Remote(url)
 	if dir != nil {

@@ -119,3 +119,16 @@ func TestOrLearn(t *testing.T) {
 		}
 	}
 }
+
+// The PDS of this process keeps one cursor key whatever port it listens on; a remote
+// source's key is its URL's.
+func TestSourceCursorKey(t *testing.T) {
+	a := Source{Endpoint: "http://127.0.0.1:40001", Local: true}
+	b := Source{Endpoint: "http://127.0.0.1:40002/", Local: true}
+	if a.CursorKey() != b.CursorKey() || a.CursorKey() != LocalCursorKey {
+		t.Errorf("the local PDS's keys on two ports: %q, %q; want %q", a.CursorKey(), b.CursorKey(), LocalCursorKey)
+	}
+	if got := (Source{Endpoint: "https://relay.example/"}).CursorKey(); got != "https://relay.example" {
+		t.Errorf("a relay's key: %q", got)
+	}
+}
