@@ -23,8 +23,8 @@ import (
 
 // etcdMargin and a write-ahead log segment are the room a store needs to start: a new
 // write-ahead log preallocates a segment (etcdstore.SegmentBytes), and the database and a
-// snapshot need a little more. A store that has
-// its log already needs only the margin until it rolls over to a new segment.
+// snapshot need a little more. A store that has its log already needs only the margin
+// until it rolls over to a new segment.
 const etcdMargin = 16 * diskspace.MiB
 
 // storeStopped ends the process when etcd gives up (its logger's Fatal, or Panic, which
@@ -114,27 +114,12 @@ func startEtcd(ctx context.Context, d *DataDir) (clientURL string, closeEtcd fun
 	// Above the API server's body limit, so that limit is the one a client meets (limits.go).
 	cfg.MaxRequestBytes = etcdMaxRequestBytes
 
-	e, err := embed.StartEtcd(cfg)
+	e, err := etcdstore.Start(ctx, cfg, 60*time.Second)
 	if err != nil {
 		release()
-		return "", nil, nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+		return "", nil, nil, err
 	}
 	closeEtcd = func() { e.Close(); release() }
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		closeEtcd()
-		return "", nil, nil, fmt.Errorf("etcd: %w", err)
-	case <-time.After(60 * time.Second):
-		closeEtcd()
-		return "", nil, nil, fmt.Errorf("etcd in %s did not become ready within 60s (see %s)", cfg.Dir, cfg.LogOutputs[0])
-	case <-ctx.Done():
-		closeEtcd()
-		return "", nil, nil, ctx.Err()
-	}
-	if err := etcdstore.CompactHistory(ctx, e); err != nil {
-		lg.Warn("the store keeps its history", zap.Error(err)) // it is compacted later, as it runs
-	}
 	return client.String(), closeEtcd, func() int64 { return e.Server.Backend().Size() }, nil
 }
 

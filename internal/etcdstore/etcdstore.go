@@ -16,12 +16,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/pkg/v3/traceutil"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.uber.org/zap"
 )
 
 const (
@@ -53,6 +55,37 @@ func Configure(cfg *embed.Config) {
 	cfg.SnapshotCount = SnapshotEntries
 	cfg.SnapshotCatchUpEntries = catchUpEntries
 	cfg.MaxSnapFiles, cfg.MaxWalFiles = keptFiles, keptFiles
+}
+
+// Start starts the store cfg describes (Configure sets it), waits up to within for it to
+// serve, then compacts its history (CompactHistory). A store that does not serve is
+// closed. A compaction that fails does not fail the start (the API server compacts as it
+// runs): it is logged as an error in the store's own log.
+func Start(ctx context.Context, cfg *embed.Config, within time.Duration) (*embed.Etcd, error) {
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd: %w", err)
+	case <-time.After(within):
+		e.Close()
+		err := fmt.Errorf("etcd in %s did not become ready within %s", cfg.Dir, within)
+		if len(cfg.LogOutputs) == 1 && cfg.LogOutputs[0] != embed.DefaultLogOutput {
+			err = fmt.Errorf("%w (see %s)", err, cfg.LogOutputs[0])
+		}
+		return nil, err
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	if err := CompactHistory(ctx, e); err != nil {
+		e.GetLogger().Error("the store keeps its history until the API server compacts it", zap.Error(err))
+	}
+	return e, nil
 }
 
 // CompactHistory compacts away the history of e older than its last KeptRevisions

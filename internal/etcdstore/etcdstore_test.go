@@ -87,15 +87,9 @@ func start(t *testing.T, dir string) *embed.Etcd {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	Configure(cfg)
-	e, err := embed.StartEtcd(cfg)
+	e, err := Start(context.Background(), cfg, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatal("etcd did not become ready")
 	}
 	return e
 }

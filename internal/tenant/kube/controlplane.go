@@ -411,24 +411,7 @@ func startEtcd(spec tenant.ChildSpec) (*embed.Etcd, error) {
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "10m"
 	cfg.QuotaBackendBytes = 2 << 30
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting etcd in %s: %w", cfg.Dir, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		if err := etcdstore.CompactHistory(context.Background(), e); err != nil {
-			// The API server compacts it later, as it runs.
-			fmt.Fprintf(os.Stderr, "etcd: %v\n", err)
-		}
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("etcd: %w", err)
-	case <-time.After(60 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("etcd in %s did not become ready within 60s", cfg.Dir)
-	}
+	return etcdstore.Start(context.Background(), cfg, 60*time.Second)
 }
 
 // waitReady polls the apiserver's /readyz with the admin certificate until it answers 200.
