@@ -281,16 +281,16 @@ func (b *Bidder) ownCursorKey() string {
 	return feed.CursorKey(b.cfg.Repo.Endpoint())
 }
 
-// follow handles the events of src (its cursor saved under url, a cursor key) from the one
-// after its saved cursor (none: its first), each after before (nil: none). An event's seq is
-// saved once it is decided on: live, not an rfp still held for the end of the backfill.
-func (b *Bidder) follow(ctx context.Context, url string, src repos.EventSource, before func(repos.Event)) {
+// follow handles the events of src (its cursor saved under key) from the one after its saved
+// cursor (none: its first), each after before (nil: none). An event's seq is saved once it
+// is decided on: live, not an rfp still held for the end of the backfill.
+func (b *Bidder) follow(ctx context.Context, key string, src repos.EventSource, before func(repos.Event)) {
 	r := &replay{start: time.Now()}
 	most := time.AfterFunc(replayMax, func() { b.goLive(ctx, r) })
 	defer most.Stop()
-	cursor := b.cursors.Get(url)
+	cursor := b.cursors.Get(key)
 	if cursor > 0 {
-		b.log.Info("following from a saved cursor", "source", url, "cursor", cursor)
+		b.log.Info("following from a saved cursor", "source", key, "cursor", cursor)
 	}
 	head, exact := feed.HeadOf(ctx, src)
 	if exact && (head == 0 || head == cursor) {
@@ -321,10 +321,10 @@ func (b *Bidder) follow(ctx context.Context, url string, src repos.EventSource, 
 		// replays everything (the handlers are idempotent), and retries it.
 		if b.handleFrom(ctx, ev, r) && !held {
 			held = true
-			b.log.Warn("firehose cursor held: an event was not handled; a restart handles it again", "source", url, "seq", ev.Seq)
+			b.log.Warn("firehose cursor held: an event was not handled; a restart handles it again", "source", key, "seq", ev.Seq)
 		}
 		if !held {
-			b.saveCursor(url, ev.Seq, r)
+			b.saveCursor(key, ev.Seq, r)
 		}
 		switch {
 		case exact && ev.Seq >= head:
@@ -340,16 +340,17 @@ func (b *Bidder) follow(ctx context.Context, url string, src repos.EventSource, 
 	})
 }
 
-// saveCursor records url's seq as handled once r is live: goLive decides the rfps it held
-// under handleMu, so live seen under it means they are decided.
-func (b *Bidder) saveCursor(url string, seq int64, r *replay) {
+// saveCursor records seq as handled of the source whose cursor key is key, once r is live:
+// goLive decides the rfps it held under handleMu, so live seen under it means they are
+// decided.
+func (b *Bidder) saveCursor(key string, seq int64, r *replay) {
 	if b.cursors == nil {
 		return
 	}
 	b.handleMu.Lock()
 	defer b.handleMu.Unlock()
 	if r.live.Load() {
-		b.cursors.Set(url, seq)
+		b.cursors.Set(key, seq)
 	}
 }
 
